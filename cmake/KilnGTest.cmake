@@ -1,0 +1,31 @@
+# GoogleTest: the installed package on the host; built from Debian's sources
+# (/usr/src/googletest) when cross-compiling, so the test binaries match the target.
+include(GoogleTest)
+
+set(KILN_GTEST_SOURCE_DIR "/usr/src/googletest" CACHE PATH "GoogleTest sources for cross builds")
+
+if(NOT CMAKE_CROSSCOMPILING)
+  find_package(GTest CONFIG QUIET)
+endif()
+
+if(TARGET GTest::gtest_main)
+  message(STATUS "GoogleTest: installed package")
+elseif(EXISTS "${KILN_GTEST_SOURCE_DIR}/CMakeLists.txt")
+  message(STATUS "GoogleTest: building from ${KILN_GTEST_SOURCE_DIR}")
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory("${KILN_GTEST_SOURCE_DIR}" "${CMAKE_BINARY_DIR}/_deps/googletest" EXCLUDE_FROM_ALL)
+  # googletest's own CMake defines the GTest::gtest and GTest::gtest_main aliases.
+else()
+  message(FATAL_ERROR "GoogleTest not found: install googletest and libgtest-dev "
+                      "(scripts/setup does), or pass -DKILN_BUILD_TESTS=OFF")
+endif()
+
+# kiln_add_gtest(<name> SOURCES ... LIBS ...): one GoogleTest executable whose cases
+# are registered with ctest one by one (run under the cross emulator when set).
+function(kiln_add_gtest name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS unit)
+endfunction()

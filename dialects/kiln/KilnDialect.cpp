@@ -1,0 +1,16 @@
+//===- KilnDialect.cpp - kiln dialect ----------------------------*- C++ -*-===//
+#include "dialects/kiln/KilnDialect.h"
+
+#include "dialects/kiln/KilnOps.h"
+
+using namespace mlir;
+using namespace kiln;
+
+#include "dialects/kiln/KilnDialect.cpp.inc"
+
+void KilnDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/kiln/KilnOps.cpp.inc"
+      >();
+}

@@ -1,0 +1,27 @@
+//===- kiln-opt.cpp - kiln IR optimiser driver -------------------*- C++ -*-===//
+//
+// Like mlir-opt: parses kiln IR, runs the passes named on the command line and
+// prints the result. Registers the kiln dialect and the upstream dialects the
+// pipeline uses.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "dialects/kiln/KilnDialect.h"
+
+int main(int argc, char** argv) {
+  mlir::registerTransformsPasses();
+
+  mlir::DialectRegistry registry;
+  registry.insert<kiln::KilnDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect,
+                  mlir::tensor::TensorDialect>();
+
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Kiln optimiser driver\n", registry));
+}
