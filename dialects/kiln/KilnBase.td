@@ -10,6 +10,7 @@
 #define KILN_DIALECT_KILNBASE_TD
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
 
 def Kiln_Dialect : Dialect {
   let name = "kiln";
@@ -19,12 +20,39 @@ def Kiln_Dialect : Dialect {
     The `kiln` dialect is the compiler's view of a vision-language model: an image
     encoder, a projector and a decoder language model, each a sequence of layer-level
     operations (normalisations, linear layers, attention, MLPs, mixture-of-experts
-    blocks). Weights are referenced, never embedded, and carry the storage encoding
-    that Kiln's precision passes choose.
+    blocks).
+
+    **Module structure.** A model is a `builtin.module` holding
+
+    * one `kiln.weight` symbol per weight tensor. A weight is referenced, never
+      embedded: it names its source tensor (`#kiln.source`: file, byte offset,
+      dtype) and carries the storage encoding (`#kiln.encoding`) that the precision
+      passes choose;
+    * one `func.func` per stage, marked `kiln.stage = #kiln.stage<...>`:
+      `vision_encoder`, `projector`, `decoder_prefill`, `decoder_decode` and
+      `lm_head`. Timings and precision decisions are reported per stage. Decoder
+      stages take token ids and positions; their attention ops are bound to a layer
+      of the session's KV cache;
+    * module attributes with what travels to the artifact: `kiln.architecture`,
+      `kiln.checkpoint` (the source directory), `kiln.tokenizer`,
+      `kiln.preprocessor`, `kiln.generation` and `kiln.prompt_template`.
+
+    Activations are f32 tensors whose leading dimension is the number of tokens
+    (dynamic in decoder prefill). There is no batch dimension: a session serves one
+    request at a time.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
   }];
 }
 
 class Kiln_Op<string mnemonic, list<Trait> traits = []>
     : Op<Kiln_Dialect, mnemonic, traits>;
+
+class Kiln_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Kiln_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
 
 #endif // KILN_DIALECT_KILNBASE_TD

@@ -1,6 +1,7 @@
 //===- KilnDialect.cpp - kiln dialect ----------------------------*- C++ -*-===//
 #include "dialects/kiln/KilnDialect.h"
 
+#include "dialects/kiln/KilnAttrs.h"
 #include "dialects/kiln/KilnOps.h"
 
 using namespace mlir;
@@ -9,6 +10,7 @@ using namespace kiln;
 #include "dialects/kiln/KilnDialect.cpp.inc"
 
 void KilnDialect::initialize() {
+  registerAttributes();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/kiln/KilnOps.cpp.inc"

@@ -3,6 +3,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace kiln;
@@ -10,24 +11,422 @@ using namespace kiln;
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.cpp.inc"
 
-LogicalResult RmsNormOp::verify() {
-  auto inputType = llvm::cast<RankedTensorType>(getInput().getType());
-  auto weightType = llvm::cast<RankedTensorType>(getWeight().getType());
-  if (inputType.getRank() < 1)
-    return emitOpError("input must have rank >= 1");
-  if (weightType.getRank() != 1)
-    return emitOpError("weight must be 1-D, got rank ") << weightType.getRank();
-  int64_t hidden = inputType.getShape().back();
-  int64_t weightLen = weightType.getShape().front();
-  if (!ShapedType::isDynamic(hidden) && !ShapedType::isDynamic(weightLen) &&
-      hidden != weightLen)
-    return emitOpError("weight length ")
-           << weightLen << " does not match the last dimension of the input ("
-           << hidden << ")";
-  if (getResult().getType() != inputType)
-    return emitOpError("result type ")
-           << getResult().getType() << " must equal the input type " << inputType;
-  if (!(getEpsilon().convertToFloat() > 0.0f))
-    return emitOpError("epsilon must be positive");
+namespace {
+
+RankedTensorType tensorOf(Value v) { return llvm::cast<RankedTensorType>(v.getType()); }
+
+// Two sizes agree when either is dynamic or both are equal.
+bool agree(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+std::string dimStr(int64_t d) {
+  return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
+}
+
+LogicalResult expectRank(Operation* op, StringRef what, Value v, int64_t rank) {
+  int64_t actual = tensorOf(v).getRank();
+  if (actual != rank)
+    return op->emitOpError() << what << " must have rank " << rank << ", got " << actual;
   return success();
+}
+
+// Checks `actual` dimension against `expected`, naming both in the diagnostic.
+LogicalResult expectDim(Operation* op, StringRef what, int64_t actual, StringRef expectedWhat,
+                        int64_t expected) {
+  if (!agree(actual, expected))
+    return op->emitOpError() << what << " (" << dimStr(actual) << ") does not match "
+                             << expectedWhat << " (" << dimStr(expected) << ")";
+  return success();
+}
+
+LogicalResult expectResultShape(Operation* op, ArrayRef<int64_t> expected) {
+  auto result = tensorOf(op->getResult(0));
+  bool ok = result.getRank() == static_cast<int64_t>(expected.size());
+  for (size_t i = 0; ok && i < expected.size(); ++i)
+    ok = agree(result.getDimSize(i), expected[i]);
+  if (!ok) {
+    std::string want;
+    for (size_t i = 0; i < expected.size(); ++i)
+      want += (i ? "x" : "") + dimStr(expected[i]);
+    return op->emitOpError() << "result type " << result << " does not match the expected shape ["
+                             << want << "]";
+  }
+  return success();
+}
+
+// The safetensors dtype that stores `type`.
+StringRef safetensorsDtype(Type type) {
+  if (type.isF32())
+    return "F32";
+  if (type.isF16())
+    return "F16";
+  if (type.isBF16())
+    return "BF16";
+  return "";
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+LogicalResult WeightOp::verify() {
+  RankedTensorType type = getTensorType();
+  if (!type.hasStaticShape())
+    return emitOpError("weight '") << getSymName() << "' must have a static shape, got " << type;
+  SourceAttr src = getSource();
+  StringRef dtype = safetensorsDtype(type.getElementType());
+  if (src.getDtype() != dtype)
+    return emitOpError("weight '") << getSymName() << "': source dtype " << src.getDtype()
+                                   << " does not match element type " << type.getElementType();
+  uint64_t bytes = type.getElementTypeBitWidth() / 8;
+  for (int64_t d : type.getShape()) {
+    if (d < 0 || (d != 0 && bytes > UINT64_MAX / static_cast<uint64_t>(d)))
+      return emitOpError("weight '") << getSymName() << "': size overflows";
+    bytes *= static_cast<uint64_t>(d);
+  }
+  if (src.getSize() != bytes)
+    return emitOpError("weight '") << getSymName() << "': source size " << src.getSize()
+                                   << " bytes does not match " << type << " (" << bytes
+                                   << " bytes)";
+  if (src.getOffset() > UINT64_MAX - src.getSize())
+    return emitOpError("weight '") << getSymName() << "': source offset + size overflows";
+  return success();
+}
+
+LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection& symbolTable) {
+  auto weight = symbolTable.lookupNearestSymbolFrom<WeightOp>(*this, getNameAttr());
+  if (!weight)
+    return emitOpError("'") << getName() << "' does not name a kiln.weight";
+  if (weight.getType() != getResult().getType())
+    return emitOpError("type ") << getResult().getType() << " does not match the type "
+                                << weight.getType() << " of weight '" << getName() << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings and token handling
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  if (failed(expectRank(*this, "table", getTable(), 2)) ||
+      failed(expectRank(*this, "ids", getIds(), 1)))
+    return failure();
+  auto table = tensorOf(getTable());
+  return expectResultShape(*this, {tensorOf(getIds()).getDimSize(0), table.getDimSize(1)});
+}
+
+LogicalResult MergeImageTokensOp::verify() {
+  if (failed(expectRank(*this, "embeds", getEmbeds(), 2)) ||
+      failed(expectRank(*this, "ids", getIds(), 1)) ||
+      failed(expectRank(*this, "image", getImage(), 2)))
+    return failure();
+  auto embeds = tensorOf(getEmbeds());
+  if (failed(expectDim(*this, "ids length", tensorOf(getIds()).getDimSize(0), "token count",
+                       embeds.getDimSize(0))) ||
+      failed(expectDim(*this, "image hidden size", tensorOf(getImage()).getDimSize(1),
+                       "text hidden size", embeds.getDimSize(1))))
+    return failure();
+  if (getImageTokenId() < 0)
+    return emitOpError("image_token_id must be non-negative");
+  return expectResultShape(*this, embeds.getShape());
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyMatmul(Operation* op, Value input, Value weight, Value bias) {
+  if (failed(expectRank(op, "input", input, 2)) || failed(expectRank(op, "weight", weight, 2)))
+    return failure();
+  auto in = tensorOf(input), w = tensorOf(weight);
+  if (failed(expectDim(op, "input features", in.getDimSize(1), "weight in_features",
+                       w.getDimSize(1))))
+    return failure();
+  if (bias) {
+    if (failed(expectRank(op, "bias", bias, 1)) ||
+        failed(expectDim(op, "bias length", tensorOf(bias).getDimSize(0),
+                         "weight out_features", w.getDimSize(0))))
+      return failure();
+  }
+  return expectResultShape(op, {in.getDimSize(0), w.getDimSize(0)});
+}
+
+LogicalResult LinearOp::verify() { return verifyMatmul(*this, getInput(), getWeight(), getBias()); }
+
+LogicalResult LmHeadOp::verify() { return verifyMatmul(*this, getInput(), getWeight(), Value()); }
+
+static LogicalResult verifyGatedMlp(Operation* op, Value input, Value gate, Value up, Value down,
+                                    StringRef which) {
+  if (failed(expectRank(op, "input", input, 2)))
+    return failure();
+  for (auto [name, v] : {std::pair<StringRef, Value>{"gate", gate}, {"up", up}, {"down", down}})
+    if (failed(expectRank(op, (which + name).str(), v, 2)))
+      return failure();
+  int64_t hidden = tensorOf(input).getDimSize(1);
+  auto g = tensorOf(gate), u = tensorOf(up), d = tensorOf(down);
+  if (failed(expectDim(op, (which + "gate in_features").str(), g.getDimSize(1), "hidden size",
+                       hidden)) ||
+      failed(expectDim(op, (which + "up shape").str(), u.getDimSize(0), "gate out_features",
+                       g.getDimSize(0))) ||
+      failed(expectDim(op, (which + "up in_features").str(), u.getDimSize(1), "hidden size",
+                       hidden)) ||
+      failed(expectDim(op, (which + "down out_features").str(), d.getDimSize(0), "hidden size",
+                       hidden)) ||
+      failed(expectDim(op, (which + "down in_features").str(), d.getDimSize(1),
+                       "intermediate size", g.getDimSize(0))))
+    return failure();
+  return success();
+}
+
+LogicalResult GatedMlpOp::verify() {
+  if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")))
+    return failure();
+  return expectResultShape(*this, tensorOf(getInput()).getShape());
+}
+
+LogicalResult MoeOp::verify() {
+  if (failed(expectRank(*this, "router", getRouter(), 2)))
+    return failure();
+  int64_t experts = getGate().size();
+  if (experts == 0)
+    return emitOpError("needs at least one expert");
+  if (static_cast<int64_t>(getUp().size()) != experts ||
+      static_cast<int64_t>(getDown().size()) != experts)
+    return emitOpError("has ") << experts << " gate weights but " << getUp().size() << " up and "
+                               << getDown().size() << " down weights";
+  auto router = tensorOf(getRouter());
+  if (failed(expectDim(*this, "router rows", router.getDimSize(0), "expert count", experts)) ||
+      failed(expectDim(*this, "router in_features", router.getDimSize(1), "hidden size",
+                       tensorOf(getInput()).getDimSize(1))))
+    return failure();
+  if (getTopK() < 1 || getTopK() > experts)
+    return emitOpError("top_k ") << getTopK() << " must lie in [1, " << experts << "]";
+  ArrayRef<int64_t> ids = getExpertIds();
+  if (static_cast<int64_t>(ids.size()) != experts)
+    return emitOpError("expert_ids has ") << ids.size() << " entries for " << experts
+                                          << " experts";
+  llvm::DenseSet<int64_t> seen;
+  for (int64_t id : ids)
+    if (id < 0 || !seen.insert(id).second)
+      return emitOpError("expert_ids must be distinct and non-negative");
+  for (int64_t e = 0; e < experts; ++e)
+    if (failed(verifyGatedMlp(*this, getInput(), getGate()[e], getUp()[e], getDown()[e],
+                              ("expert " + std::to_string(ids[e]) + " ").c_str())))
+      return failure();
+  return expectResultShape(*this, tensorOf(getInput()).getShape());
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyNormParam(Operation* op, StringRef what, Value input, Value param) {
+  if (failed(expectRank(op, what, param, 1)))
+    return failure();
+  auto in = tensorOf(input);
+  if (in.getRank() < 1)
+    return op->emitOpError("input must have rank >= 1");
+  return expectDim(op, (what + " length").str(), tensorOf(param).getDimSize(0),
+                   "the last dimension of the input", in.getShape().back());
+}
+
+static LogicalResult verifyEpsilon(Operation* op, APFloat eps) {
+  if (!(eps.convertToFloat() > 0.0f))
+    return op->emitOpError("epsilon must be positive");
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(verifyNormParam(*this, "weight", getInput(), getWeight())) ||
+      failed(verifyEpsilon(*this, getEpsilon())))
+    return failure();
+  return expectResultShape(*this, tensorOf(getInput()).getShape());
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(verifyNormParam(*this, "weight", getInput(), getWeight())) ||
+      failed(verifyNormParam(*this, "bias", getInput(), getBias())) ||
+      failed(verifyEpsilon(*this, getEpsilon())))
+    return failure();
+  return expectResultShape(*this, tensorOf(getInput()).getShape());
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult RopeOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)) ||
+      failed(expectRank(*this, "positions", getPositions(), 1)))
+    return failure();
+  if (getNumHeads() < 1 || getHeadDim() < 2 || getHeadDim() % 2 != 0)
+    return emitOpError("needs num_heads >= 1 and an even head_dim, got ")
+           << getNumHeads() << " and " << getHeadDim();
+  auto in = tensorOf(getInput());
+  if (failed(expectDim(*this, "input width", in.getDimSize(1), "num_heads * head_dim",
+                       getNumHeads() * getHeadDim())) ||
+      failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0),
+                       "token count", in.getDimSize(0))))
+    return failure();
+  if (!(getTheta().convertToDouble() > 0.0))
+    return emitOpError("theta must be positive");
+  if (getRopeType() == "llama3") {
+    if (!getFactor() || !getLowFreqFactor() || !getHighFreqFactor() ||
+        !getOriginalMaxPositionEmbeddings())
+      return emitOpError("rope_type \"llama3\" needs factor, low_freq_factor, "
+                         "high_freq_factor and original_max_position_embeddings");
+    if (!(getLowFreqFactor()->convertToDouble() < getHighFreqFactor()->convertToDouble()))
+      return emitOpError("llama3 rope scaling needs low_freq_factor < high_freq_factor");
+  } else if (getRopeType() != "default") {
+    return emitOpError("unsupported rope_type \"") << getRopeType()
+                                                   << "\" (supported: default, llama3)";
+  }
+  return expectResultShape(*this, in.getShape());
+}
+
+LogicalResult AttentionOp::verify() {
+  for (auto [name, v] : {std::pair<StringRef, Value>{"query", getQuery()},
+                         {"key", getKey()},
+                         {"value", getValue()}})
+    if (failed(expectRank(*this, name, v, 2)))
+      return failure();
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
+  if (heads < 1 || kvHeads < 1 || headDim < 1)
+    return emitOpError("num_heads, num_kv_heads and head_dim must be positive");
+  if (heads % kvHeads != 0)
+    return emitOpError("num_heads (") << heads << ") must be a multiple of num_kv_heads ("
+                                      << kvHeads << ")";
+  auto q = tensorOf(getQuery()), k = tensorOf(getKey()), v = tensorOf(getValue());
+  if (failed(expectDim(*this, "query width", q.getDimSize(1), "num_heads * head_dim",
+                       heads * headDim)) ||
+      failed(expectDim(*this, "key width", k.getDimSize(1), "num_kv_heads * head_dim",
+                       kvHeads * headDim)) ||
+      failed(expectDim(*this, "value width", v.getDimSize(1), "num_kv_heads * head_dim",
+                       kvHeads * headDim)) ||
+      failed(expectDim(*this, "key rows", k.getDimSize(0), "value rows", v.getDimSize(0))) ||
+      failed(expectDim(*this, "key rows", k.getDimSize(0), "query rows", q.getDimSize(0))))
+    return failure();
+  if (!(getScale().convertToDouble() > 0.0))
+    return emitOpError("scale must be positive");
+  if (getCacheLayer()) {
+    if (*getCacheLayer() < 0)
+      return emitOpError("cache_layer must be non-negative");
+    if (!getPositions())
+      return emitOpError("a KV-cache attention (cache_layer) needs positions");
+    if (!getCausal())
+      return emitOpError("a KV-cache attention (cache_layer) must be causal");
+    if (failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0),
+                         "query rows", q.getDimSize(0))))
+      return failure();
+  } else if (getPositions()) {
+    return emitOpError("positions are only meaningful with a cache_layer");
+  }
+  return expectResultShape(*this, {q.getDimSize(0), heads * headDim});
+}
+
+//===----------------------------------------------------------------------===//
+// Vision
+//===----------------------------------------------------------------------===//
+
+LogicalResult PatchEmbedOp::verify() {
+  if (failed(expectRank(*this, "pixels", getPixels(), 3)) ||
+      failed(expectRank(*this, "weight", getWeight(), 4)))
+    return failure();
+  int64_t p = getPatchSize();
+  if (p < 1)
+    return emitOpError("patch_size must be positive");
+  auto px = tensorOf(getPixels()), w = tensorOf(getWeight());
+  if (failed(expectDim(*this, "weight channels", w.getDimSize(1), "image channels",
+                       px.getDimSize(0))) ||
+      failed(expectDim(*this, "kernel height", w.getDimSize(2), "patch_size", p)) ||
+      failed(expectDim(*this, "kernel width", w.getDimSize(3), "patch_size", p)))
+    return failure();
+  if (!px.hasStaticShape())
+    return emitOpError("pixels must have a static shape");
+  if (px.getDimSize(1) % p || px.getDimSize(2) % p)
+    return emitOpError("image size ") << px.getDimSize(1) << "x" << px.getDimSize(2)
+                                      << " is not a multiple of patch_size " << p;
+  if (getBias() && (failed(expectRank(*this, "bias", getBias(), 1)) ||
+                    failed(expectDim(*this, "bias length", tensorOf(getBias()).getDimSize(0),
+                                     "hidden size", w.getDimSize(0)))))
+    return failure();
+  return expectResultShape(*this,
+                           {(px.getDimSize(1) / p) * (px.getDimSize(2) / p), w.getDimSize(0)});
+}
+
+LogicalResult ClassTokenOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)) ||
+      failed(verifyNormParam(*this, "class_embedding", getInput(), getClassEmbedding())))
+    return failure();
+  auto in = tensorOf(getInput());
+  int64_t rows = in.isDynamicDim(0) ? ShapedType::kDynamic : in.getDimSize(0) + 1;
+  return expectResultShape(*this, {rows, in.getDimSize(1)});
+}
+
+LogicalResult PositionEmbeddingOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)) ||
+      failed(expectRank(*this, "table", getTable(), 2)))
+    return failure();
+  auto in = tensorOf(getInput()), table = tensorOf(getTable());
+  if (failed(expectDim(*this, "table width", table.getDimSize(1), "hidden size",
+                       in.getDimSize(1))))
+    return failure();
+  if (!in.isDynamicDim(0) && !table.isDynamicDim(0) && in.getDimSize(0) > table.getDimSize(0))
+    return emitOpError("input has ") << in.getDimSize(0) << " rows but the table only "
+                                     << table.getDimSize(0) << " positions";
+  return expectResultShape(*this, in.getShape());
+}
+
+LogicalResult SliceRowsOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)) ||
+      failed(expectRank(*this, "result", getResult(), 2)))
+    return failure();
+  auto in = tensorOf(getInput()), out = tensorOf(getResult());
+  if (getStart() < 0)
+    return emitOpError("start must be non-negative");
+  if (failed(expectDim(*this, "result width", out.getDimSize(1), "input width",
+                       in.getDimSize(1))))
+    return failure();
+  if (!in.isDynamicDim(0) && !out.isDynamicDim(0) &&
+      getStart() + out.getDimSize(0) > in.getDimSize(0))
+    return emitOpError("rows [") << getStart() << ", " << getStart() + out.getDimSize(0)
+                                 << ") exceed the input's " << in.getDimSize(0) << " rows";
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  int64_t rows = tensorOf(getInputs()[0]).getRank() == 2 ? tensorOf(getInputs()[0]).getDimSize(0) : 0;
+  int64_t width = 0;
+  for (Value in : getInputs()) {
+    if (failed(expectRank(*this, "every input", in, 2)) ||
+        failed(expectDim(*this, "input rows", tensorOf(in).getDimSize(0), "the first input's rows",
+                         rows)))
+      return failure();
+    int64_t w = tensorOf(in).getDimSize(1);
+    width = ShapedType::isDynamic(w) || ShapedType::isDynamic(width) ? ShapedType::kDynamic
+                                                                     : width + w;
+  }
+  return expectResultShape(*this, {rows, width});
+}
+
+LogicalResult PixelShuffleOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)))
+    return failure();
+  auto in = tensorOf(getInput());
+  if (!in.hasStaticShape())
+    return emitOpError("input must have a static shape");
+  int64_t r = getScaleFactor(), seq = in.getDimSize(0);
+  int64_t side = 0;
+  while ((side + 1) * (side + 1) <= seq)
+    ++side;
+  if (side * side != seq)
+    return emitOpError("input rows (") << seq << ") do not form a square patch grid";
+  if (r < 1 || side % r != 0)
+    return emitOpError("scale_factor ") << r << " does not divide the patch grid side " << side;
+  return expectResultShape(*this, {seq / (r * r), in.getDimSize(1) * r * r});
 }

@@ -1,39 +1,501 @@
 //===- KilnOps.td - kiln dialect operations ----------------*- tablegen -*-===//
+//
+// Layer-level operations of vision-language models. Activations are f32 tensors
+// whose leading dimension counts tokens (or image patches); weights are values of
+// `kiln.weight_ref` ops and keep the element type of the checkpoint.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef KILN_DIALECT_KILNOPS_TD
 #define KILN_DIALECT_KILNOPS_TD
 
 include "dialects/kiln/KilnBase.td"
+include "dialects/kiln/KilnAttrs.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Kiln_Activation : RankedTensorOf<[F32]>;
+def Kiln_Weight : RankedTensorOf<[F32, F16, BF16]>;
+def Kiln_Ids : RankedTensorOf<[I32]>;
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A weight tensor of the model, referenced in its source checkpoint";
+  let description = [{
+    Declares a weight: its hub tensor name (the symbol), its logical type (shape and
+    the checkpoint's element type), where its bytes live (`#kiln.source`) and the
+    encoding it will be stored in (`#kiln.encoding`), which the precision passes
+    change. Weight bytes are never part of the IR.
+
+    Example:
+
+    ```mlir
+    kiln.weight @model.norm.weight : tensor<576xbf16>
+        from #kiln.source<"model.safetensors", offset = 1152, size = 1152, dtype = "BF16">
+        as #kiln.encoding<bf16>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Kiln_Weight>:$type,
+                       Kiln_SourceAttr:$source,
+                       Kiln_EncodingAttr:$encoding);
+  let assemblyFormat = [{
+    $sym_name `:` $type `from` $source `as` $encoding attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Kiln_WeightRefOp : Kiln_Op<"weight_ref",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The value of a weight inside a stage";
+  let description = [{
+    Makes the weight named by `name` available as an SSA value. Its type must be the
+    weight's declared type. Several stages may refer to the same weight (decoder
+    prefill and decode; tied embeddings in the embedding and the LM head).
+
+    ```mlir
+    %w = kiln.weight_ref @model.norm.weight : tensor<576xbf16>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Kiln_Weight:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings and token handling
+//===----------------------------------------------------------------------===//
+
+def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
+  let summary = "Token embedding lookup";
+  let description = [{
+    Gathers rows of `table` ([vocab, hidden]) for every id in `ids` ([tokens]).
+    An id outside [0, vocab) is a runtime error, never a wild read.
+
+    ```mlir
+    %e = kiln.embedding %table, %ids : tensor<49280x576xbf16>, tensor<?xi32> -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Weight:$table, Kiln_Ids:$ids);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_MergeImageTokensOp : Kiln_Op<"merge_image_tokens", [Pure]> {
+  let summary = "Replace image-token positions with image features";
+  let description = [{
+    Writes the rows of `image` ([image_tokens, hidden]), in order, into the rows of
+    `embeds` ([tokens, hidden]) whose id in `ids` equals `image_token_id`; other rows
+    pass through. The number of such ids must equal the number of image rows
+    (checked at run time). This is LLaVA's and Idefics3's `masked_scatter`.
+
+    ```mlir
+    %m = kiln.merge_image_tokens %e, %ids, %img {image_token_id = 32000 : i64}
+        : tensor<?x4096xf32>, tensor<?xi32>, tensor<?x4096xf32> -> tensor<?x4096xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$embeds, Kiln_Ids:$ids, Kiln_Activation:$image,
+                       I64Attr:$image_token_id);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $embeds `,` $ids `,` $image attr-dict `:` type($embeds) `,` type($ids) `,` type($image)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and element-wise ops
+//===----------------------------------------------------------------------===//
+
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+  let summary = "Fully connected layer: y = x W^T + b";
+  let description = [{
+    `input` is [rows, in_features]; `weight` is [out_features, in_features] in the
+    PyTorch `nn.Linear` layout of the checkpoint; the optional `bias` is
+    [out_features]. The result is [rows, out_features] in f32.
+
+    ```mlir
+    %q = kiln.linear %x, %wq : tensor<?x576xf32>, tensor<576x576xbf16> -> tensor<?x576xf32>
+    %k = kiln.linear %x, %wk, %bk
+        : tensor<?x896xf32>, tensor<128x896xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight,
+                       Optional<Kiln_Weight>:$bias);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight)
+    (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_LmHeadOp : Kiln_Op<"lm_head", [Pure]> {
+  let summary = "Language-model head: hidden states to vocabulary logits";
+  let description = [{
+    `logits = hidden W^T` with `weight` [vocab, hidden]. With tied embeddings the
+    weight is the token embedding table. Kept apart from `kiln.linear` because its
+    output is the model's output and its size (the vocabulary) dominates decode.
+
+    ```mlir
+    %l = kiln.lm_head %h, %w : tensor<?x576xf32>, tensor<49280x576xbf16> -> tensor<?x49280xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_AddOp : Kiln_Op<"add", [Pure, SameOperandsAndResultType]> {
+  let summary = "Element-wise addition (residual connections)";
+  let description = [{
+    ```mlir
+    %r = kiln.add %a, %b : tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$lhs, Kiln_Activation:$rhs);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Kiln_MulOp : Kiln_Op<"mul", [Pure, SameOperandsAndResultType]> {
+  let summary = "Element-wise multiplication";
+  let description = [{
+    ```mlir
+    %r = kiln.mul %a, %b : tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$lhs, Kiln_Activation:$rhs);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Kiln_ActivationOp : Kiln_Op<"activation", [Pure, SameOperandsAndResultType]> {
+  let summary = "Element-wise activation function";
+  let description = [{
+    `silu` (x·σ(x)), `gelu` (exact, erf), `gelu_tanh` (the tanh approximation,
+    `gelu_pytorch_tanh`), `quick_gelu` (x·σ(1.702x), CLIP) or `relu`.
+
+    ```mlir
+    %y = kiln.activation %x {kind = #kiln.activation<quick_gelu>} : tensor<577x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_ActivationAttr:$kind);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Kiln_GatedMlpOp : Kiln_Op<"gated_mlp", [Pure]> {
+  let summary = "Gated MLP: down(act(gate(x)) * up(x))";
+  let description = [{
+    The feed-forward block of Llama, Qwen2 and each Mixtral expert. `gate` and `up`
+    are [intermediate, hidden], `down` is [hidden, intermediate]; no biases.
+
+    ```mlir
+    %y = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>}
+        : tensor<?x576xf32>, tensor<1536x576xbf16>, tensor<1536x576xbf16>,
+          tensor<576x1536xbf16> -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$gate, Kiln_Weight:$up,
+                       Kiln_Weight:$down, Kiln_ActivationAttr:$activation);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $gate `,` $up `,` $down attr-dict `:` type($input) `,` type($gate) `,`
+    type($up) `,` type($down) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_MoeOp : Kiln_Op<"moe", [Pure, AttrSizedOperandSegments]> {
+  let summary = "Mixture-of-experts block with top-k routing";
+  let description = [{
+    Mixtral's sparse MoE block. Router logits are `input router^T` ([tokens,
+    experts]); per token the `top_k` experts with the largest softmax probability are
+    chosen and, with `normalize_top_k`, their probabilities renormalised to sum to 1
+    (equivalently, a softmax over the chosen logits). Each chosen expert is a gated
+    MLP (`gate`/`up`/`down`, one weight of each per expert); the outputs are summed
+    with the routing weights.
+
+    `expert_ids` gives each remaining expert's index in the source checkpoint, so
+    that experts pruned at compile time leave a readable trace. With
+    `normalize_top_k`, removing an expert (its router row and its weights) is
+    exactly "never route to it".
+
+    ```mlir
+    %y = kiln.moe %x, %router gate(%g0, %g1) up(%u0, %u1) down(%d0, %d1)
+        {top_k = 1 : i64, normalize_top_k = true, activation = #kiln.activation<silu>,
+         expert_ids = array<i64: 0, 1>}
+        : tensor<?x64xf32>, tensor<2x64xf32>, (tensor<128x64xf32>, tensor<128x64xf32>),
+          (tensor<128x64xf32>, tensor<128x64xf32>), (tensor<64x128xf32>, tensor<64x128xf32>)
+          -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$router,
+                       Variadic<Kiln_Weight>:$gate, Variadic<Kiln_Weight>:$up,
+                       Variadic<Kiln_Weight>:$down,
+                       I64Attr:$top_k, BoolAttr:$normalize_top_k,
+                       Kiln_ActivationAttr:$activation,
+                       DenseI64ArrayAttr:$expert_ids);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $router `gate` `(` $gate `)` `up` `(` $up `)` `down` `(` $down `)`
+    attr-dict `:` type($input) `,` type($router) `,` `(` type($gate) `)` `,`
+    `(` type($up) `)` `,` `(` type($down) `)` `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
 
 def Kiln_RmsNormOp : Kiln_Op<"rms_norm", [Pure]> {
   let summary = "Root-mean-square normalisation over the last dimension";
   let description = [{
-    Normalises every row of `input` (the last dimension) by its root mean square and
-    scales it element-wise by `weight`, as Llama's `LlamaRMSNorm` does:
+    Normalises every row of `input` by its root mean square and scales it by
+    `weight`, as Llama's `LlamaRMSNorm` does:
 
     ```
     y = x / sqrt(mean(x * x) + epsilon) * weight
     ```
 
-    The mean is taken in f32 whatever the element type. `weight` is a 1-D tensor whose
-    length equals the last dimension of `input`; the result has the type of `input`.
-
-    Example:
+    `weight` is 1-D with the length of the last dimension of `input`.
 
     ```mlir
     %y = kiln.rms_norm %x, %w {epsilon = 1.0e-05 : f32}
-        : tensor<?x576xf32>, tensor<576xf32> -> tensor<?x576xf32>
+        : tensor<?x576xf32>, tensor<576xbf16> -> tensor<?x576xf32>
     ```
   }];
-
-  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$weight,
-                       F32Attr:$epsilon);
-  let results = (outs AnyRankedTensor:$result);
-
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight, F32Attr:$epsilon);
+  let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
     $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)
   }];
+  let hasVerifier = 1;
+}
+
+def Kiln_LayerNormOp : Kiln_Op<"layer_norm", [Pure]> {
+  let summary = "Layer normalisation over the last dimension";
+  let description = [{
+    `y = (x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias` per row, with the
+    biased variance, as `torch.nn.LayerNorm`.
+
+    ```mlir
+    %y = kiln.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f32}
+        : tensor<577x1024xf32>, tensor<1024xf16>, tensor<1024xf16> -> tensor<577x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight, Kiln_Weight:$bias,
+                       F32Attr:$epsilon);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight) `,`
+    type($bias) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Kiln_RopeOp : Kiln_Op<"rope", [Pure]> {
+  let summary = "Rotary position embedding (rotate-half convention)";
+  let description = [{
+    Rotates each head of `input` ([tokens, num_heads * head_dim]) by the angles
+    `positions[t] * inv_freq[i]`, pairing dimension i with i + head_dim/2 (Hugging
+    Face's `rotate_half`), with `inv_freq[i] = theta^(-2i/head_dim)`.
+
+    With `rope_type = "llama3"`, the frequencies are rescaled as in
+    transformers' `_compute_llama3_parameters`: wavelengths above
+    `original_max_position_embeddings / low_freq_factor` are divided by `factor`,
+    those below `original_max_position_embeddings / high_freq_factor` are kept, and
+    the band between is interpolated smoothly.
+
+    ```mlir
+    %q2 = kiln.rope %q, %pos {num_heads = 32 : i64, head_dim = 64 : i64,
+                              theta = 5.0e+05 : f64, rope_type = "llama3",
+                              factor = 3.2e+01 : f64, low_freq_factor = 1.0 : f64,
+                              high_freq_factor = 4.0 : f64,
+                              original_max_position_embeddings = 8192 : i64}
+        : tensor<?x2048xf32>, tensor<?xi32> -> tensor<?x2048xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Ids:$positions,
+                       I64Attr:$num_heads, I64Attr:$head_dim, F64Attr:$theta,
+                       DefaultValuedStrAttr<StrAttr, "default">:$rope_type,
+                       OptionalAttr<F64Attr>:$factor,
+                       OptionalAttr<F64Attr>:$low_freq_factor,
+                       OptionalAttr<F64Attr>:$high_freq_factor,
+                       OptionalAttr<I64Attr>:$original_max_position_embeddings);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $positions attr-dict `:` type($input) `,` type($positions) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_AttentionOp : Kiln_Op<"attention"> {
+  let summary = "Multi-head scaled dot-product attention, optionally over a KV cache";
+  let description = [{
+    `query` is [tokens, num_heads * head_dim]; `key` and `value` are [tokens,
+    num_kv_heads * head_dim]; with grouped-query attention each KV head serves
+    num_heads / num_kv_heads query heads. Scores are `q·k * scale`, softmax in f32.
+
+    Without `cache_layer` the op attends within its inputs (bidirectional, or causal
+    when `causal` is set): vision encoders. With `cache_layer = N` it is bound to
+    layer N of the session's KV cache: keys and values of the new tokens are written
+    at `positions`, and each new token attends (causally) to every cached position up
+    to its own. That write is why the op is not `Pure`.
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v positions(%pos)
+        {num_heads = 9 : i64, num_kv_heads = 3 : i64, head_dim = 64 : i64,
+         scale = 1.250000e-01 : f64, causal, cache_layer = 0 : i64}
+        : tensor<?x576xf32>, tensor<?x192xf32>, tensor<?x192xf32>, tensor<?xi32>
+          -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$query, Kiln_Activation:$key, Kiln_Activation:$value,
+                       Optional<Kiln_Ids>:$positions,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       OptionalAttr<I64Attr>:$cache_layer);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`positions` `(` $positions^ `)`)? attr-dict `:`
+    type($query) `,` type($key) `,` type($value) (`,` type($positions)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Vision
+//===----------------------------------------------------------------------===//
+
+def Kiln_PatchEmbedOp : Kiln_Op<"patch_embed", [Pure]> {
+  let summary = "Patch embedding: a stride-p convolution over the image";
+  let description = [{
+    `pixels` is one preprocessed image [channels, height, width]; `weight` is the
+    convolution kernel [hidden, channels, p, p] with stride p and no padding
+    ("valid"), `bias` optional [hidden]. The result is [(height/p)·(width/p),
+    hidden], patches in row-major order.
+
+    ```mlir
+    %p = kiln.patch_embed %px, %w {patch_size = 14 : i64}
+        : tensor<3x336x336xf32>, tensor<1024x3x14x14xf16> -> tensor<576x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$pixels, Kiln_Weight:$weight,
+                       Optional<Kiln_Weight>:$bias, I64Attr:$patch_size);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $pixels `,` $weight (`,` $bias^)? attr-dict `:` type($pixels) `,` type($weight)
+    (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_ClassTokenOp : Kiln_Op<"class_token", [Pure]> {
+  let summary = "Prepend a learned class embedding (CLIP's [CLS])";
+  let description = [{
+    `[patches, hidden]` → `[1 + patches, hidden]` with `class_embedding` as row 0.
+
+    ```mlir
+    %c = kiln.class_token %p, %cls : tensor<576x1024xf32>, tensor<1024xf16> -> tensor<577x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$class_embedding);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $class_embedding attr-dict `:` type($input) `,` type($class_embedding)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_PositionEmbeddingOp : Kiln_Op<"position_embedding", [Pure]> {
+  let summary = "Add learned absolute position embeddings";
+  let description = [{
+    Adds row i of `table` ([positions, hidden]) to row i of `input`; the input may
+    not have more rows than the table.
+
+    ```mlir
+    %y = kiln.position_embedding %x, %t
+        : tensor<577x1024xf32>, tensor<577x1024xf16> -> tensor<577x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$table);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $table attr-dict `:` type($input) `,` type($table) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_SliceRowsOp : Kiln_Op<"slice_rows", [Pure]> {
+  let summary = "Take a contiguous range of rows";
+  let description = [{
+    Rows [start, start + size) of a [rows, hidden] tensor; LLaVA uses it to drop the
+    class token (vision_feature_select_strategy = "default").
+
+    ```mlir
+    %y = kiln.slice_rows %x {start = 1 : i64} : tensor<577x1024xf32> -> tensor<576x1024xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, I64Attr:$start);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_ConcatOp : Kiln_Op<"concat", [Pure]> {
+  let summary = "Concatenate along the last dimension";
+  let description = [{
+    Joins [rows, d_i] tensors into [rows, sum(d_i)]; LLaVA uses it when
+    `vision_feature_layer` lists several hidden states.
+
+    ```mlir
+    %y = kiln.concat %a, %b : tensor<576x1024xf32>, tensor<576x1024xf32> -> tensor<576x2048xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Kiln_Activation>:$inputs);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_PixelShuffleOp : Kiln_Op<"pixel_shuffle", [Pure]> {
+  let summary = "Space-to-depth over the patch grid (Idefics3 connector)";
+  let description = [{
+    Reshapes `[s·s, d]` patch features (an s×s grid, row-major) into
+    `[(s/r)·(s/r), d·r·r]` exactly as `Idefics3Connector.pixel_shuffle` with
+    `scale_factor = r`: each output token concatenates an r×r block of patches, in
+    the order that function's view/permute sequence produces.
+
+    ```mlir
+    %y = kiln.pixel_shuffle %x {scale_factor = 4 : i64} : tensor<1024x768xf32> -> tensor<64x12288xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, I64Attr:$scale_factor);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,738 @@
+//===- HFImporter.cpp - Hugging Face checkpoint importer ----------*- C++ -*-===//
+//
+// Architecture semantics follow transformers' modeling code:
+//   models/llama/modeling_llama.py, models/qwen2/modeling_qwen2.py,
+//   models/mixtral/modeling_mixtral.py, models/clip/modeling_clip.py,
+//   models/llava/modeling_llava.py, models/idefics3/modeling_idefics3.py.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/importers/hf/HFImporter.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "compiler/importers/hf/HFConfig.h"
+#include "dialects/kiln/KilnOps.h"
+#include "formats/safetensors/Safetensors.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+
+namespace kiln::hf {
+
+void registerImporterDialects(MLIRContext* context) {
+  context->loadDialect<KilnDialect, func::FuncDialect>();
+}
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::optional<ActivationKind> activationFor(llvm::StringRef name) {
+  if (name == "silu" || name == "swish")
+    return ActivationKind::silu;
+  if (name == "gelu")
+    return ActivationKind::gelu;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast")
+    return ActivationKind::gelu_tanh;
+  if (name == "quick_gelu")
+    return ActivationKind::quick_gelu;
+  if (name == "relu")
+    return ActivationKind::relu;
+  return std::nullopt;
+}
+
+/// Tensor-name prefixes of one checkpoint layout.
+struct Layout {
+  std::string text;   // "model." — embed_tokens, layers.N, norm
+  std::string lmHead; // "lm_head.weight"
+  std::string vision; // "vision_tower.vision_model."
+  std::string projector;
+};
+
+class Importer {
+public:
+  Importer(MLIRContext* ctx, llvm::StringRef dir, const ImportOptions& options)
+      : ctx_(ctx), dir_(dir.str()), options_(options), b_(ctx) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  // ---- diagnostics
+  Location fileLoc(llvm::StringRef file) {
+    return FileLineColLoc::get(ctx_, (llvm::Twine(dir_) + "/" + file).str(), 0, 0);
+  }
+  Location nameLoc(llvm::StringRef name) { return NameLoc::get(StringAttr::get(ctx_, name)); }
+  void error(Location loc, const llvm::Twine& msg) { emitError(loc) << msg; }
+
+  // ---- weights
+  Value weight(llvm::StringRef name, ArrayRef<int64_t> shape);
+  bool hasTensor(llvm::StringRef name) const { return ckpt_.tensors.count(name.str()); }
+  void markUnused(llvm::StringRef name) { knownUnused_.insert(name.str()); }
+
+  // ---- types
+  RankedTensorType act(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, b_.getF32Type());
+  }
+  RankedTensorType ids(int64_t n) {
+    return RankedTensorType::get({n}, b_.getI32Type());
+  }
+  template <typename Op, typename... Args>
+  Value create(llvm::StringRef name, Args&&... args) {
+    return b_.create<Op>(nameLoc(name), std::forward<Args>(args)...)->getResult(0);
+  }
+
+  // ---- builders
+  Value linear(llvm::StringRef prefix, Value x, int64_t out, int64_t in, bool bias);
+  Value layerNorm(llvm::StringRef prefix, Value x, int64_t dim, double eps);
+  SmallVector<Value> visionTransformer(Value pixels, ArrayRef<int64_t> hiddenStates, bool siglip);
+  Value decoder(Value tokenIds, Value positions, Value image);
+  func::FuncOp beginStage(llvm::StringRef name, StageKind kind, TypeRange inputs, TypeRange outputs);
+  void buildVisionStages();
+  void buildDecoderStages();
+
+  LogicalResult readConfigs();
+  void setModuleAttributes();
+  LogicalResult finish();
+
+  MLIRContext* ctx_;
+  std::string dir_;
+  ImportOptions options_;
+  OpBuilder b_;
+  ModuleOp module_;
+  safetensors::Checkpoint ckpt_;
+  ModelConfig cfg_;
+  std::optional<GenerationConfig> gen_;
+  std::optional<PreprocessorConfig> pre_;
+  Layout layout_;
+  int64_t imageTokens_ = 0;
+  int64_t tokenizerVocab_ = 0;
+  int64_t tokenizerAdded_ = 0;
+
+  std::map<std::string, WeightOp> weights_;
+  std::set<std::string> knownUnused_;
+  std::vector<std::string> problems_; // missing or mis-shaped tensors
+};
+
+Value Importer::weight(llvm::StringRef name, ArrayRef<int64_t> shape) {
+  WeightOp op;
+  auto it = weights_.find(name.str());
+  if (it != weights_.end()) {
+    op = it->second;
+  } else {
+    Type elt = b_.getF32Type();
+    SourceAttr source;
+    auto t = ckpt_.tensors.find(name.str());
+    if (t == ckpt_.tensors.end()) {
+      problems_.push_back("missing tensor '" + name.str() + "' (expected shape " +
+                          shapeStr(shape) + ")");
+      source = SourceAttr::get(ctx_, "<missing>", 0, 0, "F32");
+    } else {
+      const safetensors::TensorInfo& info = t->second;
+      switch (info.dtype) {
+      case safetensors::DType::F32: elt = b_.getF32Type(); break;
+      case safetensors::DType::F16: elt = b_.getF16Type(); break;
+      case safetensors::DType::BF16: elt = b_.getBF16Type(); break;
+      default:
+        problems_.push_back("tensor '" + name.str() + "' in " + info.file + " has dtype " +
+                            safetensors::dtypeName(info.dtype).str() +
+                            "; Kiln imports F32, F16 and BF16 weights");
+      }
+      if (llvm::ArrayRef<int64_t>(info.shape) != shape)
+        problems_.push_back("tensor '" + name.str() + "' in " + info.file + " has shape " +
+                            shapeStr(info.shape) + " but config.json implies " + shapeStr(shape));
+      source = SourceAttr::get(ctx_, info.file, info.dataOffset, info.size,
+                               safetensors::dtypeName(info.dtype));
+    }
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToEnd(module_.getBody());
+    // Weights are grouped before the stages; insert before the first function.
+    auto funcs = module_.getOps<func::FuncOp>();
+    if (!funcs.empty())
+      b_.setInsertionPoint(*funcs.begin());
+    auto type = RankedTensorType::get(shape, elt);
+    auto encodingKind = elt.isF32() ? EncodingKind::f32
+                        : elt.isF16() ? EncodingKind::f16
+                                      : EncodingKind::bf16;
+    op = b_.create<WeightOp>(nameLoc(name), b_.getStringAttr(name), TypeAttr::get(type), source,
+                             EncodingAttr::get(ctx_, encodingKind, 0, true, ActivationMode::Float));
+    weights_[name.str()] = op;
+  }
+  return b_.create<WeightRefOp>(nameLoc(name), op.getTensorType(),
+                                FlatSymbolRefAttr::get(op.getSymNameAttr()));
+}
+
+Value Importer::linear(llvm::StringRef prefix, Value x, int64_t out, int64_t in, bool bias) {
+  Value w = weight((prefix + ".weight").str(), {out, in});
+  Value bv = bias ? weight((prefix + ".bias").str(), {out}) : Value();
+  auto xt = llvm::cast<RankedTensorType>(x.getType());
+  return create<LinearOp>(prefix, act({xt.getDimSize(0), out}), x, w, bv);
+}
+
+Value Importer::layerNorm(llvm::StringRef prefix, Value x, int64_t dim, double eps) {
+  Value w = weight((prefix + ".weight").str(), {dim});
+  Value bv = weight((prefix + ".bias").str(), {dim});
+  return create<LayerNormOp>(prefix, x.getType(), x, w, bv, b_.getF32FloatAttr(eps));
+}
+
+func::FuncOp Importer::beginStage(llvm::StringRef name, StageKind kind, TypeRange inputs,
+                                  TypeRange outputs) {
+  b_.setInsertionPointToEnd(module_.getBody());
+  auto fn = b_.create<func::FuncOp>(nameLoc(name), name, b_.getFunctionType(inputs, outputs));
+  fn->setAttr("kiln.stage", StageKindAttr::get(ctx_, kind));
+  b_.setInsertionPointToStart(fn.addEntryBlock());
+  return fn;
+}
+
+// CLIP (LLaVA) or SigLIP (Idefics3) vision transformer. Runs as many encoder
+// layers as the deepest requested hidden state needs and returns the requested
+// hidden states ([patches(+1), hidden]; 0 = embeddings, N = output of layer N).
+SmallVector<Value> Importer::visionTransformer(Value pixels, ArrayRef<int64_t> hiddenStates,
+                                               bool siglip) {
+  const VisionConfig& v = *cfg_.vision;
+  const std::string& V = layout_.vision;
+  int64_t D = v.hiddenSize, p = v.patchSize, side = v.imageSize / p, patches = side * side;
+  Value w = weight(V + "embeddings.patch_embedding.weight", {D, v.numChannels, p, p});
+  Value bias = siglip ? weight(V + "embeddings.patch_embedding.bias", {D}) : Value();
+  Value x = create<PatchEmbedOp>(V + "embeddings.patch_embedding", act({patches, D}), pixels, w,
+                                 bias, b_.getI64IntegerAttr(p));
+  int64_t rows = patches;
+  if (!siglip) {
+    Value cls = weight(V + "embeddings.class_embedding", {D});
+    rows = patches + 1;
+    x = create<ClassTokenOp>(V + "embeddings.class_embedding", act({rows, D}), x, cls);
+  }
+  Value pos = weight(V + "embeddings.position_embedding.weight", {rows, D});
+  x = create<PositionEmbeddingOp>(V + "embeddings.position_embedding", x.getType(), x, pos);
+  if (!siglip)
+    x = layerNorm(V + "pre_layrnorm", x, D, v.layerNormEps); // sic: the hub spelling
+
+  ActivationKind actKind = *activationFor(v.hiddenAct);
+  int64_t heads = v.numAttentionHeads, headDim = D / heads;
+  double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
+  int64_t layersToRun = *std::max_element(hiddenStates.begin(), hiddenStates.end());
+  std::map<int64_t, Value> states = {{0, x}};
+  for (int64_t i = 0; i < layersToRun; ++i) {
+    std::string L = V + "encoder.layers." + std::to_string(i) + ".";
+    Value h = layerNorm(L + "layer_norm1", x, D, v.layerNormEps);
+    Value q = linear(L + "self_attn.q_proj", h, D, D, true);
+    Value k = linear(L + "self_attn.k_proj", h, D, D, true);
+    Value val = linear(L + "self_attn.v_proj", h, D, D, true);
+    Value a = create<AttentionOp>(L + "self_attn", act({rows, D}), q, k, val, Value(),
+                                  b_.getI64IntegerAttr(heads), b_.getI64IntegerAttr(heads),
+                                  b_.getI64IntegerAttr(headDim), b_.getF64FloatAttr(scale),
+                                  UnitAttr(), IntegerAttr());
+    Value o = linear(L + "self_attn.out_proj", a, D, D, true);
+    x = create<AddOp>(L + "residual1", x.getType(), x, o);
+    h = layerNorm(L + "layer_norm2", x, D, v.layerNormEps);
+    Value m = linear(L + "mlp.fc1", h, v.intermediateSize, D, true);
+    m = create<ActivationOp>(L + "mlp.act", m.getType(), m, ActivationKindAttr::get(ctx_, actKind));
+    m = linear(L + "mlp.fc2", m, D, v.intermediateSize, true);
+    x = create<AddOp>(L + "residual2", x.getType(), x, m);
+    states[i + 1] = x;
+  }
+  SmallVector<Value> out;
+  for (int64_t k : hiddenStates)
+    out.push_back(states.at(k));
+  return out;
+}
+
+void Importer::buildVisionStages() {
+  const VisionConfig& v = *cfg_.vision;
+  bool idefics = cfg_.architecture == "Idefics3ForConditionalGeneration";
+  int64_t D = v.hiddenSize, H = cfg_.text.hiddenSize;
+  int64_t side = v.imageSize / v.patchSize, patches = side * side;
+  auto pixelsType = act({v.numChannels, v.imageSize, v.imageSize});
+
+  // Vision encoder. LLaVA reads hidden states (index 0 = embeddings after
+  // pre_layrnorm), one or several concatenated along the feature dimension;
+  // Idefics3 reads the last layer's output after post_layernorm.
+  SmallVector<int64_t> hiddenStates = {v.numHiddenLayers};
+  int64_t featureRows = patches, featureWidth = D;
+  if (!idefics) {
+    hiddenStates.clear();
+    for (int64_t sel : cfg_.visionFeatureLayers)
+      hiddenStates.push_back(sel < 0 ? v.numHiddenLayers + 1 + sel : sel);
+    featureRows = cfg_.visionFeatureSelectStrategy == "default" ? patches : patches + 1;
+    featureWidth = D * static_cast<int64_t>(hiddenStates.size());
+  }
+  func::FuncOp enc = beginStage("vision_encoder", StageKind::vision_encoder, {pixelsType},
+                                {act({featureRows, featureWidth})});
+  SmallVector<Value> states = visionTransformer(enc.getArgument(0), hiddenStates, idefics);
+  Value x;
+  if (idefics) {
+    x = layerNorm(layout_.vision + "post_layernorm", states.front(), D, v.layerNormEps);
+  } else {
+    SmallVector<Value> selected;
+    for (Value s : states) {
+      if (cfg_.visionFeatureSelectStrategy == "default")
+        s = create<SliceRowsOp>(layout_.vision + "select_features", act({patches, D}), s,
+                                b_.getI64IntegerAttr(1));
+      selected.push_back(s);
+    }
+    x = selected.size() == 1
+            ? selected.front()
+            : create<ConcatOp>(layout_.vision + "concat_features", act({featureRows, featureWidth}),
+                               selected);
+    // post_layernorm and the layers past the deepest selected one never run: say so,
+    // and leave their weights out of the model.
+    int64_t layersRun = *std::max_element(hiddenStates.begin(), hiddenStates.end());
+    std::vector<std::string> dropped;
+    for (int64_t i = layersRun; i < v.numHiddenLayers; ++i) {
+      std::string L = layout_.vision + "encoder.layers." + std::to_string(i) + ".";
+      for (auto& [name, info] : ckpt_.tensors)
+        if (llvm::StringRef(name).starts_with(L))
+          markUnused(name);
+      dropped.push_back(std::to_string(i));
+    }
+    for (auto& [name, info] : ckpt_.tensors)
+      if (llvm::StringRef(name).starts_with(layout_.vision + "post_layernorm."))
+        markUnused(name);
+    std::vector<std::string> sel;
+    for (int64_t l : cfg_.visionFeatureLayers)
+      sel.push_back(std::to_string(l));
+    if (!dropped.empty())
+      emitRemark(enc.getLoc()) << "vision_feature_layer = " << llvm::join(sel, ", ")
+                               << ": vision layer(s) " << llvm::join(dropped, ", ")
+                               << " and post_layernorm never run; their weights are dropped";
+  }
+  b_.create<func::ReturnOp>(nameLoc("vision_encoder"), x);
+
+  // Projector.
+  if (idefics) {
+    int64_t r = cfg_.scaleFactor, tokens = patches / (r * r);
+    imageTokens_ = tokens;
+    func::FuncOp proj = beginStage("projector", StageKind::projector, {act({patches, D})},
+                                   {act({tokens, H})});
+    Value s = create<PixelShuffleOp>("model.connector.pixel_shuffle", act({tokens, D * r * r}),
+                                     proj.getArgument(0), b_.getI64IntegerAttr(r));
+    Value y = linear("model.connector.modality_projection.proj", s, H, D * r * r, false);
+    b_.create<func::ReturnOp>(nameLoc("projector"), y);
+  } else {
+    imageTokens_ = featureRows;
+    func::FuncOp proj = beginStage("projector", StageKind::projector,
+                                   {act({featureRows, featureWidth})}, {act({featureRows, H})});
+    const std::string& P = layout_.projector;
+    Value y = linear(P + "linear_1", proj.getArgument(0), H, featureWidth, cfg_.projectorBias);
+    y = create<ActivationOp>(P + "act", y.getType(), y,
+                             ActivationKindAttr::get(ctx_, *activationFor(cfg_.projectorHiddenAct)));
+    y = linear(P + "linear_2", y, H, H, cfg_.projectorBias);
+    b_.create<func::ReturnOp>(nameLoc("projector"), y);
+  }
+}
+
+Value Importer::decoder(Value tokenIds, Value positions, Value image) {
+  const TextConfig& t = cfg_.text;
+  const std::string& P = layout_.text;
+  int64_t H = t.hiddenSize, heads = t.numAttentionHeads, kv = t.numKeyValueHeads, hd = t.headDim;
+  int64_t T = llvm::cast<RankedTensorType>(tokenIds.getType()).getDimSize(0);
+  Value table = weight(P + "embed_tokens.weight", {t.vocabSize, H});
+  Value x = create<EmbeddingOp>(P + "embed_tokens", act({T, H}), table, tokenIds);
+  if (image)
+    x = create<MergeImageTokensOp>(P + "merge_image_tokens", x.getType(), x, tokenIds, image,
+                                   b_.getI64IntegerAttr(cfg_.imageTokenId));
+
+  auto ropeAttrs = [&](int64_t numHeads) {
+    SmallVector<NamedAttribute> attrs = {
+        b_.getNamedAttr("num_heads", b_.getI64IntegerAttr(numHeads)),
+        b_.getNamedAttr("head_dim", b_.getI64IntegerAttr(hd)),
+        b_.getNamedAttr("theta", b_.getF64FloatAttr(t.ropeTheta))};
+    if (t.ropeScaling.type == "llama3") {
+      attrs.push_back(b_.getNamedAttr("rope_type", b_.getStringAttr("llama3")));
+      attrs.push_back(b_.getNamedAttr("factor", b_.getF64FloatAttr(t.ropeScaling.factor)));
+      attrs.push_back(
+          b_.getNamedAttr("low_freq_factor", b_.getF64FloatAttr(t.ropeScaling.lowFreqFactor)));
+      attrs.push_back(
+          b_.getNamedAttr("high_freq_factor", b_.getF64FloatAttr(t.ropeScaling.highFreqFactor)));
+      attrs.push_back(b_.getNamedAttr(
+          "original_max_position_embeddings",
+          b_.getI64IntegerAttr(t.ropeScaling.originalMaxPositionEmbeddings)));
+    }
+    return attrs;
+  };
+
+  bool qkvBias = t.attentionBias || t.qkvBias;
+  for (int64_t i = 0; i < t.numHiddenLayers; ++i) {
+    std::string L = P + "layers." + std::to_string(i) + ".";
+    auto eps = b_.getF32FloatAttr(t.rmsNormEps);
+    Value h = create<RmsNormOp>(L + "input_layernorm", x.getType(), x,
+                                weight(L + "input_layernorm.weight", {H}), eps);
+    Value q = linear(L + "self_attn.q_proj", h, heads * hd, H, qkvBias);
+    Value k = linear(L + "self_attn.k_proj", h, kv * hd, H, qkvBias);
+    Value v = linear(L + "self_attn.v_proj", h, kv * hd, H, qkvBias);
+    q = b_.create<RopeOp>(nameLoc(L + "self_attn.rotary_q"), q.getType(),
+                          ValueRange{q, positions}, ropeAttrs(heads))
+            .getResult();
+    k = b_.create<RopeOp>(nameLoc(L + "self_attn.rotary_k"), k.getType(),
+                          ValueRange{k, positions}, ropeAttrs(kv))
+            .getResult();
+    Value a = create<AttentionOp>(L + "self_attn", act({T, heads * hd}), q, k, v, positions,
+                                  b_.getI64IntegerAttr(heads), b_.getI64IntegerAttr(kv),
+                                  b_.getI64IntegerAttr(hd),
+                                  b_.getF64FloatAttr(1.0 / std::sqrt(static_cast<double>(hd))),
+                                  b_.getUnitAttr(), b_.getI64IntegerAttr(i));
+    Value o = linear(L + "self_attn.o_proj", a, H, heads * hd, t.attentionBias);
+    x = create<AddOp>(L + "residual1", x.getType(), x, o);
+    h = create<RmsNormOp>(L + "post_attention_layernorm", x.getType(), x,
+                          weight(L + "post_attention_layernorm.weight", {H}), eps);
+    Value m;
+    int64_t I = t.intermediateSize;
+    auto silu = ActivationKindAttr::get(ctx_, ActivationKind::silu);
+    if (t.modelType == "mixtral") {
+      std::string M = L + "block_sparse_moe.";
+      int64_t E = t.numLocalExperts;
+      Value router = weight(M + "gate.weight", {E, H});
+      SmallVector<Value> gates, ups, downs;
+      SmallVector<int64_t> expertIds;
+      for (int64_t e = 0; e < E; ++e) {
+        std::string X = M + "experts." + std::to_string(e) + ".";
+        gates.push_back(weight(X + "w1.weight", {I, H}));
+        ups.push_back(weight(X + "w3.weight", {I, H}));
+        downs.push_back(weight(X + "w2.weight", {H, I}));
+        expertIds.push_back(e);
+      }
+      m = create<MoeOp>(L + "block_sparse_moe", x.getType(), h, router, gates, ups, downs,
+                        b_.getI64IntegerAttr(t.numExpertsPerTok), b_.getBoolAttr(true), silu,
+                        b_.getDenseI64ArrayAttr(expertIds));
+    } else if (t.mlpBias) {
+      // With biases the MLP is spelled out: down(act(gate(x) + bg) * (up(x) + bu)) + bd.
+      Value g = linear(L + "mlp.gate_proj", h, I, H, true);
+      g = create<ActivationOp>(L + "mlp.act_fn", g.getType(), g, silu);
+      Value u = linear(L + "mlp.up_proj", h, I, H, true);
+      Value gu = create<MulOp>(L + "mlp.gate_mul", g.getType(), g, u);
+      m = linear(L + "mlp.down_proj", gu, H, I, true);
+    } else {
+      m = create<GatedMlpOp>(L + "mlp", x.getType(), h, weight(L + "mlp.gate_proj.weight", {I, H}),
+                             weight(L + "mlp.up_proj.weight", {I, H}),
+                             weight(L + "mlp.down_proj.weight", {H, I}), silu);
+    }
+    x = create<AddOp>(L + "residual2", x.getType(), x, m);
+  }
+  return create<RmsNormOp>(P + "norm", x.getType(), x, weight(P + "norm.weight", {H}),
+                           b_.getF32FloatAttr(t.rmsNormEps));
+}
+
+void Importer::buildDecoderStages() {
+  const TextConfig& t = cfg_.text;
+  int64_t H = t.hiddenSize;
+  bool vlm = cfg_.vision.has_value();
+
+  SmallVector<Type> prefillInputs = {ids(kDyn), ids(kDyn)};
+  if (vlm)
+    prefillInputs.push_back(act({kDyn, H}));
+  func::FuncOp prefill =
+      beginStage("decoder_prefill", StageKind::decoder_prefill, prefillInputs, {act({kDyn, H})});
+  Value out = decoder(prefill.getArgument(0), prefill.getArgument(1),
+                      vlm ? prefill.getArgument(2) : Value());
+  b_.create<func::ReturnOp>(nameLoc("decoder_prefill"), out);
+
+  func::FuncOp decode = beginStage("decoder_decode", StageKind::decoder_decode, {ids(1), ids(1)},
+                                   {act({1, H})});
+  out = decoder(decode.getArgument(0), decode.getArgument(1), Value());
+  b_.create<func::ReturnOp>(nameLoc("decoder_decode"), out);
+
+  func::FuncOp head = beginStage("lm_head", StageKind::lm_head, {act({kDyn, H})},
+                                 {act({kDyn, t.vocabSize})});
+  std::string headName = layout_.lmHead;
+  if (t.tieWordEmbeddings) {
+    headName = layout_.text + "embed_tokens.weight";
+    if (hasTensor(layout_.lmHead))
+      markUnused(layout_.lmHead);
+  }
+  Value w = weight(headName, {t.vocabSize, H});
+  Value logits = create<LmHeadOp>("lm_head", act({kDyn, t.vocabSize}), head.getArgument(0), w);
+  b_.create<func::ReturnOp>(nameLoc("lm_head"), logits);
+}
+
+LogicalResult Importer::readConfigs() {
+  auto path = [&](llvm::StringRef f) {
+    llvm::SmallString<256> p(dir_);
+    llvm::sys::path::append(p, f);
+    return std::string(p);
+  };
+  if (!llvm::sys::fs::is_directory(dir_)) {
+    error(UnknownLoc::get(ctx_), "checkpoint directory '" + dir_ + "' does not exist");
+    return failure();
+  }
+  auto configJson = readJsonFile(path("config.json"), "config.json");
+  if (!configJson) {
+    error(fileLoc("config.json"), llvm::toString(configJson.takeError()));
+    return failure();
+  }
+  auto cfg = parseModelConfig(*configJson, "config.json");
+  if (!cfg) {
+    error(fileLoc("config.json"), llvm::toString(cfg.takeError()));
+    return failure();
+  }
+  cfg_ = std::move(*cfg);
+
+  if (llvm::sys::fs::exists(path("generation_config.json"))) {
+    auto json = readJsonFile(path("generation_config.json"), "generation_config.json");
+    if (!json) {
+      error(fileLoc("generation_config.json"), llvm::toString(json.takeError()));
+      return failure();
+    }
+    auto gen = parseGenerationConfig(*json, "generation_config.json");
+    if (!gen) {
+      error(fileLoc("generation_config.json"), llvm::toString(gen.takeError()));
+      return failure();
+    }
+    gen_ = std::move(*gen);
+  }
+
+  if (cfg_.vision) {
+    if (!llvm::sys::fs::exists(path("preprocessor_config.json"))) {
+      error(fileLoc("preprocessor_config.json"),
+            "missing: " + cfg_.architecture + " needs the image processor configuration");
+      return failure();
+    }
+    auto json = readJsonFile(path("preprocessor_config.json"), "preprocessor_config.json");
+    if (!json) {
+      error(fileLoc("preprocessor_config.json"), llvm::toString(json.takeError()));
+      return failure();
+    }
+    auto pre = parsePreprocessorConfig(*json, "preprocessor_config.json");
+    if (!pre) {
+      error(fileLoc("preprocessor_config.json"), llvm::toString(pre.takeError()));
+      return failure();
+    }
+    pre_ = std::move(*pre);
+    bool idefics = cfg_.architecture == "Idefics3ForConditionalGeneration";
+    bool idProc = pre_->processorType == "Idefics3ImageProcessor";
+    if (idefics != idProc) {
+      error(fileLoc("preprocessor_config.json"),
+            "preprocessor_config.json: " + pre_->processorType + " does not belong to " +
+                cfg_.architecture);
+      return failure();
+    }
+    int64_t size = idefics ? pre_->maxImageEdge
+                           : (pre_->doCenterCrop ? pre_->cropHeight : pre_->shortestEdge);
+    if (size != cfg_.vision->imageSize ||
+        (!idefics && pre_->doCenterCrop && pre_->cropWidth != cfg_.vision->imageSize)) {
+      error(fileLoc("preprocessor_config.json"),
+            "preprocessor_config.json: processed images are " + std::to_string(size) +
+                " pixels but the vision tower expects image_size " +
+                std::to_string(cfg_.vision->imageSize));
+      return failure();
+    }
+    if (idefics && pre_->doImageSplitting)
+      emitWarning(fileLoc("preprocessor_config.json"))
+          << "do_image_splitting is not supported yet: images are encoded as one tile of "
+          << pre_->maxImageEdge << "x" << pre_->maxImageEdge;
+  }
+
+  // The tokenizer travels to the artifact; check it is there and is a BPE model.
+  auto tok = readJsonFile(path("tokenizer.json"), "tokenizer.json");
+  if (!tok) {
+    error(fileLoc("tokenizer.json"), llvm::toString(tok.takeError()));
+    return failure();
+  }
+  const llvm::json::Object* tokObj = tok->getAsObject();
+  const llvm::json::Object* model = tokObj ? tokObj->getObject("model") : nullptr;
+  const llvm::json::Object* vocab = model ? model->getObject("vocab") : nullptr;
+  if (!model || model->getString("type") != std::optional<llvm::StringRef>("BPE") || !vocab) {
+    error(fileLoc("tokenizer.json"), "tokenizer.json: only BPE tokenizers (model.type \"BPE\" "
+                                     "with a vocab) are supported");
+    return failure();
+  }
+  tokenizerVocab_ = static_cast<int64_t>(vocab->size());
+  if (const llvm::json::Array* added = tokObj->getArray("added_tokens"))
+    tokenizerAdded_ = static_cast<int64_t>(added->size());
+
+  auto ckpt = safetensors::openCheckpoint(dir_);
+  if (!ckpt) {
+    error(fileLoc("model.safetensors"), llvm::toString(ckpt.takeError()));
+    return failure();
+  }
+  ckpt_ = std::move(*ckpt);
+  return success();
+}
+
+void Importer::setModuleAttributes() {
+  const TextConfig& t = cfg_.text;
+  Builder b(ctx_);
+  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+  auto ints = [&](ArrayRef<int64_t> v) { return b.getDenseI64ArrayAttr(v); };
+  auto f64s = [&](ArrayRef<double> v) { return b.getDenseF64ArrayAttr(v); };
+  auto named = [&](llvm::StringRef k, Attribute v) { return b.getNamedAttr(k, v); };
+
+  module_->setAttr("kiln.architecture", b.getStringAttr(cfg_.architecture));
+  llvm::SmallString<256> abs(dir_);
+  llvm::sys::fs::make_absolute(abs);
+  llvm::sys::path::remove_dots(abs, true);
+  module_->setAttr("kiln.checkpoint", b.getStringAttr(abs));
+
+  SmallVector<NamedAttribute> text = {
+      named("vocab_size", i64(t.vocabSize)),
+      named("hidden_size", i64(t.hiddenSize)),
+      named("num_layers", i64(t.numHiddenLayers)),
+      named("num_heads", i64(t.numAttentionHeads)),
+      named("num_kv_heads", i64(t.numKeyValueHeads)),
+      named("head_dim", i64(t.headDim)),
+      named("max_position_embeddings", i64(t.maxPositionEmbeddings)),
+      named("tie_word_embeddings", b.getBoolAttr(t.tieWordEmbeddings))};
+  if (t.slidingWindow)
+    text.push_back(named("sliding_window", i64(*t.slidingWindow)));
+  module_->setAttr("kiln.text", b.getDictionaryAttr(text));
+
+  if (cfg_.vision) {
+    module_->setAttr("kiln.image", b.getDictionaryAttr({
+                                       named("image_size", i64(cfg_.vision->imageSize)),
+                                       named("channels", i64(cfg_.vision->numChannels)),
+                                       named("image_tokens", i64(imageTokens_)),
+                                       named("image_token_id", i64(cfg_.imageTokenId)),
+                                   }));
+    const PreprocessorConfig& p = *pre_;
+    module_->setAttr(
+        "kiln.preprocessor",
+        b.getDictionaryAttr({
+            named("processor", b.getStringAttr(p.processorType)),
+            named("do_convert_rgb", b.getBoolAttr(p.doConvertRgb)),
+            named("do_resize", b.getBoolAttr(p.doResize)),
+            named("shortest_edge", i64(p.shortestEdge)),
+            named("longest_edge", i64(p.longestEdge)),
+            named("resample", i64(p.resample)),
+            named("do_center_crop", b.getBoolAttr(p.doCenterCrop)),
+            named("crop_size", ints({p.cropHeight, p.cropWidth})),
+            named("do_rescale", b.getBoolAttr(p.doRescale)),
+            named("rescale_factor", b.getF64FloatAttr(p.rescaleFactor)),
+            named("do_normalize", b.getBoolAttr(p.doNormalize)),
+            named("image_mean", f64s(p.imageMean)),
+            named("image_std", f64s(p.imageStd)),
+            named("max_image_edge", i64(p.maxImageEdge)),
+        }));
+  }
+
+  SmallVector<NamedAttribute> gen;
+  std::optional<int64_t> bos = gen_ && gen_->bosTokenId ? gen_->bosTokenId : t.bosTokenId;
+  std::vector<int64_t> eos = gen_ && !gen_->eosTokenIds.empty() ? gen_->eosTokenIds : t.eosTokenIds;
+  if (bos)
+    gen.push_back(named("bos_token_id", i64(*bos)));
+  gen.push_back(named("eos_token_ids", ints(eos)));
+  if (gen_) {
+    if (gen_->padTokenId)
+      gen.push_back(named("pad_token_id", i64(*gen_->padTokenId)));
+    gen.push_back(named("do_sample", b.getBoolAttr(gen_->doSample)));
+    gen.push_back(named("temperature", b.getF64FloatAttr(gen_->temperature)));
+    gen.push_back(named("top_k", i64(gen_->topK)));
+    gen.push_back(named("top_p", b.getF64FloatAttr(gen_->topP)));
+    if (gen_->maxNewTokens)
+      gen.push_back(named("max_new_tokens", i64(*gen_->maxNewTokens)));
+  }
+  module_->setAttr("kiln.generation", b.getDictionaryAttr(gen));
+
+  module_->setAttr("kiln.tokenizer",
+                   b.getDictionaryAttr({named("file", b.getStringAttr("tokenizer.json")),
+                                        named("vocab", i64(tokenizerVocab_)),
+                                        named("added_tokens", i64(tokenizerAdded_))}));
+
+  std::string tmpl = options_.promptTemplate;
+  if (tmpl.empty()) {
+    llvm::StringRef arch = cfg_.architecture;
+    tmpl = arch == "LlavaForConditionalGeneration"      ? "llava"
+           : arch == "Idefics3ForConditionalGeneration" ? "idefics3"
+           : arch == "Qwen2ForCausalLM"                 ? "chatml"
+                                                        : "plain";
+  }
+  module_->setAttr("kiln.prompt_template", b.getStringAttr(tmpl));
+}
+
+LogicalResult Importer::finish() {
+  if (!problems_.empty()) {
+    std::string where = ckpt_.files.size() == 1
+                            ? llvm::sys::path::filename(ckpt_.files[0].path).str()
+                            : std::string("model.safetensors.index.json");
+    InFlightDiagnostic diag = emitError(fileLoc(where))
+                              << where << ": checkpoint does not match " << cfg_.architecture
+                              << " (" << problems_.size() << " problem(s))";
+    for (const std::string& p : problems_)
+      diag.attachNote() << p;
+    return failure();
+  }
+  std::vector<std::string> extra;
+  for (const auto& [name, info] : ckpt_.tensors)
+    if (!weights_.count(name) && !knownUnused_.count(name))
+      extra.push_back(name);
+  if (!extra.empty()) {
+    InFlightDiagnostic diag = emitWarning(fileLoc(ckpt_.files.front().path))
+                              << "checkpoint: " << extra.size()
+                              << " tensor(s) are not used by "
+                              << cfg_.architecture << " and are ignored";
+    for (size_t i = 0; i < extra.size() && i < 16; ++i)
+      diag.attachNote() << "unused tensor '" << extra[i] << "'";
+  }
+  return success();
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  registerImporterDialects(ctx_);
+  if (failed(readConfigs()))
+    return {};
+
+  // Tensor-name layout. LLaVA exists in two hub layouts: LLaVA-1.5
+  // ("language_model.model.*") and the one transformers >= 4.52 writes
+  // ("model.language_model.*").
+  llvm::StringRef arch = cfg_.architecture;
+  if (arch == "LlavaForConditionalGeneration") {
+    if (hasTensor("model.language_model.embed_tokens.weight"))
+      layout_ = {"model.language_model.", "lm_head.weight", "model.vision_tower.vision_model.",
+                 "model.multi_modal_projector."};
+    else
+      layout_ = {"language_model.model.", "language_model.lm_head.weight",
+                 "vision_tower.vision_model.", "multi_modal_projector."};
+  } else if (arch == "Idefics3ForConditionalGeneration") {
+    layout_ = {"model.text_model.", "lm_head.weight", "model.vision_model.", "model.connector."};
+  } else {
+    layout_ = {"model.", "lm_head.weight", "", ""};
+  }
+
+  if (cfg_.vision && !activationFor(cfg_.vision->hiddenAct)) {
+    error(fileLoc("config.json"), "config.json: vision_config.hidden_act: '" +
+                                      cfg_.vision->hiddenAct + "' is not supported");
+    return {};
+  }
+  if (cfg_.vision && !activationFor(cfg_.projectorHiddenAct)) {
+    error(fileLoc("config.json"), "config.json: projector_hidden_act: '" +
+                                      cfg_.projectorHiddenAct + "' is not supported");
+    return {};
+  }
+
+  OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(ctx_));
+  module_ = *module;
+  if (cfg_.vision)
+    buildVisionStages();
+  buildDecoderStages();
+  if (failed(finish()))
+    return {};
+  setModuleAttributes();
+  if (cfg_.text.slidingWindow && *cfg_.text.slidingWindow < cfg_.text.maxPositionEmbeddings)
+    emitWarning(fileLoc("config.json"))
+        << "sliding_window = " << *cfg_.text.slidingWindow
+        << ": contexts are limited to the window, where full and windowed attention agree";
+  if (failed(mlir::verify(*module)))
+    return {};
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> importCheckpoint(MLIRContext* context, llvm::StringRef directory,
+                                       const ImportOptions& options) {
+  return Importer(context, directory, options).run();
+}
+
+} // namespace kiln::hf

@@ -1,0 +1,149 @@
+//===- KilnAttrs.cpp - kiln dialect attributes -------------------*- C++ -*-===//
+#include "dialects/kiln/KilnAttrs.h"
+
+#include "dialects/kiln/KilnDialect.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace kiln;
+
+#include "dialects/kiln/KilnEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/kiln/KilnAttrs.cpp.inc"
+
+void KilnDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/kiln/KilnAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// EncodingAttr
+//===----------------------------------------------------------------------===//
+
+// Syntax: #kiln.encoding<KIND (, group = N)? (, asym)? (, act = MODE)?>
+Attribute EncodingAttr::parse(AsmParser& parser, Type) {
+  MLIRContext* ctx = parser.getContext();
+  StringRef kindName;
+  if (parser.parseLess() || parser.parseKeyword(&kindName))
+    return {};
+  std::optional<EncodingKind> kind = symbolizeEncodingKind(kindName);
+  if (!kind) {
+    parser.emitError(parser.getCurrentLocation(), "unknown encoding '")
+        << kindName << "'; expected f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8 or int4";
+    return {};
+  }
+  int64_t group = 0;
+  bool symmetric = true;
+  ActivationMode act = ActivationMode::Float;
+  while (succeeded(parser.parseOptionalComma())) {
+    StringRef key;
+    SMLoc loc = parser.getCurrentLocation();
+    if (parser.parseKeyword(&key))
+      return {};
+    if (key == "group") {
+      if (parser.parseEqual() || parser.parseInteger(group))
+        return {};
+    } else if (key == "asym") {
+      symmetric = false;
+    } else if (key == "act") {
+      StringRef mode;
+      if (parser.parseEqual() || parser.parseKeyword(&mode))
+        return {};
+      std::optional<ActivationMode> m = symbolizeActivationMode(mode);
+      if (!m) {
+        parser.emitError(loc, "unknown activation mode '") << mode << "'";
+        return {};
+      }
+      act = *m;
+    } else {
+      parser.emitError(loc, "unknown encoding parameter '") << key << "'";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<EncodingAttr>(ctx, *kind, group, symmetric, act);
+}
+
+void EncodingAttr::print(AsmPrinter& printer) const {
+  printer << "<" << stringifyEncodingKind(getKind());
+  if (getGroupSize() != 0)
+    printer << ", group = " << getGroupSize();
+  if (!getSymmetric())
+    printer << ", asym";
+  if (getActivation() != ActivationMode::Float)
+    printer << ", act = " << stringifyActivationMode(getActivation());
+  printer << ">";
+}
+
+LogicalResult EncodingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   EncodingKind kind, int64_t groupSize, bool symmetric,
+                                   ActivationMode activation) {
+  bool isInt4 = kind == EncodingKind::int4;
+  bool isInt = isInt4 || kind == EncodingKind::int8;
+  if (isInt4) {
+    if (groupSize != 32 && groupSize != 64 && groupSize != 128)
+      return emitError() << "int4 needs group = 32, 64 or 128, got " << groupSize;
+  } else if (groupSize != 0) {
+    return emitError() << "group size applies to int4 only";
+  }
+  if (!symmetric && !isInt4)
+    return emitError() << "asymmetric (zero-point) storage applies to int4 only";
+  if (activation != ActivationMode::Float && !isInt)
+    return emitError() << "int8 activations need an int8 or int4 weight encoding";
+  return success();
+}
+
+unsigned EncodingAttr::getElementBits() const {
+  switch (getKind()) {
+  case EncodingKind::f32:
+    return 32;
+  case EncodingKind::f16:
+  case EncodingKind::bf16:
+    return 16;
+  case EncodingKind::fp8_e4m3:
+  case EncodingKind::fp8_e5m2:
+  case EncodingKind::int8:
+    return 8;
+  case EncodingKind::int4:
+    return 4;
+  }
+  llvm_unreachable("unknown encoding kind");
+}
+
+bool EncodingAttr::isQuantized() const {
+  switch (getKind()) {
+  case EncodingKind::f32:
+  case EncodingKind::f16:
+  case EncodingKind::bf16:
+    return false;
+  default:
+    return true;
+  }
+}
+
+uint64_t EncodingAttr::getStorageBytes(int64_t rows, int64_t cols) const {
+  uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
+  switch (getKind()) {
+  case EncodingKind::f32:
+    return r * c * 4;
+  case EncodingKind::f16:
+  case EncodingKind::bf16:
+    return r * c * 2;
+  case EncodingKind::fp8_e4m3:
+  case EncodingKind::fp8_e5m2:
+  case EncodingKind::int8:
+    return r * c + r * 4; // one f32 scale per output channel
+  case EncodingKind::int4: {
+    uint64_t g = static_cast<uint64_t>(getGroupSize());
+    uint64_t groups = (c + g - 1) / g;
+    uint64_t perGroupMeta = getSymmetric() ? 2 : 3; // f16 scale (+ u8 zero point)
+    return r * ((c + 1) / 2) + r * groups * perGroupMeta;
+  }
+  }
+  llvm_unreachable("unknown encoding kind");
+}

@@ -1,0 +1,39 @@
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{int4 needs group = 32, 64 or 128, got 0}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int4>
+
+// -----
+
+// expected-error @+1 {{int4 needs group = 32, 64 or 128, got 48}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int4, group = 48>
+
+// -----
+
+// expected-error @+1 {{group size applies to int4 only}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int8, group = 32>
+
+// -----
+
+// expected-error @+1 {{asymmetric (zero-point) storage applies to int4 only}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int8, asym>
+
+// -----
+
+// expected-error @+1 {{int8 activations need an int8 or int4 weight encoding}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<f16, act = int8_per_token>
+
+// -----
+
+// expected-error @+1 {{unknown encoding 'int3'; expected f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8 or int4}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int3>
+
+// -----
+
+// expected-error @+1 {{unknown encoding parameter 'scale'}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int4, group = 32, scale>
+
+// -----
+
+// expected-error @+1 {{unknown activation mode 'fp8'}}
+kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = fp8>
