@@ -80,13 +80,18 @@ def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
   let summary = "Token embedding lookup";
   let description = [{
     Gathers rows of `table` ([vocab, hidden]) for every id in `ids` ([tokens]).
-    An id outside [0, vocab) is a runtime error, never a wild read.
+    An id outside [0, vocab) is a runtime error, never a wild read, except
+    `placeholder_id`: a VLM's image token whose id lies past the vocabulary (as
+    LLaVA-1.5's 32000 may) yields a zero row that `kiln.merge_image_tokens`
+    overwrites, as transformers' LLaVA does.
 
     ```mlir
     %e = kiln.embedding %table, %ids : tensor<49280x576xbf16>, tensor<?xi32> -> tensor<?x576xf32>
+    %f = kiln.embedding %table, %ids {placeholder_id = 32000 : i64}
+        : tensor<32000x4096xf16>, tensor<?xi32> -> tensor<?x4096xf32>
     ```
   }];
-  let arguments = (ins Kiln_Weight:$table, Kiln_Ids:$ids);
+  let arguments = (ins Kiln_Weight:$table, Kiln_Ids:$ids, OptionalAttr<I64Attr>:$placeholder_id);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = "$table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)";
   let hasVerifier = 1;

@@ -30,7 +30,7 @@ static cl::opt<bool> showRemarks("remarks",
 
 static cl::opt<std::string> promptTemplate(
     "prompt-template",
-    cl::desc("Prompt template: llava, idefics3, chatml, plain (default: the architecture's)"),
+    cl::desc("Prompt template: llava, llava-chatml, idefics3, plain (default: the architecture's)"),
     cl::init(""), cl::cat(kilnCategory));
 
 static const char* severityName(mlir::DiagnosticSeverity s) {

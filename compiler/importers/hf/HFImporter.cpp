@@ -341,7 +341,12 @@ Value Importer::decoder(Value tokenIds, Value positions, Value image) {
   int64_t H = t.hiddenSize, heads = t.numAttentionHeads, kv = t.numKeyValueHeads, hd = t.headDim;
   int64_t T = llvm::cast<RankedTensorType>(tokenIds.getType()).getDimSize(0);
   Value table = weight(P + "embed_tokens.weight", {t.vocabSize, H});
-  Value x = create<EmbeddingOp>(P + "embed_tokens", act({T, H}), table, tokenIds);
+  // An image token id past the vocabulary has no embedding row: it is a placeholder
+  // whose row the image features replace.
+  IntegerAttr placeholder;
+  if (image && cfg_.imageTokenId >= t.vocabSize)
+    placeholder = b_.getI64IntegerAttr(cfg_.imageTokenId);
+  Value x = create<EmbeddingOp>(P + "embed_tokens", act({T, H}), table, tokenIds, placeholder);
   if (image)
     x = create<MergeImageTokensOp>(P + "merge_image_tokens", x.getType(), x, tokenIds, image,
                                    b_.getI64IntegerAttr(cfg_.imageTokenId));
@@ -640,13 +645,16 @@ void Importer::setModuleAttributes() {
                                         named("vocab", i64(tokenizerVocab_)),
                                         named("added_tokens", i64(tokenizerAdded_))}));
 
+  // The templates of tests/models/kiln_models/prompts.py, which the runtime mirrors.
   std::string tmpl = options_.promptTemplate;
   if (tmpl.empty()) {
     llvm::StringRef arch = cfg_.architecture;
-    tmpl = arch == "LlavaForConditionalGeneration"      ? "llava"
-           : arch == "Idefics3ForConditionalGeneration" ? "idefics3"
-           : arch == "Qwen2ForCausalLM"                 ? "chatml"
-                                                        : "plain";
+    if (arch == "LlavaForConditionalGeneration")
+      tmpl = cfg_.text.modelType == "qwen2" ? "llava-chatml" : "llava";
+    else if (arch == "Idefics3ForConditionalGeneration")
+      tmpl = "idefics3";
+    else
+      tmpl = "plain";
   }
   module_->setAttr("kiln.prompt_template", b.getStringAttr(tmpl));
 }

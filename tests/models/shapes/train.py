@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Trains the "shapes" demo VLM on CPU, reproducibly, and writes a Hugging Face
+checkpoint directory (fp16 safetensors, config, tokenizer, processor config).
+
+    python3 tests/models/shapes/train.py --variant dense --out tests/models/shapes/checkpoints/dense
+    python3 tests/models/shapes/train.py --variant moe   --out tests/models/shapes/checkpoints/moe
+
+Everything is seeded: the samples of step s are the training split's indices
+[s*B, (s+1)*B), rendered at sizes drawn from a generator seeded by (seed, s); model
+initialisation uses torch.manual_seed(seed). With the same PyTorch build and thread
+count, a rerun gives the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
+from kiln_models.safetensors_io import save_file  # noqa: E402
+from shapes import model as sm  # noqa: E402
+from shapes.evaluate import accuracy  # noqa: E402
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """transformers' _init_weights with initializer_range = 0.02."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, std)
+        elif isinstance(m, nn.Conv2d):
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def load_balancing_loss(router_logits, top_k: int) -> torch.Tensor:
+    """Mixtral's auxiliary loss (transformers' load_balancing_loss_func): the fraction
+    of tokens routed to each expert times its mean router probability."""
+    logits = torch.cat(router_logits, dim=0)
+    probs = F.softmax(logits, dim=-1)
+    _, selected = torch.topk(probs, top_k, dim=-1)
+    mask = F.one_hot(selected, probs.shape[-1]).float()  # [N, k, E]
+    tokens_per_expert = mask.mean(dim=0)  # [k, E]
+    prob_per_expert = probs.mean(dim=0)  # [E]
+    return (tokens_per_expert * prob_per_expert[None]).sum() * probs.shape[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", choices=["dense", "moe"], required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch-size", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--eval-samples", type=int, default=300)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tok = sm.build_tokenizer()
+    config = sm.model_config(tok, args.variant)
+    model = LlavaForConditionalGeneration(config)
+    init_weights(model)
+    model.train()
+    pipe = sm.Pipeline(tok)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{args.variant}: {n_params:,} parameters, vocab {config['text_config']['vocab_size']}, "
+          f"{sm.NUM_IMAGE_TOKENS} image tokens", flush=True)
+
+    router_logits = []
+    if args.variant == "moe":
+        for name, mod in model.named_modules():
+            if name.endswith("block_sparse_moe.gate"):
+                mod.register_forward_hook(lambda m, i, o: router_logits.append(o))
+    aux_coef = config["text_config"].get("router_aux_loss_coef", 0.0)
+    top_k = config["text_config"].get("num_experts_per_tok", 0)
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.dim() < 2 or "norm" in name or "embedding" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    def lr_at(step: int) -> float:
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        t = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    start = time.time()
+    running = None
+    for step in range(args.steps):
+        rng = random.Random(args.seed * 1_000_003 + step)
+        idx = range(step * args.batch_size, (step + 1) * args.batch_size)
+        px, ids, labels = pipe.batch("train", idx, rng)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        router_logits.clear()
+        logits = model(ids, pixel_values=px)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+        total = loss
+        if router_logits:
+            total = loss + aux_coef * load_balancing_loss(router_logits, top_k)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        if step % 50 == 0 or step == args.steps - 1:
+            el = time.time() - start
+            print(f"step {step:5d}  loss {running:.4f}  lr {lr_at(step):.2e}  {el / 60:6.1f} min", flush=True)
+        if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
+            model.eval()
+            with torch.no_grad():
+                acc, _ = accuracy(model, tok, pipe, "val", args.eval_samples)
+            model.train()
+            print(f"step {step + 1:5d}  val exact-match {acc * 100:.1f}% ({args.eval_samples} samples)", flush=True)
+
+    train_minutes = (time.time() - start) / 60
+    model.eval()
+    # Store fp16, as the bundled checkpoint is; measure accuracy on the stored weights.
+    state = {k: v.detach().to(torch.float16) for k, v in model.named_parameters()}
+    with torch.no_grad():
+        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        acc, per_kind = accuracy(model, tok, pipe, "val", args.eval_samples)
+    sm.write_hf_files(args.out, tok, config)
+    save_file(state, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    print(f"trained {args.steps} steps in {train_minutes:.1f} min; fp16 val exact-match {acc * 100:.1f}%")
+    for k, (c, n) in sorted(per_kind.items()):
+        print(f"  {k:16s} {c}/{n}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
