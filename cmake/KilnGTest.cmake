@@ -23,9 +23,16 @@ endif()
 
 # kiln_add_gtest(<name> SOURCES ... LIBS ...): one GoogleTest executable whose cases
 # are registered with ctest one by one (run under the cross emulator when set).
+# Cases that read vectors made by a ctest fixture name it in FIXTURES (one name:
+# gtest_discover_tests flattens lists in PROPERTIES).
 function(kiln_add_gtest name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "FIXTURES" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS unit)
+  if(ARG_FIXTURES)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES
+      LABELS unit FIXTURES_REQUIRED "${ARG_FIXTURES}")
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS unit)
+  endif()
 endfunction()

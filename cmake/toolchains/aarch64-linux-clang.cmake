@@ -12,7 +12,10 @@ set(CMAKE_EXE_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_MODULE_LINKER_FLAGS_INIT "-fuse-ld=lld")
 
-set(CMAKE_FIND_ROOT_PATH /usr/${KILN_CROSS_TRIPLE})
+# The cross toolchain's sysroot, and Debian's multiarch directories for arm64
+# -dev packages (libpcre2-dev:arm64 installs into /usr/lib/aarch64-linux-gnu).
+set(CMAKE_FIND_ROOT_PATH /usr/${KILN_CROSS_TRIPLE} /)
+set(CMAKE_LIBRARY_ARCHITECTURE ${KILN_CROSS_TRIPLE})
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)

@@ -1,15 +1,16 @@
 //===- kiln-compile.cpp - Kiln compiler driver -------------------*- C++ -*-===//
 //
-// kiln-compile CHECKPOINT_DIR --emit=ir          print the imported kiln IR
+//   kiln-compile CHECKPOINT_DIR -o model.kiln [--target TRIPLE]   the artifact
+//   kiln-compile CHECKPOINT_DIR --emit=ir                         imported kiln IR
+//   kiln-compile CHECKPOINT_DIR --emit=planned-ir                 after lowering
 //
 //===----------------------------------------------------------------------===//
 
-#include "compiler/importers/hf/HFImporter.h"
+#include "compiler/pipelines/Pipeline.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -18,16 +19,32 @@ static cl::OptionCategory kilnCategory("kiln-compile options");
 
 static cl::opt<std::string> checkpointDir(cl::Positional, cl::desc("<checkpoint directory>"),
                                           cl::Required, cl::cat(kilnCategory));
+static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln)"),
+                                       cl::value_desc("file"), cl::init(""),
+                                       cl::cat(kilnCategory));
 
-enum class EmitKind { IR };
-static cl::opt<EmitKind> emit("emit", cl::desc("What to produce"),
-                              cl::values(clEnumValN(EmitKind::IR, "ir", "the imported kiln IR")),
-                              cl::Required, cl::cat(kilnCategory));
+enum class EmitKind { Artifact, IR, PlannedIR };
+static cl::opt<EmitKind> emit(
+    "emit", cl::desc("What to produce"),
+    cl::values(clEnumValN(EmitKind::Artifact, "artifact", "the .kiln artifact (needs -o)"),
+               clEnumValN(EmitKind::IR, "ir", "the imported kiln IR"),
+               clEnumValN(EmitKind::PlannedIR, "planned-ir",
+                          "kiln IR after kernel selection and memory planning")),
+    cl::init(EmitKind::Artifact), cl::cat(kilnCategory));
 
+static cl::opt<std::string> target("target",
+                                   cl::desc("Target triple (default: the host), e.g. "
+                                            "aarch64-linux-android"),
+                                   cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> cpuFeatures("cpu-features",
+                                        cl::desc("CPU features to assume, e.g. +dotprod,+i8mm"),
+                                        cl::init(""), cl::cat(kilnCategory));
+static cl::opt<int64_t> maxPrefillTokens(
+    "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
+    cl::init(512), cl::cat(kilnCategory));
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),
                                  cl::init(false), cl::cat(kilnCategory));
-
 static cl::opt<std::string> promptTemplate(
     "prompt-template",
     cl::desc("Prompt template: llava, llava-chatml, idefics3, plain (default: the architecture's)"),
@@ -59,6 +76,15 @@ int main(int argc, char** argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "Kiln: compile a Hugging Face checkpoint for phones\n");
 
+  if (emit == EmitKind::Artifact && outputPath.empty()) {
+    llvm::errs() << "kiln-compile: error: give the output artifact with -o FILE, or --emit=ir\n";
+    return 2;
+  }
+  if (maxPrefillTokens < 1) {
+    llvm::errs() << "kiln-compile: error: --max-prefill-tokens must be positive\n";
+    return 2;
+  }
+
   mlir::MLIRContext context;
   bool failedAny = false;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic& diag) {
@@ -71,18 +97,28 @@ int main(int argc, char** argv) {
     return mlir::success();
   });
 
-  kiln::hf::ImportOptions options;
+  kiln::CompileOptions options;
+  options.checkpoint = checkpointDir;
+  options.target = target;
+  options.cpuFeatures = cpuFeatures;
   options.promptTemplate = promptTemplate;
+  options.maxPrefillTokens = maxPrefillTokens;
+
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      kiln::hf::importCheckpoint(&context, checkpointDir, options);
+      kiln::importAndLower(context, options, /*lower=*/emit != EmitKind::IR);
   if (!module || failedAny)
     return 1;
 
   switch (emit) {
   case EmitKind::IR:
+  case EmitKind::PlannedIR:
     module->print(llvm::outs());
     llvm::outs() << "\n";
-    break;
+    return 0;
+  case EmitKind::Artifact:
+    if (mlir::failed(kiln::emitArtifact(*module, options, outputPath)) || failedAny)
+      return 1;
+    return 0;
   }
   return 0;
 }

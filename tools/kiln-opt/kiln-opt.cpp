@@ -14,9 +14,11 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "passes/Passes.h"
 
 int main(int argc, char** argv) {
   mlir::registerTransformsPasses();
+  kiln::registerKilnPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<kiln::KilnDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect,

@@ -73,6 +73,27 @@ typedef enum kiln_status_t {
   KILN_ERROR_CANCELLED = 6,        /* a callback asked to stop */
   KILN_ERROR_INTERNAL = 99,        /* a broken invariant inside the runtime */
 
+  /* 100 – 199: artifact */
+  KILN_ERROR_ARTIFACT_NOT_KILN = 100,     /* no "KILN" identifier: not a Kiln model */
+  KILN_ERROR_ARTIFACT_VERSION = 101,      /* schema version this runtime cannot read */
+  KILN_ERROR_ARTIFACT_TRUNCATED = 102,    /* the file ends before its declared contents */
+  KILN_ERROR_ARTIFACT_MALFORMED = 103,    /* the FlatBuffer header fails verification */
+  KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS = 104,/* an index, offset or size points outside */
+  KILN_ERROR_ARTIFACT_ALIGNMENT = 105,    /* a segment or tensor is misaligned */
+  KILN_ERROR_ARTIFACT_SHAPE = 106,        /* a shape, dtype or size is inconsistent */
+  KILN_ERROR_ARTIFACT_OP = 107,           /* an op has the wrong arity or parameters */
+  KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL = 108, /* a kernel id this runtime does not have */
+  KILN_ERROR_ARTIFACT_CPU_FEATURES = 109, /* the CPU lacks features the kernels need */
+  KILN_ERROR_ARTIFACT_TOKENIZER = 110,    /* the tokenizer data is inconsistent */
+
+  /* 200 – 299: execution */
+  KILN_ERROR_CONTEXT_FULL = 200,   /* the request does not fit the session's context */
+
+  /* 300 – 399: inputs */
+  KILN_ERROR_INPUT_IMAGE = 300,    /* image of a size or format that cannot be used */
+  KILN_ERROR_INPUT_TOKENS = 301,   /* token ids out of range, image-token count wrong */
+  KILN_ERROR_INPUT_NOT_MULTIMODAL = 302, /* an image given to a text-only model */
+
   KILN_STATUS_ARTIFACT_FIRST = 100,
   KILN_STATUS_ARTIFACT_LAST = 199,
   KILN_STATUS_EXECUTION_FIRST = 200,
@@ -97,6 +118,214 @@ static inline int kiln_status_is_execution_error(kiln_status_t s) {
 static inline int kiln_status_is_input_error(kiln_status_t s) {
   return s >= KILN_STATUS_INPUT_FIRST && s <= KILN_STATUS_INPUT_LAST;
 }
+
+/* ------------------------------------------------------------------------------
+ * Memory and errors
+ * ------------------------------------------------------------------------------ */
+
+/* Every allocation the runtime makes goes through an allocator: the default one
+ * (malloc/free) or one the caller supplies at load and session creation. `alloc`
+ * returns memory aligned to `alignment` (a power of two, at most 4096) or NULL;
+ * `free` accepts NULL. Both must be callable from any thread. */
+typedef struct kiln_allocator_t {
+  void* (*alloc)(void* user, size_t size, size_t alignment);
+  void (*free)(void* user, void* ptr);
+  void* user;
+} kiln_allocator_t;
+
+/* Detail of a failure: functions that take a `kiln_error_t*` (which may be NULL)
+ * fill it when they return anything but KILN_OK. The message names the file,
+ * tensor, op or argument at fault. Caller-owned. */
+typedef struct kiln_error_t {
+  kiln_status_t status;
+  char message[512];
+} kiln_error_t;
+
+/* ------------------------------------------------------------------------------
+ * Models
+ * ------------------------------------------------------------------------------ */
+
+typedef struct kiln_model_t kiln_model_t;
+
+typedef struct kiln_model_options_t {
+  uint32_t struct_size;              /* sizeof(kiln_model_options_t) */
+  const kiln_allocator_t* allocator; /* NULL: malloc/free; must outlive the model */
+} kiln_model_options_t;
+
+/* Maps the artifact at `path` read-only and verifies it completely (structure and
+ * meaning: every index, offset, size, shape, op and kernel id, and the CPU features
+ * its kernels need) before returning. Weights are used in place (zero-copy).
+ * `options` may be NULL. On success *out_model owns the mapping.
+ * Thread-safe: yes (no shared state). */
+KILN_API kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* options,
+                                       kiln_model_t** out_model, kiln_error_t* out_error);
+
+/* As kiln_model_load, on an artifact already in memory (`data` must stay valid and
+ * unchanged until the model is released; 64-byte alignment is required). */
+KILN_API kiln_status_t kiln_model_load_from_memory(const void* data, size_t size,
+                                                   const kiln_model_options_t* options,
+                                                   kiln_model_t** out_model,
+                                                   kiln_error_t* out_error);
+
+/* Releases a model. Every session created from it must be released first. NULL is
+ * a no-op. */
+KILN_API void kiln_model_release(kiln_model_t* model);
+
+typedef struct kiln_model_info_t {
+  const char* architecture;    /* "LlavaForConditionalGeneration", ... */
+  const char* prompt_template; /* "llava", "llava-chatml", "idefics3", "plain" */
+  const char* target;          /* target triple the artifact was compiled for */
+  const char* source_hash;     /* hash of the source checkpoint (hex) */
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t num_layers;
+  int32_t max_position_embeddings;
+  int32_t max_prefill_tokens; /* tokens one prefill step processes (longer prompts are chunked) */
+  int32_t image_size;         /* 0 for text-only models */
+  int32_t image_tokens;       /* tokens one image becomes (0: text-only) */
+  int32_t image_token_id;     /* -1: text-only */
+  uint64_t weight_bytes;      /* bytes of weights in the file */
+  uint64_t file_bytes;
+} kiln_model_info_t;
+
+/* Facts about a loaded model. The strings are owned by the model. Thread-safe. */
+KILN_API kiln_status_t kiln_model_get_info(const kiln_model_t* model,
+                                           kiln_model_info_t* out_info);
+
+/* Tokenizes UTF-8 `text` with the model's tokenizer (special tokens written in the
+ * text are recognised). With add_special, BOS is prepended when the tokenizer does.
+ * Writes up to `capacity` ids; *out_count receives the full count, and
+ * KILN_ERROR_BUFFER_TOO_SMALL is returned when it exceeds `capacity`.
+ * Thread-safe. */
+KILN_API kiln_status_t kiln_tokenize(const kiln_model_t* model, const char* text, size_t length,
+                                     int add_special, int32_t* out_ids, size_t capacity,
+                                     size_t* out_count, kiln_error_t* out_error);
+
+/* Decodes ids to UTF-8 (invalid sequences become U+FFFD). Writes up to `capacity`
+ * bytes plus a terminating NUL when there is room; *out_length receives the full
+ * length without NUL. Thread-safe. */
+KILN_API kiln_status_t kiln_detokenize(const kiln_model_t* model, const int32_t* ids,
+                                       size_t count, int skip_special, char* out_text,
+                                       size_t capacity, size_t* out_length,
+                                       kiln_error_t* out_error);
+
+/* ------------------------------------------------------------------------------
+ * Sessions: one conversation with a model
+ * ------------------------------------------------------------------------------ */
+
+typedef struct kiln_session_t kiln_session_t;
+
+typedef struct kiln_session_options_t {
+  uint32_t struct_size;              /* sizeof(kiln_session_options_t) */
+  int32_t num_threads;               /* 0: one per online CPU */
+  int32_t context_length;            /* KV-cache capacity in tokens; 0: the model's
+                                        maximum, capped at 4096 */
+  const kiln_allocator_t* allocator; /* NULL: the model's allocator */
+} kiln_session_options_t;
+
+/* Creates a session: the activation arena, the KV cache and the thread pool are
+ * allocated here, once; generation allocates nothing. `options` may be NULL.
+ * A session is used by one thread at a time; distinct sessions may run
+ * concurrently on the same model. */
+KILN_API kiln_status_t kiln_session_create(kiln_model_t* model,
+                                           const kiln_session_options_t* options,
+                                           kiln_session_t** out_session,
+                                           kiln_error_t* out_error);
+
+/* NULL is a no-op. */
+KILN_API void kiln_session_release(kiln_session_t* session);
+
+/* Sets the image the next prompt asks about, as 8-bit RGB pixels (row stride in
+ * bytes, >= 3 * width). It is preprocessed as the checkpoint's image processor does
+ * (resize, crop, rescale, normalise) and encoded by the vision encoder and projector
+ * during the next generate call. The pixels are copied; the caller may free them. */
+KILN_API kiln_status_t kiln_session_set_image_rgb(kiln_session_t* session, const uint8_t* rgb,
+                                                  int32_t width, int32_t height, size_t stride,
+                                                  kiln_error_t* out_error);
+
+/* Sets already preprocessed pixel values [channels, image_size, image_size] (f32),
+ * bypassing preprocessing: for exact comparisons with a reference. */
+KILN_API kiln_status_t kiln_session_set_pixel_values(kiln_session_t* session,
+                                                     const float* pixel_values, size_t count,
+                                                     kiln_error_t* out_error);
+
+/* Forgets the image and the conversation (the KV cache). */
+KILN_API kiln_status_t kiln_session_reset(kiln_session_t* session);
+
+/* Called for every generated token with its id and the UTF-8 text it completes (may
+ * be empty while a multi-byte character is incomplete). Return non-zero to stop:
+ * generation then ends with KILN_ERROR_CANCELLED. */
+typedef int (*kiln_token_callback_t)(void* user, int32_t token, const char* text,
+                                     size_t length);
+
+typedef struct kiln_generate_options_t {
+  uint32_t struct_size;     /* sizeof(kiln_generate_options_t) */
+  int32_t max_new_tokens;   /* 0: the checkpoint's generation config, else 128 */
+  float temperature;        /* 0: greedy */
+  int32_t top_k;            /* 0: no top-k filter */
+  float top_p;              /* 1: no nucleus filter */
+  uint64_t seed;            /* sampling seed */
+  kiln_token_callback_t on_token; /* may be NULL */
+  void* user;
+} kiln_generate_options_t;
+
+/* Defaults: greedy, max_new_tokens from the checkpoint (else 128). */
+KILN_API void kiln_generate_options_init(kiln_generate_options_t* options);
+
+/* Answers `prompt` (UTF-8) about the image set before (if any): applies the model's
+ * prompt template, tokenizes, encodes the image, prefills, then decodes until an
+ * end-of-sequence token or max_new_tokens, streaming tokens to on_token. Each call
+ * starts a new conversation. `options` may be NULL (defaults). */
+KILN_API kiln_status_t kiln_session_generate(kiln_session_t* session, const char* prompt,
+                                             const kiln_generate_options_t* options,
+                                             kiln_error_t* out_error);
+
+/* As kiln_session_generate on token ids the caller prepared (template and
+ * tokenizer bypassed). Image tokens in `ids` receive the image's features; their
+ * count must equal the model's image_tokens when an image is set. */
+KILN_API kiln_status_t kiln_session_generate_ids(kiln_session_t* session, const int32_t* ids,
+                                                 size_t count,
+                                                 const kiln_generate_options_t* options,
+                                                 kiln_error_t* out_error);
+
+/* Runs the prompt `ids` (with the image, if set) through prefill and writes the
+ * logits of every position, [count, vocab_size] f32 row-major, to out_logits
+ * (capacity in floats). Resets the conversation first. For exact comparisons. */
+KILN_API kiln_status_t kiln_session_prefill_logits(kiln_session_t* session, const int32_t* ids,
+                                                   size_t count, float* out_logits,
+                                                   size_t capacity, kiln_error_t* out_error);
+
+/* Token ids generated by the last generate call. *out_count receives the total;
+ * up to `capacity` are written. */
+KILN_API kiln_status_t kiln_session_get_output_ids(const kiln_session_t* session,
+                                                   int32_t* out_ids, size_t capacity,
+                                                   size_t* out_count);
+
+/* Time and memory of the last generate call, split by stage. Time-to-first-token
+ * is the sum of the first five stages: the first token is chosen from the prefill's
+ * logits. */
+typedef struct kiln_stats_t {
+  double image_preprocess_ms; /* resize, crop, normalise */
+  double vision_encoder_ms;
+  double projector_ms;
+  double prefill_ms;          /* LLM prefill incl. the LM head on the last position */
+  double first_token_ms;      /* sampling and detokenising the first token */
+  double ttft_ms;             /* sum of the above */
+  double first_decode_ms;     /* the decode step that produced the second token */
+  double decode_ms;           /* all decode steps */
+  double decode_tokens_per_s; /* generated tokens after the first / decode_ms */
+  int32_t prompt_tokens;      /* incl. image tokens */
+  int32_t image_tokens;
+  int32_t generated_tokens;
+  int32_t num_threads;
+  uint64_t arena_bytes;       /* activation arena of the session */
+  uint64_t kv_cache_bytes;    /* KV cache of the session */
+  uint64_t peak_allocated_bytes; /* high-water mark of the session's allocations */
+  uint64_t weight_bytes;      /* mapped weights (file-backed, shared, not allocated) */
+} kiln_stats_t;
+
+KILN_API kiln_status_t kiln_session_get_stats(const kiln_session_t* session,
+                                              kiln_stats_t* out_stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

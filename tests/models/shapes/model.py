@@ -20,8 +20,8 @@ from kiln_models.tokenizer import ByteLevelBPE, corpus_text
 
 from . import task
 
-IMAGE_SIZE = 64
-PATCH_SIZE = 16
+IMAGE_SIZE = 128
+PATCH_SIZE = 32
 NUM_IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 VOCAB_TARGET = 512  # bytes + merges; special tokens come on top
 
@@ -151,14 +151,17 @@ class Pipeline:
     def pixels(self, image) -> np.ndarray:
         return self.processor.preprocess(image)[0]
 
-    def example(self, split: str, index: int, render_size: int) -> Tuple[np.ndarray, List[int], List[int], task.Sample]:
-        s = task.sample_at(split, index)
+    def example(self, split: str, index: int, render_size: int,
+                aux_fraction: float = 0.0) -> Tuple[np.ndarray, List[int], List[int], task.Sample]:
+        """pixel_values, prompt ids, answer ids (ending in </s>) and the sample."""
+        s = task.sample_at(split, index, aux_fraction=aux_fraction)
         px = self.pixels(task.render(s.scene, render_size))
         return px, prompt_ids(self.tok, s.question), answer_ids(self.tok, s.answer), s
 
-    def batch(self, split: str, indices: Sequence[int], rng: random.Random):
-        """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored)."""
-        items = [self.example(split, i, rng.choice([64, 96, 128, 192])) for i in indices]
+    def batch(self, split: str, indices: Sequence[int], rng: random.Random, aux_fraction: float = 0.0):
+        """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored), and the
+        per-patch colour and shape classes [B, patches] (the auxiliary training targets)."""
+        items = [self.example(split, i, rng.choice([128, 160, 192, 256]), aux_fraction) for i in indices]
         length = max(len(p) + len(a) for _, p, a, _ in items)
         ids = np.full((len(items), length), self.pad, dtype=np.int64)
         labels = np.full((len(items), length), -100, dtype=np.int64)
@@ -168,7 +171,25 @@ class Pipeline:
             # position t predicts token t+1: answer tokens (and </s>) are the targets
             labels[b, len(p) - 1 : len(seq) - 1] = a
         px = np.stack([x for x, _, _, _ in items])
-        return torch.from_numpy(px), torch.from_numpy(ids), torch.from_numpy(labels)
+        colors, shapes = patch_targets([s.scene for _, _, _, s in items])
+        return torch.from_numpy(px), torch.from_numpy(ids), torch.from_numpy(labels), colors, shapes
+
+
+GRID_PATCHES = IMAGE_SIZE // PATCH_SIZE
+assert GRID_PATCHES == task.GRID, "one patch per grid cell: the auxiliary targets rely on it"
+
+
+def patch_targets(scenes) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-patch classes: the colour and the shape of the object in each grid cell
+    (the last class of each means "empty")."""
+    n = GRID_PATCHES * GRID_PATCHES
+    colors = torch.full((len(scenes), n), len(task.COLOR_NAMES), dtype=torch.long)
+    shapes = torch.full((len(scenes), n), len(task.SHAPES), dtype=torch.long)
+    for b, scene in enumerate(scenes):
+        for o in scene.objects:
+            colors[b, o.row * GRID_PATCHES + o.col] = task.COLOR_NAMES.index(o.color)
+            shapes[b, o.row * GRID_PATCHES + o.col] = task.SHAPES.index(o.shape)
+    return colors, shapes
 
 
 def write_hf_files(out: str, tok: ByteLevelBPE, config: dict) -> None:

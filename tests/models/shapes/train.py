@@ -29,6 +29,7 @@ import torch.nn.functional as F  # noqa: E402
 from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
 from kiln_models.safetensors_io import save_file  # noqa: E402
 from shapes import model as sm  # noqa: E402
+from shapes import task  # noqa: E402
 from shapes.evaluate import accuracy  # noqa: E402
 
 
@@ -63,14 +64,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=["dense", "moe"], required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch-size", type=int, default=48)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--eval-every", type=int, default=500)
-    ap.add_argument("--eval-samples", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (more than the free cores makes it much slower)")
+    ap.add_argument("--describe-fraction", type=float, default=0.25,
+                    help="share of training samples that describe the whole picture")
+    ap.add_argument("--aux-weight", type=float, default=0.5,
+                    help="weight of the per-patch colour/shape loss on the vision features")
+    ap.add_argument("--eval-every", type=int, default=1000)
+    ap.add_argument("--eval-samples", type=int, default=200)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -80,6 +86,12 @@ def main() -> int:
     model = LlavaForConditionalGeneration(config)
     init_weights(model)
     model.train()
+    # Auxiliary heads (training only, not saved): the colour and the shape of the
+    # object in each patch, read from the vision tower's features. Dense targets
+    # teach the vision tower to see shapes long before the answer loss alone would.
+    vision_hidden = config["vision_config"]["hidden_size"]
+    aux_head = nn.Linear(vision_hidden, len(task.COLOR_NAMES) + 1 + len(task.SHAPES) + 1)
+    init_weights(aux_head)
     pipe = sm.Pipeline(tok)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.variant}: {n_params:,} parameters, vocab {config['text_config']['vocab_size']}, "
@@ -94,7 +106,7 @@ def main() -> int:
     top_k = config["text_config"].get("num_experts_per_tok", 0)
 
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for name, p in list(model.named_parameters()) + [("aux." + n, p) for n, p in aux_head.named_parameters()]:
         (no_decay if p.dim() < 2 or "norm" in name or "embedding" in name else decay).append(p)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
@@ -110,18 +122,27 @@ def main() -> int:
     for step in range(args.steps):
         rng = random.Random(args.seed * 1_000_003 + step)
         idx = range(step * args.batch_size, (step + 1) * args.batch_size)
-        px, ids, labels = pipe.batch("train", idx, rng)
+        px, ids, labels, patch_colors, patch_shapes = pipe.batch("train", idx, rng, args.describe_fraction)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         router_logits.clear()
+        vision_states = []
+        hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1]))
         logits = model(ids, pixel_values=px)
+        hook.remove()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
         total = loss
+        if args.aux_weight > 0:
+            aux = aux_head(vision_states[0][:, 1:])  # drop CLS: one row per patch
+            nc = len(task.COLOR_NAMES) + 1
+            aux_loss = F.cross_entropy(aux[..., :nc].reshape(-1, nc), patch_colors.reshape(-1)) + \
+                F.cross_entropy(aux[..., nc:].reshape(-1, aux.shape[-1] - nc), patch_shapes.reshape(-1))
+            total = total + args.aux_weight * aux_loss
         if router_logits:
             total = loss + aux_coef * load_balancing_loss(router_logits, top_k)
         opt.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux_head.parameters()), 1.0)
         opt.step()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % 50 == 0 or step == args.steps - 1:

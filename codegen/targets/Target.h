@@ -1,0 +1,34 @@
+//===- Target.h - compilation targets ----------------------------*- C++ -*-===//
+#ifndef KILN_CODEGEN_TARGETS_TARGET_H
+#define KILN_CODEGEN_TARGETS_TARGET_H
+
+#include <cstdint>
+#include <string>
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace kiln {
+
+enum class TargetArch { X86_64, AArch64 };
+
+/// A target triple and the CPU features the generated code may assume.
+struct Target {
+  std::string triple;
+  TargetArch arch;
+  uint64_t features = 0; // kiln::format::CpuFeature bits
+};
+
+/// The build host (x86_64-linux-gnu or aarch64-linux-gnu).
+Target hostTarget();
+
+/// Parses a triple ("aarch64-linux-android", "x86_64-linux-gnu",
+/// "arm64-apple-ios", ...) and an optional feature list ("+dotprod,+i8mm").
+llvm::Expected<Target> parseTarget(llvm::StringRef triple, llvm::StringRef features);
+
+/// "neon,dotprod" style list of a feature bit set.
+std::string featureList(uint64_t features);
+
+} // namespace kiln
+
+#endif // KILN_CODEGEN_TARGETS_TARGET_H

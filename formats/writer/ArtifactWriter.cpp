@@ -1,0 +1,829 @@
+//===- ArtifactWriter.cpp - kiln IR to a .kiln artifact ----------*- C++ -*-===//
+#include "formats/writer/ArtifactWriter.h"
+
+#include <map>
+
+#include "codegen/selection/KernelRegistry.h"
+#include "dialects/kiln/KilnOps.h"
+#include "formats/kiln_format.h"
+#include "formats/kiln_generated.h"
+#include "formats/numeric.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/Signals.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
+
+namespace kiln {
+namespace {
+
+using mlir::failure;
+using mlir::LogicalResult;
+using mlir::success;
+
+uint64_t alignUp(uint64_t v) {
+  return (v + format::kAlignment - 1) / format::kAlignment * format::kAlignment;
+}
+
+//===----------------------------------------------------------------------===//
+// tokenizer.json -> the artifact's tokenizer
+//===----------------------------------------------------------------------===//
+
+struct TokenizerData {
+  fb::PreTokenizer pretokenizer = fb::PreTokenizer::Gpt2;
+  std::string pattern;
+  std::vector<std::string> vocab;
+  std::vector<std::pair<uint32_t, uint32_t>> merges;
+  struct Added {
+    int32_t id;
+    std::string content;
+    bool special;
+  };
+  std::vector<Added> added;
+  int32_t bosId = -1;
+  bool addBos = false;
+  bool ignoreMerges = false;
+};
+
+// Finds the BOS of a TemplateProcessing post-processor ("single": [SpecialToken, A]).
+void readTemplate(const llvm::json::Object& post, TokenizerData& tok,
+                  const std::map<std::string, int32_t>& ids) {
+  const llvm::json::Array* single = post.getArray("single");
+  if (!single || single->empty())
+    return;
+  const llvm::json::Object* first = (*single)[0].getAsObject();
+  const llvm::json::Object* special = first ? first->getObject("SpecialToken") : nullptr;
+  if (!special)
+    return;
+  auto name = special->getString("id");
+  if (!name)
+    return;
+  // The special_tokens map gives the ids; fall back to the vocabulary.
+  int32_t id = -1;
+  if (const llvm::json::Object* table = post.getObject("special_tokens"))
+    if (const llvm::json::Object* entry = table->getObject(*name))
+      if (const llvm::json::Array* list = entry->getArray("ids"))
+        if (!list->empty() && (*list)[0].getAsInteger())
+          id = static_cast<int32_t>(*(*list)[0].getAsInteger());
+  if (id < 0) {
+    auto it = ids.find(name->str());
+    if (it != ids.end())
+      id = it->second;
+  }
+  if (id >= 0) {
+    tok.bosId = id;
+    tok.addBos = true;
+  }
+}
+
+std::optional<std::string> convertTokenizer(llvm::StringRef path, TokenizerData& tok) {
+  auto fail = [](const llvm::Twine& msg) -> std::optional<std::string> {
+    return ("tokenizer.json: " + msg).str();
+  };
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return fail("cannot read: " + buffer.getError().message());
+  auto parsed = llvm::json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    return fail("not valid JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object* root = parsed->getAsObject();
+  const llvm::json::Object* model = root ? root->getObject("model") : nullptr;
+  if (!model || model->getString("type") != std::optional<llvm::StringRef>("BPE"))
+    return fail("model.type must be \"BPE\" (byte-level BPE tokenizers are supported)");
+  if (model->getBoolean("byte_fallback").value_or(false))
+    return fail("byte_fallback BPE (SentencePiece style) is not supported");
+  for (llvm::StringRef key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const llvm::json::Value* v = model->get(key); v && v->kind() != llvm::json::Value::Null)
+      return fail("model." + key + " is not supported");
+  if (const llvm::json::Value* n = root->get("normalizer"); n && n->kind() != llvm::json::Value::Null)
+    return fail("a normalizer is not supported (byte-level BPE tokenizers have none)");
+  tok.ignoreMerges = model->getBoolean("ignore_merges").value_or(false);
+
+  const llvm::json::Object* vocab = model->getObject("vocab");
+  if (!vocab)
+    return fail("model.vocab is missing");
+  std::map<std::string, int32_t> ids;
+  int64_t maxId = -1;
+  for (const auto& [token, idValue] : *vocab) {
+    auto id = idValue.getAsInteger();
+    if (!id || *id < 0 || *id > (1 << 24))
+      return fail("model.vocab['" + llvm::StringRef(token) + "'] is not a valid id");
+    ids[token.str()] = static_cast<int32_t>(*id);
+    maxId = std::max(maxId, *id);
+  }
+  if (const llvm::json::Array* added = root->getArray("added_tokens")) {
+    for (const llvm::json::Value& v : *added) {
+      const llvm::json::Object* t = v.getAsObject();
+      auto id = t ? t->getInteger("id") : std::nullopt;
+      auto content = t ? t->getString("content") : std::nullopt;
+      if (!id || !content || *id < 0 || *id > (1 << 24) || content->empty())
+        return fail("malformed entry in added_tokens");
+      for (llvm::StringRef flag : {"lstrip", "rstrip", "single_word"})
+        if (t->getBoolean(flag).value_or(false))
+          return fail("added token '" + *content + "' uses " + flag + ", which is not supported");
+      tok.added.push_back({static_cast<int32_t>(*id), content->str(),
+                           t->getBoolean("special").value_or(false)});
+      maxId = std::max(maxId, *id);
+    }
+  }
+  tok.vocab.assign(static_cast<size_t>(maxId + 1), std::string());
+  for (const auto& [token, id] : ids) {
+    if (!tok.vocab[id].empty())
+      return fail("id " + llvm::Twine(id) + " is given to two tokens");
+    tok.vocab[id] = token;
+  }
+
+  if (const llvm::json::Array* merges = model->getArray("merges")) {
+    for (const llvm::json::Value& m : *merges) {
+      std::string left, right;
+      if (auto s = m.getAsString()) {
+        auto [l, r] = s->split(' ');
+        left = l.str();
+        right = r.str();
+      } else if (const llvm::json::Array* pair = m.getAsArray();
+                 pair && pair->size() == 2 && (*pair)[0].getAsString() && (*pair)[1].getAsString()) {
+        left = (*pair)[0].getAsString()->str();
+        right = (*pair)[1].getAsString()->str();
+      } else {
+        return fail("malformed merge entry");
+      }
+      auto l = ids.find(left), r = ids.find(right), res = ids.find(left + right);
+      if (l == ids.end() || r == ids.end() || res == ids.end())
+        return fail("merge '" + left + " " + right + "' refers to tokens not in the vocabulary");
+      tok.merges.push_back({static_cast<uint32_t>(l->second), static_cast<uint32_t>(r->second)});
+    }
+  }
+
+  // Pre-tokenizer: GPT-2's ByteLevel, or Split(regex) + ByteLevel (Llama-3, Qwen2).
+  const llvm::json::Object* pre = root->getObject("pre_tokenizer");
+  if (!pre)
+    return fail("pre_tokenizer is missing");
+  auto checkByteLevel = [&](const llvm::json::Object& bl, bool useRegex) -> std::optional<std::string> {
+    if (bl.getBoolean("add_prefix_space").value_or(false))
+      return fail("ByteLevel add_prefix_space = true is not supported");
+    if (bl.getBoolean("use_regex").value_or(true) != useRegex)
+      return fail("unsupported ByteLevel use_regex setting");
+    return std::nullopt;
+  };
+  if (pre->getString("type") == std::optional<llvm::StringRef>("ByteLevel")) {
+    if (auto err = checkByteLevel(*pre, true))
+      return err;
+    tok.pretokenizer = fb::PreTokenizer::Gpt2;
+  } else if (pre->getString("type") == std::optional<llvm::StringRef>("Sequence")) {
+    const llvm::json::Array* parts = pre->getArray("pretokenizers");
+    const llvm::json::Object* split = parts && parts->size() == 2 ? (*parts)[0].getAsObject() : nullptr;
+    const llvm::json::Object* bl = parts && parts->size() == 2 ? (*parts)[1].getAsObject() : nullptr;
+    if (!split || !bl || split->getString("type") != std::optional<llvm::StringRef>("Split") ||
+        bl->getString("type") != std::optional<llvm::StringRef>("ByteLevel"))
+      return fail("pre_tokenizer Sequence must be [Split, ByteLevel]");
+    const llvm::json::Object* pattern = split->getObject("pattern");
+    auto regex = pattern ? pattern->getString("Regex") : std::nullopt;
+    if (!regex)
+      return fail("Split pre-tokenizer needs a Regex pattern");
+    if (split->getString("behavior") != std::optional<llvm::StringRef>("Isolated") ||
+        split->getBoolean("invert").value_or(false))
+      return fail("Split pre-tokenizer must be behavior Isolated, invert false");
+    if (auto err = checkByteLevel(*bl, false))
+      return err;
+    tok.pretokenizer = fb::PreTokenizer::Split;
+    tok.pattern = regex->str();
+  } else {
+    return fail("unsupported pre_tokenizer type");
+  }
+
+  if (const llvm::json::Object* post = root->getObject("post_processor")) {
+    auto type = post->getString("type");
+    if (type == std::optional<llvm::StringRef>("TemplateProcessing")) {
+      readTemplate(*post, tok, ids);
+    } else if (type == std::optional<llvm::StringRef>("Sequence")) {
+      if (const llvm::json::Array* procs = post->getArray("processors"))
+        for (const llvm::json::Value& p : *procs)
+          if (const llvm::json::Object* o = p.getAsObject())
+            if (o->getString("type") == std::optional<llvm::StringRef>("TemplateProcessing"))
+              readTemplate(*o, tok, ids);
+    }
+    if (tok.addBos) {
+      bool known = false;
+      for (const auto& a : tok.added)
+        known |= a.id == tok.bosId;
+      if (!known && (tok.bosId >= static_cast<int32_t>(tok.vocab.size()) || tok.vocab[tok.bosId].empty()))
+        return fail("the post-processor's BOS token is not in the vocabulary");
+    }
+  }
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+struct WeightEntry {
+  mutable WeightOp op; // op accessors are not const
+  uint32_t index;
+  fb::Encoding encoding;
+  uint64_t numElements;
+  uint64_t bytes;     // stored size
+  uint64_t offset;    // absolute file offset (set during layout)
+  int stage = -1;     // first stage that reads it
+};
+
+unsigned encodingElementBytes(fb::Encoding e) {
+  switch (e) {
+  case fb::Encoding::F32: return 4;
+  case fb::Encoding::F16:
+  case fb::Encoding::BF16: return 2;
+  default: return 0;
+  }
+}
+
+// Converts `n` source elements of safetensors dtype `dtype` to `dst` encoding.
+bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, fb::Encoding dst,
+                   uint8_t* out) {
+  auto load = [&](uint64_t i) -> float {
+    if (dtype == "F32") {
+      float f;
+      std::memcpy(&f, src + 4 * i, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    return dtype == "F16" ? numeric::F16ToF32(h) : numeric::Bf16ToF32(h);
+  };
+  // Same format: copy the bytes (exact, and fast).
+  if ((dtype == "F32" && dst == fb::Encoding::F32) || (dtype == "F16" && dst == fb::Encoding::F16) ||
+      (dtype == "BF16" && dst == fb::Encoding::BF16)) {
+    std::memcpy(out, src, n * encodingElementBytes(dst));
+    return true;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    float f = load(i);
+    switch (dst) {
+    case fb::Encoding::F32: std::memcpy(out + 4 * i, &f, 4); break;
+    case fb::Encoding::F16: {
+      uint16_t h = numeric::F32ToF16(f);
+      std::memcpy(out + 2 * i, &h, 2);
+      break;
+    }
+    case fb::Encoding::BF16: {
+      uint16_t h = numeric::F32ToBf16(f);
+      std::memcpy(out + 2 * i, &h, 2);
+      break;
+    }
+    default: return false;
+    }
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The writer
+//===----------------------------------------------------------------------===//
+
+fb::ActivationKind toFb(ActivationKind k) {
+  switch (k) {
+  case ActivationKind::silu: return fb::ActivationKind::Silu;
+  case ActivationKind::gelu: return fb::ActivationKind::Gelu;
+  case ActivationKind::gelu_tanh: return fb::ActivationKind::GeluTanh;
+  case ActivationKind::quick_gelu: return fb::ActivationKind::QuickGelu;
+  case ActivationKind::relu: return fb::ActivationKind::Relu;
+  }
+  return fb::ActivationKind::Silu;
+}
+
+fb::StageKind toFb(StageKind k) {
+  switch (k) {
+  case StageKind::vision_encoder: return fb::StageKind::VisionEncoder;
+  case StageKind::projector: return fb::StageKind::Projector;
+  case StageKind::decoder_prefill: return fb::StageKind::DecoderPrefill;
+  case StageKind::decoder_decode: return fb::StageKind::DecoderDecode;
+  case StageKind::lm_head: return fb::StageKind::LmHead;
+  }
+  return fb::StageKind::VisionEncoder;
+}
+
+const char* const kStageInputNames[5][3] = {
+    {"pixel_values", nullptr, nullptr},
+    {"vision_features", nullptr, nullptr},
+    {"input_ids", "positions", "image_features"},
+    {"input_ids", "positions", nullptr},
+    {"hidden_states", nullptr, nullptr}};
+const char* const kStageOutputNames[5] = {"vision_features", "image_features", "hidden_states",
+                                          "hidden_states", "logits"};
+
+class Writer {
+public:
+  Writer(mlir::ModuleOp module, const ArtifactOptions& options)
+      : module_(module), options_(options), symbols_(module) {}
+
+  LogicalResult run(llvm::StringRef path);
+
+private:
+  mlir::InFlightDiagnostic error() { return module_.emitError(); }
+  LogicalResult collect();
+  LogicalResult buildHeader(uint64_t dataStart);
+  LogicalResult writeFile(llvm::StringRef path);
+  int64_t intAttr(mlir::DictionaryAttr dict, llvm::StringRef key, int64_t dflt = 0) {
+    if (!dict)
+      return dflt;
+    if (auto a = dict.getAs<mlir::IntegerAttr>(key))
+      return a.getInt();
+    if (auto b = dict.getAs<mlir::BoolAttr>(key))
+      return b.getValue();
+    return dflt;
+  }
+
+  mlir::ModuleOp module_;
+  ArtifactOptions options_;
+  mlir::SymbolTable symbols_;
+  std::string checkpoint_;
+  std::vector<WeightEntry> weights_;
+  llvm::DenseMap<mlir::Operation*, uint32_t> weightIndex_; // WeightOp -> index
+  std::vector<mlir::func::FuncOp> stages_;
+  TokenizerData tokenizer_;
+  std::string sourceHash_;
+  int64_t maxPrefill_ = 0;
+  flatbuffers::FlatBufferBuilder fbb_{1 << 16};
+  uint64_t weightBytes_ = 0;
+};
+
+LogicalResult Writer::collect() {
+  auto ckpt = module_->getAttrOfType<mlir::StringAttr>("kiln.checkpoint");
+  if (!ckpt)
+    return error() << "module has no kiln.checkpoint attribute (import it with kiln-compile)";
+  checkpoint_ = ckpt.str();
+  auto maxPrefill = module_->getAttrOfType<mlir::IntegerAttr>("kiln.max_prefill_tokens");
+  if (!maxPrefill)
+    return error() << "module is not memory-planned (run kiln-plan-memory)";
+  maxPrefill_ = maxPrefill.getInt();
+
+  for (auto fn : module_.getOps<mlir::func::FuncOp>())
+    if (fn->hasAttr("kiln.stage"))
+      stages_.push_back(fn);
+
+  // Weights in module order, only those a stage reads.
+  llvm::DenseMap<mlir::Operation*, int> firstStage;
+  for (size_t si = 0; si < stages_.size(); ++si)
+    stages_[si].walk([&](WeightRefOp ref) {
+      if (auto w = symbols_.lookup<WeightOp>(ref.getName()))
+        firstStage.try_emplace(w, static_cast<int>(si));
+    });
+  for (WeightOp w : module_.getOps<WeightOp>()) {
+    auto it = firstStage.find(w);
+    if (it == firstStage.end())
+      continue;
+    WeightEntry e;
+    e.op = w;
+    e.index = static_cast<uint32_t>(weights_.size());
+    e.encoding = toFbEncoding(static_cast<unsigned>(w.getEncoding().getKind()));
+    e.numElements = static_cast<uint64_t>(w.getTensorType().getNumElements());
+    unsigned eb = encodingElementBytes(e.encoding);
+    if (eb == 0)
+      return w.emitOpError("encoding ") << w.getEncoding()
+                                        << " cannot be written yet (quantised encodings arrive "
+                                           "with the precision passes)";
+    e.bytes = e.numElements * eb;
+    e.offset = 0;
+    e.stage = it->second;
+    weightIndex_[w] = e.index;
+    weights_.push_back(e);
+  }
+
+  // Tokenizer.
+  llvm::SmallString<256> tokPath(checkpoint_);
+  llvm::sys::path::append(tokPath, "tokenizer.json");
+  if (auto err = convertTokenizer(tokPath, tokenizer_))
+    return error() << *err;
+  return success();
+}
+
+LogicalResult Writer::buildHeader(uint64_t dataStart) {
+  fbb_.Clear();
+  fbb_.ForceDefaults(true);
+  auto& b = fbb_;
+  mlir::MLIRContext* ctx = module_.getContext();
+
+  // Weight layout: consecutive, each 64-byte aligned.
+  uint64_t cursor = dataStart;
+  for (WeightEntry& w : weights_) {
+    w.offset = cursor;
+    cursor = alignUp(cursor + w.bytes);
+  }
+  weightBytes_ = cursor - dataStart;
+  std::vector<fb::Segment> segments = {fb::Segment(dataStart, weightBytes_)};
+
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
+  for (const WeightEntry& w : weights_) {
+    std::vector<int64_t> shape(w.op.getTensorType().getShape().begin(),
+                               w.op.getTensorType().getShape().end());
+    EncodingAttr enc = w.op.getEncoding();
+    tensors.push_back(fb::CreateTensorDirect(
+        b, w.op.getSymName().str().c_str(), &shape, w.encoding,
+        static_cast<uint32_t>(enc.getGroupSize()), enc.getSymmetric(),
+        enc.getActivation() == ActivationMode::Float ? fb::ActivationMode::Float
+                                                     : fb::ActivationMode::Int8PerToken,
+        fb::Layout::RowMajor, 0, w.offset, w.bytes));
+  }
+
+  // Stages, values and ops.
+  std::vector<flatbuffers::Offset<fb::Value>> values;
+  std::vector<flatbuffers::Offset<fb::Stage>> stages;
+  uint64_t arenaMax = 0, ioBytes = 0;
+  for (mlir::func::FuncOp fn : stages_) {
+    auto kind = llvm::cast<StageKindAttr>(fn->getAttr("kiln.stage")).getValue();
+    int ki = static_cast<int>(kind);
+    llvm::DenseMap<mlir::Value, uint32_t> valueIndex;
+    auto addValue = [&](mlir::Value v, const std::string& name, fb::ValueKind vk,
+                        uint64_t arenaOffset) -> uint32_t {
+      auto type = llvm::cast<mlir::RankedTensorType>(v.getType());
+      std::vector<int64_t> shape;
+      uint64_t rowElems = 1;
+      int64_t maxRows = 1;
+      for (auto [d, dim] : llvm::enumerate(type.getShape())) {
+        if (mlir::ShapedType::isDynamic(dim)) {
+          shape.push_back(-1);
+          maxRows = maxPrefill_;
+        } else {
+          shape.push_back(dim);
+          if (d == 0)
+            maxRows = dim;
+          else
+            rowElems *= static_cast<uint64_t>(dim);
+        }
+      }
+      if (type.getRank() == 1 && !type.isDynamicDim(0))
+        maxRows = type.getDimSize(0);
+      fb::DType dt = type.getElementType().isInteger(32) ? fb::DType::I32 : fb::DType::F32;
+      uint64_t size = alignUp(static_cast<uint64_t>(maxRows) * rowElems * 4);
+      if (vk != fb::ValueKind::Arena)
+        ioBytes += size;
+      uint32_t idx = static_cast<uint32_t>(values.size());
+      values.push_back(fb::CreateValueDirect(b, name.c_str(), dt, &shape, maxRows, vk,
+                                             arenaOffset, size));
+      valueIndex[v] = idx;
+      return idx;
+    };
+    std::vector<uint32_t> inputs, outputs;
+    for (auto [i, arg] : llvm::enumerate(fn.getArguments()))
+      inputs.push_back(addValue(arg,
+                                i < 3 && kStageInputNames[ki][i] ? kStageInputNames[ki][i]
+                                                                 : "input" + std::to_string(i),
+                                fb::ValueKind::StageInput, 0));
+    std::vector<flatbuffers::Offset<fb::Op>> ops;
+    for (mlir::Operation& op : fn.getBody().front()) {
+      if (llvm::isa<WeightRefOp, mlir::func::ReturnOp>(op))
+        continue;
+      std::optional<fb::OpKind> opKind = opKindOf(&op);
+      if (!opKind)
+        return op.emitOpError("cannot be written to an artifact");
+      auto kernelName = op.getAttrOfType<mlir::StringAttr>("kiln.kernel");
+      if (!kernelName)
+        return op.emitOpError("has no kernel (run kiln-select-kernels)");
+      const format::KernelInfo* kernel = kernelByName(kernelName.getValue());
+      if (!kernel)
+        return op.emitOpError("unknown kernel '") << kernelName.getValue() << "'";
+      std::string name;
+      if (auto nl = llvm::dyn_cast<mlir::NameLoc>(op.getLoc()))
+        name = nl.getName().str();
+      else
+        name = op.getName().getStringRef().str();
+
+      std::vector<uint32_t> in, w;
+      for (mlir::Value operand : op.getOperands()) {
+        if (auto ref = operand.getDefiningOp<WeightRefOp>()) {
+          auto weight = symbols_.lookup<WeightOp>(ref.getName());
+          w.push_back(weightIndex_.at(weight));
+        } else {
+          auto it = valueIndex.find(operand);
+          if (it == valueIndex.end())
+            return op.emitOpError("reads a value defined outside its stage");
+          in.push_back(it->second);
+        }
+      }
+      uint32_t out;
+      if (auto o = op.getAttrOfType<mlir::IntegerAttr>("kiln.output")) {
+        out = addValue(op.getResult(0), kStageOutputNames[ki], fb::ValueKind::StageOutput, 0);
+        outputs.push_back(out);
+      } else if (auto off = op.getAttrOfType<mlir::IntegerAttr>("kiln.offset")) {
+        out = addValue(op.getResult(0), name, fb::ValueKind::Arena,
+                       static_cast<uint64_t>(off.getInt()));
+      } else {
+        return op.emitOpError("has no place in memory (run kiln-plan-memory)");
+      }
+
+      fb::OpParams ptype = fb::OpParams::NONE;
+      flatbuffers::Offset<void> params;
+      if (auto e = llvm::dyn_cast<EmbeddingOp>(op)) {
+        ptype = fb::OpParams::EmbeddingParams;
+        params = fb::CreateEmbeddingParams(b, e.getPlaceholderId() ? *e.getPlaceholderId() : -1).Union();
+      } else if (auto m = llvm::dyn_cast<MergeImageTokensOp>(op)) {
+        ptype = fb::OpParams::MergeImageTokensParams;
+        params = fb::CreateMergeImageTokensParams(b, m.getImageTokenId()).Union();
+      } else if (auto a = llvm::dyn_cast<ActivationOp>(op)) {
+        ptype = fb::OpParams::ActivationParams;
+        params = fb::CreateActivationParams(b, toFb(a.getKind())).Union();
+      } else if (auto g = llvm::dyn_cast<GatedMlpOp>(op)) {
+        ptype = fb::OpParams::GatedMlpParams;
+        params = fb::CreateGatedMlpParams(b, toFb(g.getActivation())).Union();
+      } else if (auto m = llvm::dyn_cast<MoeOp>(op)) {
+        ptype = fb::OpParams::MoeParams;
+        std::vector<uint32_t> ids(m.getExpertIds().begin(), m.getExpertIds().end());
+        params = fb::CreateMoeParamsDirect(b, static_cast<uint32_t>(m.getTopK()),
+                                           m.getNormalizeTopK(), toFb(m.getActivation()), &ids)
+                     .Union();
+      } else if (auto n = llvm::dyn_cast<RmsNormOp>(op)) {
+        ptype = fb::OpParams::NormParams;
+        params = fb::CreateNormParams(b, n.getEpsilon().convertToFloat()).Union();
+      } else if (auto n = llvm::dyn_cast<LayerNormOp>(op)) {
+        ptype = fb::OpParams::NormParams;
+        params = fb::CreateNormParams(b, n.getEpsilon().convertToFloat()).Union();
+      } else if (auto r = llvm::dyn_cast<RopeOp>(op)) {
+        ptype = fb::OpParams::RopeParams;
+        bool llama3 = r.getRopeType() == "llama3";
+        params = fb::CreateRopeParams(
+                     b, static_cast<uint32_t>(r.getNumHeads()), static_cast<uint32_t>(r.getHeadDim()),
+                     r.getTheta().convertToDouble(),
+                     llama3 ? fb::RopeType::Llama3 : fb::RopeType::Default,
+                     r.getFactor() ? r.getFactor()->convertToDouble() : 1.0,
+                     r.getLowFreqFactor() ? r.getLowFreqFactor()->convertToDouble() : 1.0,
+                     r.getHighFreqFactor() ? r.getHighFreqFactor()->convertToDouble() : 1.0,
+                     r.getOriginalMaxPositionEmbeddings() ? *r.getOriginalMaxPositionEmbeddings() : 0)
+                     .Union();
+      } else if (auto a = llvm::dyn_cast<AttentionOp>(op)) {
+        ptype = fb::OpParams::AttentionParams;
+        params = fb::CreateAttentionParams(
+                     b, static_cast<uint32_t>(a.getNumHeads()), static_cast<uint32_t>(a.getNumKvHeads()),
+                     static_cast<uint32_t>(a.getHeadDim()),
+                     static_cast<float>(a.getScale().convertToDouble()), a.getCausal(),
+                     a.getCacheLayer() ? static_cast<int32_t>(*a.getCacheLayer()) : -1)
+                     .Union();
+      } else if (auto p = llvm::dyn_cast<PatchEmbedOp>(op)) {
+        ptype = fb::OpParams::PatchEmbedParams;
+        params = fb::CreatePatchEmbedParams(b, static_cast<uint32_t>(p.getPatchSize())).Union();
+      } else if (auto s = llvm::dyn_cast<SliceRowsOp>(op)) {
+        ptype = fb::OpParams::SliceRowsParams;
+        params = fb::CreateSliceRowsParams(b, static_cast<uint32_t>(s.getStart())).Union();
+      } else if (auto p = llvm::dyn_cast<PixelShuffleOp>(op)) {
+        ptype = fb::OpParams::PixelShuffleParams;
+        params = fb::CreatePixelShuffleParams(b, static_cast<uint32_t>(p.getScaleFactor())).Union();
+      }
+      ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, ptype,
+                                       params));
+    }
+    auto arena = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes");
+    uint64_t arenaBytes = arena ? static_cast<uint64_t>(arena.getInt()) : 0;
+    arenaMax = std::max(arenaMax, arenaBytes);
+    stages.push_back(fb::CreateStageDirect(b, toFb(kind), fn.getSymName().str().c_str(), &inputs,
+                                           &outputs, &ops, arenaBytes));
+  }
+
+  // Model facts from module attributes.
+  auto text = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.text");
+  auto image = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.image");
+  auto pre = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.preprocessor");
+  auto gen = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.generation");
+  auto str = [&](llvm::StringRef key) {
+    auto a = module_->getAttrOfType<mlir::StringAttr>(key);
+    return a ? a.str() : std::string();
+  };
+  int64_t layers = intAttr(text, "num_layers"), kvHeads = intAttr(text, "num_kv_heads"),
+          headDim = intAttr(text, "head_dim");
+  auto textConfig = fb::CreateTextConfig(
+      b, static_cast<uint32_t>(intAttr(text, "vocab_size")),
+      static_cast<uint32_t>(intAttr(text, "hidden_size")), static_cast<uint32_t>(layers),
+      static_cast<uint32_t>(intAttr(text, "num_heads")), static_cast<uint32_t>(kvHeads),
+      static_cast<uint32_t>(headDim), static_cast<uint32_t>(intAttr(text, "max_position_embeddings")),
+      static_cast<uint32_t>(intAttr(text, "sliding_window")));
+  flatbuffers::Offset<fb::ImageConfig> imageConfig;
+  flatbuffers::Offset<fb::ImagePreprocess> preprocess;
+  if (image) {
+    imageConfig = fb::CreateImageConfig(b, static_cast<uint32_t>(intAttr(image, "image_size")),
+                                        static_cast<uint32_t>(intAttr(image, "channels")),
+                                        static_cast<uint32_t>(intAttr(image, "image_tokens")),
+                                        intAttr(image, "image_token_id", -1));
+    auto f64s = [&](llvm::StringRef key) {
+      std::vector<float> out;
+      if (auto a = pre.getAs<mlir::DenseF64ArrayAttr>(key))
+        for (double d : a.asArrayRef())
+          out.push_back(static_cast<float>(d));
+      return out;
+    };
+    std::vector<float> mean = f64s("image_mean"), stdv = f64s("image_std");
+    auto crop = pre.getAs<mlir::DenseI64ArrayAttr>("crop_size");
+    auto processor = pre.getAs<mlir::StringAttr>("processor");
+    auto rescale = pre.getAs<mlir::FloatAttr>("rescale_factor");
+    preprocess = fb::CreateImagePreprocessDirect(
+        b,
+        processor && processor.getValue() == "Idefics3ImageProcessor" ? fb::ImageProcessor::Idefics3
+                                                                      : fb::ImageProcessor::Clip,
+        intAttr(pre, "do_convert_rgb"), intAttr(pre, "do_resize"),
+        static_cast<uint32_t>(intAttr(pre, "shortest_edge")),
+        static_cast<uint32_t>(intAttr(pre, "longest_edge")),
+        static_cast<uint8_t>(intAttr(pre, "resample")), intAttr(pre, "do_center_crop"),
+        crop && crop.size() == 2 ? static_cast<uint32_t>(crop[0]) : 0,
+        crop && crop.size() == 2 ? static_cast<uint32_t>(crop[1]) : 0, intAttr(pre, "do_rescale"),
+        rescale ? rescale.getValueAsDouble() : 1.0 / 255.0, intAttr(pre, "do_normalize"), &mean,
+        &stdv, static_cast<uint32_t>(intAttr(pre, "max_image_edge")));
+  }
+
+  // Tokenizer.
+  std::vector<flatbuffers::Offset<flatbuffers::String>> vocab;
+  for (const std::string& t : tokenizer_.vocab)
+    vocab.push_back(b.CreateString(t));
+  std::vector<fb::Merge> merges;
+  for (auto [l, r] : tokenizer_.merges)
+    merges.push_back(fb::Merge(l, r));
+  std::vector<flatbuffers::Offset<fb::AddedToken>> added;
+  for (const auto& a : tokenizer_.added)
+    added.push_back(fb::CreateAddedTokenDirect(b, a.id, a.content.c_str(), a.special));
+  auto tokenizer = fb::CreateTokenizer(
+      b, tokenizer_.pretokenizer, b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
+      b.CreateVectorOfStructs(merges), b.CreateVector(added), tokenizer_.bosId, tokenizer_.addBos,
+      tokenizer_.ignoreMerges);
+
+  std::vector<int32_t> eos;
+  if (gen)
+    if (auto a = gen.getAs<mlir::DenseI64ArrayAttr>("eos_token_ids"))
+      for (int64_t e : a.asArrayRef())
+        eos.push_back(static_cast<int32_t>(e));
+  auto fl = [&](llvm::StringRef key, double dflt) {
+    auto a = gen ? gen.getAs<mlir::FloatAttr>(key) : mlir::FloatAttr();
+    return static_cast<float>(a ? a.getValueAsDouble() : dflt);
+  };
+  auto generation = fb::CreateGenerationDirect(
+      b, static_cast<int32_t>(intAttr(gen, "bos_token_id", -1)), &eos,
+      static_cast<int32_t>(intAttr(gen, "pad_token_id", -1)), intAttr(gen, "do_sample", 0),
+      fl("temperature", 1.0), static_cast<int32_t>(intAttr(gen, "top_k", 0)), fl("top_p", 1.0),
+      static_cast<int32_t>(intAttr(gen, "max_new_tokens", 0)));
+
+  std::vector<flatbuffers::Offset<fb::PrecisionEntry>> precision;
+  for (const WeightEntry& w : weights_) {
+    auto stageKind =
+        llvm::cast<StageKindAttr>(stages_[w.stage]->getAttr("kiln.stage")).getValue();
+    precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind),
+                                                 w.op.getSource().getSize(), w.bytes,
+                                                 std::numeric_limits<float>::quiet_NaN()));
+  }
+
+  auto memoryPlan = fb::CreateMemoryPlan(
+      b, arenaMax, static_cast<uint32_t>(maxPrefill_), ioBytes,
+      static_cast<uint64_t>(layers * 2 * kvHeads * headDim * 4), weightBytes_);
+  auto metadata = fb::CreateMetadataDirect(b, str("kiln.architecture").c_str(), sourceHash_.c_str(),
+                                           options_.compilerVersion.c_str(),
+                                           options_.targetTriple.c_str(),
+                                           str("kiln.prompt_template").c_str());
+  auto model = fb::CreateModel(
+      b, format::kSchemaVersion, metadata, options_.requiredCpuFeatures,
+      b.CreateVectorOfStructs(segments), b.CreateVector(tensors), b.CreateVector(values),
+      b.CreateVector(stages), memoryPlan, textConfig, imageConfig, preprocess, tokenizer, generation,
+      b.CreateVector(precision));
+  b.FinishSizePrefixed(model, fb::ModelIdentifier());
+  (void)ctx;
+  return success();
+}
+
+LogicalResult Writer::writeFile(llvm::StringRef path) {
+  // Source hash: config files and every weight's bytes, so that two artifacts from
+  // the same checkpoint share it and any change of the source changes it.
+  llvm::SHA256 sha;
+  for (llvm::StringRef f : {"config.json", "generation_config.json", "preprocessor_config.json",
+                            "tokenizer.json"}) {
+    llvm::SmallString<256> p(checkpoint_);
+    llvm::sys::path::append(p, f);
+    if (auto buf = llvm::MemoryBuffer::getFile(p)) {
+      sha.update(f);
+      uint64_t h = llvm::xxh3_64bits((*buf)->getBuffer());
+      sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
+    }
+  }
+
+  // Map each source file once.
+  std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files;
+  auto sourceBytes = [&](const WeightEntry& w) -> const uint8_t* {
+    SourceAttr src = w.op.getSource();
+    std::string file = src.getFile().str();
+    auto it = files.find(file);
+    if (it == files.end()) {
+      llvm::SmallString<256> p(checkpoint_);
+      llvm::sys::path::append(p, file);
+      auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+      if (!buf) {
+        w.op.emitOpError("cannot read ") << p << ": " << buf.getError().message();
+        return nullptr;
+      }
+      it = files.emplace(file, std::move(*buf)).first;
+    }
+    const llvm::MemoryBuffer& buf = *it->second;
+    if (src.getOffset() > buf.getBufferSize() || src.getSize() > buf.getBufferSize() - src.getOffset()) {
+      w.op.emitOpError("data [") << src.getOffset() << ", +" << src.getSize() << ") lies outside "
+                                 << file << " (" << buf.getBufferSize()
+                                 << " bytes): the checkpoint changed since it was imported";
+      return nullptr;
+    }
+    return reinterpret_cast<const uint8_t*>(buf.getBufferStart()) + src.getOffset();
+  };
+  for (const WeightEntry& w : weights_) {
+    const uint8_t* src = sourceBytes(w);
+    if (!src)
+      return failure();
+    sha.update(w.op.getSymName());
+    uint64_t h = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(src, w.op.getSource().getSize()));
+    sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
+  }
+  auto digest = sha.final();
+  sourceHash_ = llvm::toHex(digest, /*LowerCase=*/true);
+
+  // Two passes: the header's size does not depend on the offsets (ForceDefaults
+  // writes every scalar), so build once to learn it, then with the real offsets.
+  if (failed(buildHeader(0)))
+    return failure();
+  uint64_t dataStart = alignUp(fbb_.GetSize());
+  if (failed(buildHeader(dataStart)))
+    return failure();
+  if (alignUp(fbb_.GetSize()) != dataStart)
+    return error() << "internal error: artifact header size changed between passes";
+  if (fbb_.GetSize() > format::kMaxHeaderBytes)
+    return error() << "artifact header of " << fbb_.GetSize() << " bytes exceeds the limit";
+
+  // Write to a temporary file beside the destination, then rename: readers see a
+  // complete artifact or none, and a failure (or a signal) leaves nothing behind.
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  llvm::SmallString<256> tmpModel(dir);
+  llvm::sys::path::append(tmpModel, llvm::sys::path::filename(path) + ".tmp-%%%%%%%%");
+  int fd;
+  llvm::SmallString<256> tmp;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(tmpModel, fd, tmp))
+    return error() << "cannot create a file in '" << dir << "': " << ec.message();
+  llvm::sys::RemoveFileOnSignal(tmp);
+  bool ok = true;
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    auto pad = [&](uint64_t to) {
+      static const char zeros[64] = {};
+      uint64_t pos = os.tell();
+      while (pos < to) {
+        uint64_t n = std::min<uint64_t>(64, to - pos);
+        os.write(zeros, n);
+        pos += n;
+      }
+    };
+    os.write(reinterpret_cast<const char*>(fbb_.GetBufferPointer()), fbb_.GetSize());
+    pad(dataStart);
+    std::vector<uint8_t> scratch;
+    for (const WeightEntry& w : weights_) {
+      pad(w.offset);
+      const uint8_t* src = sourceBytes(w);
+      scratch.resize(w.bytes);
+      if (!src || !convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.encoding,
+                                 scratch.data())) {
+        ok = false;
+        break;
+      }
+      os.write(reinterpret_cast<const char*>(scratch.data()), scratch.size());
+    }
+    if (ok)
+      pad(alignUp(os.tell()));
+    os.flush();
+    if (os.has_error()) {
+      error() << "writing '" << tmp << "' failed: " << os.error().message();
+      os.clear_error();
+      ok = false;
+    }
+  }
+  if (ok) {
+    if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+      error() << "cannot rename '" << tmp << "' to '" << path << "': " << ec.message();
+      ok = false;
+    }
+  }
+  if (!ok) {
+    llvm::sys::fs::remove(tmp);
+    llvm::sys::DontRemoveFileOnSignal(tmp);
+    return failure();
+  }
+  llvm::sys::DontRemoveFileOnSignal(tmp);
+  return success();
+}
+
+LogicalResult Writer::run(llvm::StringRef path) {
+  if (failed(collect()))
+    return failure();
+  return writeFile(path);
+}
+
+} // namespace
+
+mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,
+                                  const ArtifactOptions& options) {
+  return Writer(module, options).run(path);
+}
+
+} // namespace kiln

@@ -1,0 +1,34 @@
+//===- ArtifactWriter.h - kiln IR to a .kiln artifact ------------*- C++ -*-===//
+//
+// Serialises a planned kiln module (kernels selected, memory planned) into the
+// .kiln format of formats/kiln.fbs: the FlatBuffer header, then the weights,
+// converted to their storage encoding, in 64-byte-aligned segments. Weight bytes
+// are read from the source checkpoint the module references. The output file is
+// written atomically: it appears complete or not at all.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_FORMATS_WRITER_ARTIFACTWRITER_H
+#define KILN_FORMATS_WRITER_ARTIFACTWRITER_H
+
+#include <cstdint>
+#include <string>
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace kiln {
+
+struct ArtifactOptions {
+  std::string targetTriple;     // recorded in the metadata
+  uint64_t requiredCpuFeatures = 0;
+  std::string compilerVersion;
+};
+
+/// Writes `module` to `path`. Errors (unreadable weights, an unsupported
+/// tokenizer, I/O) are emitted as diagnostics on the module and leave no file.
+mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,
+                                  const ArtifactOptions& options);
+
+} // namespace kiln
+
+#endif // KILN_FORMATS_WRITER_ARTIFACTWRITER_H

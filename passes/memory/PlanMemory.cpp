@@ -1,0 +1,173 @@
+//===- PlanMemory.cpp - static arena planning per stage ----------*- C++ -*-===//
+//
+// Greedy-by-size placement (as TFLite's arena planner): buffers are sorted by
+// size, largest first, and each takes the lowest offset at which it overlaps no
+// already placed buffer whose lifetime intersects its own.
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+
+#include "dialects/kiln/KilnOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/Passes.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNPLANMEMORY
+#include "passes/Passes.h.inc"
+
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+uint64_t alignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+struct Buffer {
+  uint64_t size = 0;
+  int64_t start = 0; // op index of the first writer
+  int64_t end = 0;   // op index of the last reader
+  uint64_t offset = 0;
+  llvm::SmallVector<mlir::Operation*> writers;
+};
+
+// Ops whose kernel may write its result over its first operand.
+bool canRunInPlace(mlir::Operation* op) {
+  return llvm::isa<AddOp, MulOp, ActivationOp, RopeOp, RmsNormOp, LayerNormOp,
+                   PositionEmbeddingOp>(op);
+}
+
+struct PlanMemoryPass : impl::KilnPlanMemoryBase<PlanMemoryPass> {
+  using KilnPlanMemoryBase::KilnPlanMemoryBase;
+
+  mlir::LogicalResult planStage(mlir::func::FuncOp fn) {
+    llvm::SmallVector<mlir::Operation*> ops;
+    for (mlir::Operation& op : fn.getBody().front())
+      ops.push_back(&op);
+    llvm::DenseMap<mlir::Operation*, int64_t> index;
+    for (auto [i, op] : llvm::enumerate(ops))
+      index[op] = static_cast<int64_t>(i);
+
+    // Values returned by the stage live in session buffers, not in the arena.
+    auto ret = llvm::cast<mlir::func::ReturnOp>(fn.getBody().front().getTerminator());
+    llvm::DenseMap<mlir::Value, int64_t> outputIndex;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+      outputIndex.try_emplace(v, static_cast<int64_t>(i));
+
+    std::vector<Buffer> buffers;
+    llvm::DenseMap<mlir::Value, size_t> bufferOf;
+    auto lastUse = [&](mlir::Value v) {
+      int64_t last = index[v.getDefiningOp()];
+      for (mlir::Operation* user : v.getUsers())
+        last = std::max(last, index[user]);
+      return last;
+    };
+
+    for (mlir::Operation* op : ops) {
+      if (op->getNumResults() != 1 || llvm::isa<WeightRefOp>(op))
+        continue;
+      mlir::Value result = op->getResult(0);
+      auto type = llvm::dyn_cast<mlir::RankedTensorType>(result.getType());
+      if (!type || !type.getElementType().isF32())
+        return op->emitOpError("kiln-plan-memory: result must be an f32 tensor, got ")
+               << result.getType();
+      if (outputIndex.count(result)) {
+        op->setAttr("kiln.output",
+                    mlir::IntegerAttr::get(mlir::IntegerType::get(op->getContext(), 64),
+                                           outputIndex[result]));
+        continue;
+      }
+      uint64_t elems = 1;
+      for (auto [d, dim] : llvm::enumerate(type.getShape())) {
+        int64_t size = dim;
+        if (mlir::ShapedType::isDynamic(size)) {
+          if (d != 0)
+            return op->emitOpError("kiln-plan-memory: only the leading (token) dimension may be "
+                                   "dynamic, got ")
+                   << type;
+          size = maxPrefillTokens;
+        }
+        elems *= static_cast<uint64_t>(size);
+      }
+      uint64_t bytes = alignUp(elems * 4);
+      int64_t here = index[op];
+      int64_t last = lastUse(result);
+
+      // Run in place over the first operand when it dies here and is the same size.
+      if (canRunInPlace(op) && op->getNumOperands() > 0) {
+        mlir::Value in = op->getOperand(0);
+        auto it = bufferOf.find(in);
+        if (it != bufferOf.end() && buffers[it->second].end == here &&
+            buffers[it->second].size == bytes) {
+          Buffer& b = buffers[it->second];
+          b.end = std::max(b.end, last);
+          b.writers.push_back(op);
+          bufferOf[result] = it->second;
+          continue;
+        }
+      }
+      Buffer b;
+      b.size = bytes;
+      b.start = here;
+      b.end = last;
+      b.writers.push_back(op);
+      bufferOf[result] = buffers.size();
+      buffers.push_back(std::move(b));
+    }
+
+    // Greedy by size.
+    std::vector<size_t> order(buffers.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return buffers[a].size != buffers[b].size ? buffers[a].size > buffers[b].size : a < b;
+    });
+    std::vector<size_t> placed;
+    uint64_t arena = 0;
+    for (size_t i : order) {
+      Buffer& b = buffers[i];
+      // Address ranges of placed buffers alive at the same time, by offset.
+      llvm::SmallVector<std::pair<uint64_t, uint64_t>> busy;
+      for (size_t j : placed) {
+        const Buffer& o = buffers[j];
+        if (o.start <= b.end && b.start <= o.end)
+          busy.push_back({o.offset, o.offset + o.size});
+      }
+      llvm::sort(busy);
+      uint64_t offset = 0;
+      for (auto [lo, hi] : busy) {
+        if (offset + b.size <= lo)
+          break;
+        offset = std::max(offset, hi);
+      }
+      b.offset = offset;
+      arena = std::max(arena, offset + b.size);
+      placed.push_back(i);
+    }
+
+    auto i64 = mlir::IntegerType::get(fn.getContext(), 64);
+    for (const Buffer& b : buffers)
+      for (mlir::Operation* w : b.writers)
+        w->setAttr("kiln.offset", mlir::IntegerAttr::get(i64, static_cast<int64_t>(b.offset)));
+    fn->setAttr("kiln.arena_bytes", mlir::IntegerAttr::get(i64, static_cast<int64_t>(arena)));
+    return mlir::success();
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    if (maxPrefillTokens < 1) {
+      module.emitError("kiln-plan-memory: max-prefill-tokens must be positive");
+      return signalPassFailure();
+    }
+    module->setAttr("kiln.max_prefill_tokens",
+                    mlir::IntegerAttr::get(mlir::IntegerType::get(module.getContext(), 64),
+                                           maxPrefillTokens));
+    for (auto fn : module.getOps<mlir::func::FuncOp>()) {
+      if (!fn->hasAttr("kiln.stage") || fn.isExternal())
+        continue;
+      if (mlir::failed(planStage(fn)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
+} // namespace kiln

@@ -1,0 +1,85 @@
+// Helpers shared by the portable reference kernels: weight decoding, dot
+// products, activations. Plain C++ written so that compilers vectorise it.
+#ifndef KILN_RUNTIME_KERNELS_REFERENCE_COMMON_H_
+#define KILN_RUNTIME_KERNELS_REFERENCE_COMMON_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/numeric.h"
+#include "kernels/kernel.h"
+
+namespace kiln::rt::ref {
+
+// Decodes `n` elements of a weight starting at element `first` into f32.
+inline void DecodeElements(const WeightView& w, int64_t first, int64_t n, float* out) {
+  switch (w.encoding) {
+    case fb::Encoding::F32:
+      std::memcpy(out, reinterpret_cast<const float*>(w.data) + first, static_cast<size_t>(n) * 4);
+      return;
+    case fb::Encoding::F16: {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = numeric::F16ToF32(p[i]);
+      return;
+    }
+    case fb::Encoding::BF16: {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data) + first;
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+        std::memcpy(&out[i], &bits, 4);
+      }
+      return;
+    }
+    default:
+      // The verifier admits only encodings the kernel table lists.
+      std::memset(out, 0, static_cast<size_t>(n) * 4);
+      return;
+  }
+}
+
+// Row `row` of a [rows, cols] weight as f32: in place for f32 weights, else decoded
+// into `scratch` (cols floats).
+inline const float* WeightRow(const WeightView& w, int64_t row, float* scratch) {
+  if (w.encoding == fb::Encoding::F32) return reinterpret_cast<const float*>(w.data) + row * w.cols;
+  DecodeElements(w, row * w.cols, w.cols, scratch);
+  return scratch;
+}
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float Activate(fb::ActivationKind kind, float x) {
+  switch (kind) {
+    case fb::ActivationKind::Silu: return x / (1.0f + std::exp(-x));
+    case fb::ActivationKind::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case fb::ActivationKind::GeluTanh: {
+      const float k = 0.79788456080286536f;  // sqrt(2 / pi)
+      return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+    }
+    case fb::ActivationKind::QuickGelu: return x / (1.0f + std::exp(-1.702f * x));
+    case fb::ActivationKind::Relu: return x > 0.0f ? x : 0.0f;
+  }
+  return x;
+}
+
+// y[r, n] = x[r, :] . W[n, :] (+ b[n]) for r < rows, n < W.rows; y has row stride
+// ldy. Parallel over output channels; `scratch` holds threads * kRowBlock * K
+// floats (WeightScratch).
+constexpr int64_t kRowBlock = 16;
+inline size_t WeightScratch(int64_t k, int threads) {
+  return static_cast<size_t>(threads) * static_cast<size_t>(kRowBlock * k);
+}
+void MatMulT(const float* x, int64_t rows, int64_t ldx, const WeightView& w, const WeightView* bias, float* y,
+             int64_t ldy, ThreadPool* pool, float* scratch);
+
+}  // namespace kiln::rt::ref
+
+#endif  // KILN_RUNTIME_KERNELS_REFERENCE_COMMON_H_

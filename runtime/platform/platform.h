@@ -1,0 +1,34 @@
+// Operating-system services the runtime needs: file mapping, CPU features, time.
+#ifndef KILN_RUNTIME_PLATFORM_PLATFORM_H_
+#define KILN_RUNTIME_PLATFORM_PLATFORM_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/kiln.h"
+
+namespace kiln::rt {
+
+// A read-only mapping of a whole file.
+struct FileMapping {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// Maps `path` read-only. Empty files and files larger than the address space fail
+// with KILN_ERROR_IO / KILN_ERROR_ARTIFACT_TRUNCATED and a message naming the file.
+kiln_status_t MapFile(const char* path, FileMapping* out, kiln_error_t* error);
+void UnmapFile(FileMapping* mapping);
+
+// kiln::format::CpuFeature bits this CPU has.
+uint64_t DetectCpuFeatures();
+
+// Online CPUs (at least 1).
+int CpuCount();
+
+// Monotonic clock in seconds.
+double NowSeconds();
+
+}  // namespace kiln::rt
+
+#endif  // KILN_RUNTIME_PLATFORM_PLATFORM_H_

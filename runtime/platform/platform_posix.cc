@@ -1,0 +1,93 @@
+// POSIX (Linux, Android, macOS, iOS) implementation of platform.h.
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__linux__) && defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
+#include "formats/kiln_format.h"
+#include "platform/platform.h"
+#include "support/error.h"
+
+namespace kiln::rt {
+
+kiln_status_t MapFile(const char* path, FileMapping* out, kiln_error_t* error) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Fail(error, KILN_ERROR_IO, "%s: cannot open: %s", path, std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Fail(error, KILN_ERROR_IO, "%s: cannot stat: %s", path, std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Fail(error, KILN_ERROR_IO, "%s: not a regular file", path);
+  }
+  if (st.st_size <= 0) {
+    ::close(fd);
+    return Fail(error, KILN_ERROR_ARTIFACT_TRUNCATED, "%s: file is empty", path);
+  }
+  if (static_cast<uint64_t>(st.st_size) > SIZE_MAX) {
+    ::close(fd);
+    return Fail(error, KILN_ERROR_IO, "%s: file too large for the address space", path);
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return Fail(error, KILN_ERROR_IO, "%s: mmap failed: %s", path, std::strerror(e));
+  out->data = static_cast<const uint8_t*>(p);
+  out->size = size;
+  return KILN_OK;
+}
+
+void UnmapFile(FileMapping* mapping) {
+  if (mapping->data != nullptr) ::munmap(const_cast<uint8_t*>(mapping->data), mapping->size);
+  mapping->data = nullptr;
+  mapping->size = 0;
+}
+
+uint64_t DetectCpuFeatures() {
+  uint64_t f = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) f |= format::kCpuX86Avx2;
+  if (__builtin_cpu_supports("fma")) f |= format::kCpuX86Fma;
+  if (__builtin_cpu_supports("avx512f")) f |= format::kCpuX86Avx512F;
+  if (__builtin_cpu_supports("avx512bw")) f |= format::kCpuX86Avx512Bw;
+  if (__builtin_cpu_supports("avx512vnni")) f |= format::kCpuX86Avx512Vnni;
+#elif defined(__aarch64__)
+  f |= format::kCpuArmNeon;
+#if defined(__linux__)
+  unsigned long hw = getauxval(AT_HWCAP);
+  unsigned long hw2 = getauxval(AT_HWCAP2);
+  if (hw & (1ul << 9)) f |= format::kCpuArmFp16;      // HWCAP_FPHP
+  if (hw & (1ul << 20)) f |= format::kCpuArmDotProd;  // HWCAP_ASIMDDP
+  if (hw & (1ul << 22)) f |= format::kCpuArmSve;      // HWCAP_SVE
+  if (hw2 & (1ul << 13)) f |= format::kCpuArmI8mm;    // HWCAP2_I8MM
+  if (hw2 & (1ul << 23)) f |= format::kCpuArmSme;     // HWCAP2_SME
+  if (hw2 & (1ull << 37)) f |= format::kCpuArmSme2;   // HWCAP2_SME2
+#endif
+#endif
+  return f;
+}
+
+int CpuCount() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+double NowSeconds() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,107 @@
+// Runs a stage of a verified artifact: every op through its kernel, operands
+// resolved to the arena, the weights and the bound stage inputs and outputs.
+#include "formats/kiln_format.h"
+#include "model.h"
+#include "support/error.h"
+
+namespace kiln::rt {
+namespace {
+
+int64_t RowElements(const fb::Value* v) {
+  int64_t n = 1;
+  for (uint32_t k = 1; k < v->shape()->size(); ++k) n *= v->shape()->Get(k);
+  return n;
+}
+
+// Rows an op's output gets from its inputs; static outputs keep their shape.
+int64_t OutputRows(const fb::Op* op, const fb::Value* out, const int64_t* rows) {
+  if (out->shape()->Get(0) >= 0) return out->shape()->Get(0);
+  uint32_t first = op->inputs()->Get(0);
+  return rows[first];
+}
+
+}  // namespace
+
+kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding* inputs, int num_inputs,
+                       Binding output, kiln_error_t* error) {
+  const fb::Model* m = s->model->fb;
+  const auto* values = m->values();
+  int64_t* rows = s->value_rows.data();
+  if (static_cast<int>(stage->inputs()->size()) != num_inputs)
+    return Fail(error, KILN_ERROR_INTERNAL, "stage %s bound with %d inputs", fb::EnumNameStageKind(stage->kind()),
+                num_inputs);
+  void* input_ptr[8] = {};
+  for (int i = 0; i < num_inputs; ++i) {
+    uint32_t v = stage->inputs()->Get(i);
+    const fb::Value* val = values->Get(v);
+    if (inputs[i].rows < 0 || inputs[i].rows > val->max_rows())
+      return Fail(error, KILN_ERROR_INTERNAL, "stage %s input %d: %lld rows exceed the planned %lld",
+                  fb::EnumNameStageKind(stage->kind()), i, static_cast<long long>(inputs[i].rows),
+                  static_cast<long long>(val->max_rows()));
+    rows[v] = inputs[i].rows;
+    input_ptr[i] = inputs[i].data;
+  }
+  uint32_t out_value = stage->outputs()->Get(0);
+
+  auto view_of = [&](uint32_t v) {
+    const fb::Value* val = values->Get(v);
+    ActView a;
+    a.rows = rows[v];
+    a.cols = RowElements(val);
+    if (val->shape()->size() == 3) {  // pixels [C, H, W]
+      a.extra = val->shape()->Get(2);
+    }
+    switch (val->kind()) {
+      case fb::ValueKind::Arena: a.data = s->arena + val->arena_offset(); break;
+      case fb::ValueKind::StageOutput: a.data = output.data; break;
+      case fb::ValueKind::StageInput:
+        for (int i = 0; i < num_inputs; ++i)
+          if (stage->inputs()->Get(i) == v) a.data = input_ptr[i];
+        break;
+    }
+    return a;
+  };
+
+  ActView in_views[64];
+  for (const fb::Op* op : *stage->ops()) {
+    const KernelEntry* kernel = FindKernel(op->kernel());  // verified at load
+    int ni = static_cast<int>(op->inputs()->size());
+    for (int i = 0; i < ni; ++i) in_views[i] = view_of(op->inputs()->Get(i));
+    const fb::Value* out = values->Get(op->output());
+    int64_t out_rows = OutputRows(op, out, rows);
+    if (out_rows > out->max_rows())
+      return Fail(error, KILN_ERROR_INTERNAL, "op '%s': %lld rows exceed the planned %lld", op->name()->c_str(),
+                  static_cast<long long>(out_rows), static_cast<long long>(out->max_rows()));
+    rows[op->output()] = out_rows;
+    KernelArgs args;
+    args.op = op;
+    args.inputs = in_views;
+    args.num_inputs = ni;
+    int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
+    WeightView wv[1 + 3 * 64];
+    const WeightView* weights = nullptr;
+    if (nw > 0) {
+      if (nw <= static_cast<int>(sizeof(wv) / sizeof(wv[0]))) {
+        for (int i = 0; i < nw; ++i) wv[i] = s->model->weights[op->weights()->Get(i)];
+        weights = wv;
+      } else {
+        return Fail(error, KILN_ERROR_UNSUPPORTED, "op '%s' has more weights than this runtime supports",
+                    op->name()->c_str());
+      }
+    }
+    args.weights = weights;
+    args.num_weights = nw;
+    args.output = view_of(op->output());
+    args.pool = s->pool;
+    args.scratch = s->scratch;
+    args.scratch_floats = s->scratch_floats;
+    args.kv = &s->kv;
+    args.error = error;
+    kiln_status_t st = kernel->fn(args);
+    if (st != KILN_OK) return st;
+  }
+  (void)out_value;
+  return KILN_OK;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,242 @@
+// kiln_model_*: loading (mmap), verification and the model's tokenizer.
+#include <cstring>
+#include <new>
+
+#include "formats/kiln_format.h"
+#include "model.h"
+#include "support/error.h"
+#include "verify.h"
+
+using namespace kiln::rt;
+namespace fb = kiln::fb;
+
+namespace {
+
+const char* Str(const flatbuffers::String* s) { return s != nullptr ? s->c_str() : ""; }
+
+// The weight views, the tokenizer, the preprocessing spec and the info block of a
+// verified artifact.
+kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
+  const fb::Model* f = m->fb;
+  for (const fb::Stage* s : *f->stages()) m->stages[static_cast<int>(s->kind())] = s;
+
+  m->weights.set_allocator(&m->allocator);
+  if (!m->weights.resize(f->tensors()->size()))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for %u weight views", f->tensors()->size());
+  for (uint32_t i = 0; i < f->tensors()->size(); ++i) {
+    const fb::Tensor* t = f->tensors()->Get(i);
+    WeightView& w = m->weights[i];
+    w.data = m->data + t->offset();
+    w.encoding = t->encoding();
+    w.shape = t->shape();
+    w.rows = t->shape()->Get(0);
+    w.cols = 1;
+    for (uint32_t k = 1; k < t->shape()->size(); ++k) w.cols *= t->shape()->Get(k);
+  }
+
+  // Tokenizer: views into the artifact.
+  const fb::Tokenizer* tok = f->tokenizer();
+  m->vocab.set_allocator(&m->allocator);
+  m->merges.set_allocator(&m->allocator);
+  m->added.set_allocator(&m->allocator);
+  if (!m->vocab.resize(tok->vocab()->size()) || (tok->merges() && !m->merges.resize(tok->merges()->size())) ||
+      (tok->added_tokens() && !m->added.resize(tok->added_tokens()->size())))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the tokenizer");
+  for (uint32_t i = 0; i < tok->vocab()->size(); ++i) {
+    const flatbuffers::String* s = tok->vocab()->Get(i);
+    m->vocab[i] = std::string_view(s->c_str(), s->size());
+  }
+  for (uint32_t i = 0; tok->merges() && i < tok->merges()->size(); ++i)
+    m->merges[i] = {tok->merges()->Get(i)->left(), tok->merges()->Get(i)->right()};
+  for (uint32_t i = 0; tok->added_tokens() && i < tok->added_tokens()->size(); ++i) {
+    const fb::AddedToken* a = tok->added_tokens()->Get(i);
+    m->added[i] = {a->id(), std::string_view(a->content()->c_str(), a->content()->size()), a->special()};
+  }
+  TokenizerSpec spec;
+  spec.pretokenizer = tok->pretokenizer() == fb::PreTokenizer::Gpt2 ? TokenizerSpec::PreTokenizer::kGpt2
+                                                                    : TokenizerSpec::PreTokenizer::kSplit;
+  if (tok->pattern() != nullptr) spec.pattern = std::string_view(tok->pattern()->c_str(), tok->pattern()->size());
+  spec.vocab = m->vocab.data();
+  spec.vocab_size = m->vocab.size();
+  spec.merges = m->merges.data();
+  spec.num_merges = m->merges.size();
+  spec.added = m->added.data();
+  spec.num_added = m->added.size();
+  spec.bos_id = tok->bos_id();
+  spec.add_bos = tok->add_bos();
+  spec.ignore_merges = tok->ignore_merges();
+  if (kiln_status_t st = Tokenizer::Create(spec, &m->allocator, &m->tokenizer, error); st != KILN_OK) return st;
+
+  // Image preprocessing and the image token's text (for prompt templates).
+  m->multimodal = f->image() != nullptr;
+  if (m->multimodal) {
+    const fb::ImagePreprocess* p = f->preprocess();
+    ImagePreprocessSpec& s = m->preprocess;
+    s.processor = p->processor() == fb::ImageProcessor::Idefics3 ? ImagePreprocessSpec::Processor::kIdefics3
+                                                                 : ImagePreprocessSpec::Processor::kClip;
+    s.image_size = static_cast<int32_t>(f->image()->image_size());
+    s.do_convert_rgb = p->do_convert_rgb();
+    s.do_resize = p->do_resize();
+    s.shortest_edge = static_cast<int32_t>(p->shortest_edge());
+    s.longest_edge = static_cast<int32_t>(p->longest_edge());
+    s.resample = p->resample();
+    s.do_center_crop = p->do_center_crop();
+    s.crop_height = static_cast<int32_t>(p->crop_height());
+    s.crop_width = static_cast<int32_t>(p->crop_width());
+    s.do_rescale = p->do_rescale();
+    s.rescale_factor = p->rescale_factor();
+    s.do_normalize = p->do_normalize();
+    for (int c = 0; c < 3; ++c) {
+      s.image_mean[c] = p->image_mean()->Get(c);
+      s.image_std[c] = p->image_std()->Get(c);
+    }
+    s.max_image_edge = static_cast<int32_t>(p->max_image_edge());
+    int64_t id = f->image()->image_token_id();
+    for (const TokenizerSpec::Added& a : m->added)
+      if (a.id == id) {
+        m->image_token_text = a.content.data();
+        m->image_token_text_len = a.content.size();
+      }
+  }
+
+  m->eos_ids.set_allocator(&m->allocator);
+  if (f->generation()->eos_token_ids() != nullptr)
+    for (int32_t e : *f->generation()->eos_token_ids())
+      if (!m->eos_ids.push_back(e)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+
+  kiln_model_info_t& info = m->info;
+  info.architecture = Str(f->metadata()->architecture());
+  info.prompt_template = Str(f->metadata()->prompt_template());
+  info.target = Str(f->metadata()->target_triple());
+  info.source_hash = Str(f->metadata()->source_hash());
+  info.vocab_size = static_cast<int32_t>(f->text()->vocab_size());
+  info.hidden_size = static_cast<int32_t>(f->text()->hidden_size());
+  info.num_layers = static_cast<int32_t>(f->text()->num_layers());
+  info.max_position_embeddings = static_cast<int32_t>(f->text()->max_position_embeddings());
+  info.max_prefill_tokens = static_cast<int32_t>(f->memory_plan()->max_prefill_tokens());
+  info.image_size = m->multimodal ? static_cast<int32_t>(f->image()->image_size()) : 0;
+  info.image_tokens = m->multimodal ? static_cast<int32_t>(f->image()->image_tokens()) : 0;
+  info.image_token_id = m->multimodal ? static_cast<int32_t>(f->image()->image_token_id()) : -1;
+  info.weight_bytes = f->memory_plan()->weight_bytes();
+  info.file_bytes = m->size;
+  return KILN_OK;
+}
+
+kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* error) {
+  kiln_status_t st = VerifyArtifact(m->data, m->size, DetectCpuFeatures(), &m->allocator, &m->fb, error);
+  if (st == KILN_OK) st = Prepare(m, error);
+  if (st != KILN_OK) {
+    kiln_model_release(m);
+    return st;
+  }
+  *out_model = m;
+  return KILN_OK;
+}
+
+kiln_model_t* NewModel(const kiln_model_options_t* options) {
+  const kiln_allocator_t* a = options != nullptr ? options->allocator : nullptr;
+  Allocator bootstrap(a);
+  void* mem = bootstrap.Alloc(sizeof(kiln_model_t), 64);
+  if (mem == nullptr) return nullptr;
+  return new (mem) kiln_model_t(a);
+}
+
+}  // namespace
+
+extern "C" {
+
+kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* options, kiln_model_t** out_model,
+                              kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (path == nullptr || out_model == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_load: path and out_model are required");
+  kiln_model_t* m = NewModel(options);
+  if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  if (kiln_status_t st = MapFile(path, &m->mapping, out_error); st != KILN_OK) {
+    kiln_model_release(m);
+    return st;
+  }
+  m->data = m->mapping.data;
+  m->size = m->mapping.size;
+  kiln_status_t st = Load(m, out_model, out_error);
+  if (st != KILN_OK && out_error != nullptr) {
+    // Name the file in the message.
+    char msg[sizeof(out_error->message)];
+    std::snprintf(msg, sizeof(msg), "%s: %s", path, out_error->message);
+    std::memcpy(out_error->message, msg, sizeof(msg));
+  }
+  return st;
+}
+
+kiln_status_t kiln_model_load_from_memory(const void* data, size_t size, const kiln_model_options_t* options,
+                                          kiln_model_t** out_model, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (data == nullptr || out_model == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_load_from_memory: data and out_model are required");
+  kiln_model_t* m = NewModel(options);
+  if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  m->data = static_cast<const uint8_t*>(data);
+  m->size = size;
+  return Load(m, out_model, out_error);
+}
+
+void kiln_model_release(kiln_model_t* model) {
+  if (model == nullptr) return;
+  Tokenizer::Destroy(model->tokenizer);
+  model->weights.set_allocator(nullptr);
+  model->vocab.set_allocator(nullptr);
+  model->merges.set_allocator(nullptr);
+  model->added.set_allocator(nullptr);
+  model->eos_ids.set_allocator(nullptr);
+  UnmapFile(&model->mapping);
+  kiln_allocator_t raw = model->allocator.raw();
+  model->~kiln_model_t();
+  Allocator(&raw).Free(model);
+}
+
+kiln_status_t kiln_model_get_info(const kiln_model_t* model, kiln_model_info_t* out_info) {
+  if (model == nullptr || out_info == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
+  *out_info = model->info;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_tokenize(const kiln_model_t* model, const char* text, size_t length, int add_special,
+                            int32_t* out_ids, size_t capacity, size_t* out_count, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || (text == nullptr && length > 0) || out_count == nullptr || (out_ids == nullptr && capacity > 0))
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_tokenize: invalid arguments");
+  Allocator scratch(&model->allocator.raw());
+  Vec<int32_t> ids(&scratch);
+  if (kiln_status_t st = model->tokenizer->Encode(text, length, add_special != 0, &ids, out_error); st != KILN_OK)
+    return st;
+  *out_count = ids.size();
+  std::memcpy(out_ids, ids.data(), (ids.size() < capacity ? ids.size() : capacity) * sizeof(int32_t));
+  if (ids.size() > capacity)
+    return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu ids do not fit in %zu", ids.size(), capacity);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_detokenize(const kiln_model_t* model, const int32_t* ids, size_t count, int skip_special,
+                              char* out_text, size_t capacity, size_t* out_length, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || (ids == nullptr && count > 0) || out_length == nullptr || (out_text == nullptr && capacity > 0))
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_detokenize: invalid arguments");
+  Allocator scratch(&model->allocator.raw());
+  Vec<char> text(&scratch);
+  if (kiln_status_t st = model->tokenizer->Decode(ids, count, skip_special != 0, &text, out_error); st != KILN_OK)
+    return st;
+  *out_length = text.size();
+  size_t n = text.size() < capacity ? text.size() : capacity;
+  std::memcpy(out_text, text.data(), n);
+  if (text.size() >= capacity) {
+    if (capacity > 0 && text.size() > capacity)
+      return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu bytes do not fit in %zu", text.size(), capacity);
+    if (capacity == 0 && text.size() > 0)
+      return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu bytes do not fit in %zu", text.size(), capacity);
+  } else {
+    out_text[n] = '\0';
+  }
+  return KILN_OK;
+}
+
+}  // extern "C"

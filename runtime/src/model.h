@@ -1,0 +1,99 @@
+// The loaded model behind kiln_model_t, and the session behind kiln_session_t.
+#ifndef KILN_RUNTIME_SRC_MODEL_H_
+#define KILN_RUNTIME_SRC_MODEL_H_
+
+#include <string_view>
+
+#include "formats/kiln_generated.h"
+#include "image/preprocess.h"
+#include "kernels/kernel.h"
+#include "kiln/kiln.h"
+#include "kv_cache.h"
+#include "platform/platform.h"
+#include "support/allocator.h"
+#include "support/vec.h"
+#include "thread_pool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::rt {
+
+constexpr int kNumStages = 5;
+
+// Where a stage input or output lives for one run.
+struct Binding {
+  void* data = nullptr;
+  int64_t rows = 0;
+};
+
+}  // namespace kiln::rt
+
+struct kiln_model_t {
+  explicit kiln_model_t(const kiln_allocator_t* a) : allocator(a) {}
+
+  kiln::rt::Allocator allocator;
+  kiln::rt::FileMapping mapping;  // set when loaded from a file
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  const kiln::fb::Model* fb = nullptr;
+  const kiln::fb::Stage* stages[kiln::rt::kNumStages] = {};
+
+  kiln::rt::Vec<kiln::rt::WeightView> weights;  // one per tensor
+  kiln::rt::Tokenizer* tokenizer = nullptr;
+  kiln::rt::Vec<std::string_view> vocab;        // views into the artifact, for the tokenizer
+  kiln::rt::Vec<kiln::rt::TokenizerSpec::Merge> merges;
+  kiln::rt::Vec<kiln::rt::TokenizerSpec::Added> added;
+
+  bool multimodal = false;
+  kiln::rt::ImagePreprocessSpec preprocess;
+  const char* image_token_text = "<image>";
+  size_t image_token_text_len = 7;
+  kiln::rt::Vec<int32_t> eos_ids;
+  kiln_model_info_t info = {};
+};
+
+struct kiln_session_t {
+  explicit kiln_session_t(kiln_model_t* m, const kiln_allocator_t* a) : model(m), allocator(a) {}
+
+  kiln_model_t* model;
+  kiln::rt::Allocator allocator;
+  kiln::rt::ThreadPool* pool = nullptr;
+  kiln::rt::KvCache kv;
+  int64_t context = 0;
+  int64_t max_prefill = 0;
+
+  uint8_t* arena = nullptr;
+  float* scratch = nullptr;
+  size_t scratch_floats = 0;
+  kiln::rt::Vec<int64_t> value_rows;        // rows of every value during a stage run
+  kiln::rt::Vec<kiln::rt::ActView> views;    // op operand views (scratch)
+
+  // Session buffers for stage inputs and outputs.
+  int32_t* ids = nullptr;        // [max_prefill]
+  int32_t* positions = nullptr;  // [max_prefill]
+  float* hidden = nullptr;       // [max_prefill, hidden]
+  float* logits = nullptr;       // [1, vocab]
+  float* pixels = nullptr;       // [3, S, S]
+  float* vision_features = nullptr;
+  float* image_features = nullptr;  // [image_tokens, hidden]
+
+  bool has_image = false;     // pixels hold an image
+  bool image_encoded = false; // image_features are up to date
+  double pending_preprocess_ms = 0;
+  int64_t position = 0;       // tokens in the KV cache
+
+  kiln::rt::Vec<int32_t> prompt;
+  kiln::rt::Vec<int32_t> output;
+  kiln::rt::Vec<char> text;      // bytes of generated tokens not yet emitted
+  kiln::rt::Vec<char> text_out;  // the UTF-8 handed to the token callback
+  kiln_stats_t stats = {};
+};
+
+namespace kiln::rt {
+
+// Runs one stage with its inputs bound; outputs go to `output`.
+kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding* inputs, int num_inputs,
+                       Binding output, kiln_error_t* error);
+
+}  // namespace kiln::rt
+
+#endif  // KILN_RUNTIME_SRC_MODEL_H_

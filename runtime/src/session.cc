@@ -1,0 +1,554 @@
+// kiln_session_*: buffers, the image path, prompt templates, prefill in chunks,
+// the decode loop with sampling and streaming, and the stage timings.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "formats/kiln_format.h"
+#include "model.h"
+#include "support/error.h"
+
+using namespace kiln::rt;
+namespace fb = kiln::fb;
+
+namespace {
+
+constexpr int kVision = static_cast<int>(fb::StageKind::VisionEncoder);
+constexpr int kProjector = static_cast<int>(fb::StageKind::Projector);
+constexpr int kPrefill = static_cast<int>(fb::StageKind::DecoderPrefill);
+constexpr int kDecode = static_cast<int>(fb::StageKind::DecoderDecode);
+constexpr int kHead = static_cast<int>(fb::StageKind::LmHead);
+
+double Ms(double seconds) { return seconds * 1000.0; }
+
+// splitmix64: the sampler's random numbers, seeded per generate call.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * (1.0 / 9007199254740992.0); }
+};
+
+int32_t Argmax(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+// Temperature, top-k and top-p (nucleus) sampling; `order` is scratch of n ints.
+int32_t Sample(const float* logits, int64_t n, const kiln_generate_options_t& o, Rng* rng, int32_t* order,
+               float* probs) {
+  if (!(o.temperature > 0.0f)) return Argmax(logits, n);
+  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+  int64_t k = o.top_k > 0 && o.top_k < n ? o.top_k : n;
+  std::partial_sort(order, order + k, order + n, [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  float mx = logits[order[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += (probs[i] = std::exp((logits[order[i]] - mx) / o.temperature));
+  int64_t keep = k;
+  if (o.top_p > 0.0f && o.top_p < 1.0f) {
+    double cum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      cum += probs[i] / sum;
+      if (cum >= o.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += probs[i];
+  }
+  double u = rng->Uniform() * sum;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= probs[i];
+    if (u <= 0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* error, const char* what) {
+  *out = s->allocator.Alloc(bytes == 0 ? 64 : bytes, 64);
+  if (*out == nullptr)
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the %s", bytes, what);
+  std::memset(*out, 0, bytes == 0 ? 64 : bytes);
+  return KILN_OK;
+}
+
+void FreeBuffers(kiln_session_t* s) {
+  void* bufs[] = {s->arena, s->scratch, s->ids, s->positions, s->hidden, s->logits, s->pixels,
+                  s->vision_features, s->image_features, s->kv.keys, s->kv.values};
+  for (void* b : bufs) s->allocator.Free(b);
+}
+
+// Scratch the kernels need, over every op of every stage.
+size_t ScratchFloats(kiln_session_t* s) {
+  const fb::Model* m = s->model->fb;
+  size_t most = 0;
+  WeightView wv[1 + 3 * 64];
+  for (const fb::Stage* stage : *m->stages())
+    for (const fb::Op* op : *stage->ops()) {
+      const KernelEntry* k = FindKernel(op->kernel());
+      if (k->scratch == nullptr) continue;
+      int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
+      for (int i = 0; i < nw; ++i) wv[i] = s->model->weights[op->weights()->Get(i)];
+      int64_t rows = m->values()->Get(op->output())->max_rows();
+      most = std::max(most, k->scratch(op, wv, nw, rows, s->context, s->pool->num_threads()));
+    }
+  return most;
+}
+
+kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
+  const fb::Model* m = s->model->fb;
+  int64_t size = m->image()->image_size();
+  double t0 = NowSeconds();
+  Binding px{s->pixels, 3};
+  const fb::Stage* vision = s->model->stages[kVision];
+  const fb::Value* vout = m->values()->Get(vision->outputs()->Get(0));
+  (void)size;
+  if (kiln_status_t st = RunStage(s, vision, &px, 1, Binding{s->vision_features, vout->max_rows()}, error);
+      st != KILN_OK)
+    return st;
+  double t1 = NowSeconds();
+  Binding feats{s->vision_features, vout->max_rows()};
+  if (kiln_status_t st = RunStage(s, s->model->stages[kProjector], &feats, 1,
+                                  Binding{s->image_features, m->image()->image_tokens()}, error);
+      st != KILN_OK)
+    return st;
+  double t2 = NowSeconds();
+  s->stats.vision_encoder_ms = Ms(t1 - t0);
+  s->stats.projector_ms = Ms(t2 - t1);
+  s->image_encoded = true;
+  return KILN_OK;
+}
+
+// Prefills `ids` at the session's position, in chunks of at most max_prefill tokens,
+// feeding image features to image tokens in order. Leaves the hidden state of the
+// last token in s->hidden[0] (after a copy) when `keep_last` is set.
+kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, float* all_logits, kiln_error_t* error) {
+  const fb::Model* m = s->model->fb;
+  const int64_t hidden = m->text()->hidden_size();
+  const int64_t vocab = m->text()->vocab_size();
+  const bool mm = s->model->multimodal;
+  const int64_t image_id = mm ? m->image()->image_token_id() : -1;
+  int64_t image_total = 0;
+  for (size_t i = 0; i < count; ++i) image_total += ids[i] == image_id;
+  if (mm && image_total > 0) {
+    if (!s->has_image)
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has %lld image tokens but no image was set",
+                  static_cast<long long>(image_total));
+    if (image_total != m->image()->image_tokens())
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has %lld image tokens; one image takes %u",
+                  static_cast<long long>(image_total), m->image()->image_tokens());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    bool ok = (ids[i] >= 0 && ids[i] < vocab) || (mm && ids[i] == image_id);
+    if (!ok)
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d at position %zu is outside the vocabulary [0, %lld)",
+                  ids[i], i, static_cast<long long>(vocab));
+  }
+  if (s->position + static_cast<int64_t>(count) > s->context)
+    return Fail(error, KILN_ERROR_CONTEXT_FULL, "%zu prompt tokens after %lld do not fit the %lld-token context", count,
+                static_cast<long long>(s->position), static_cast<long long>(s->context));
+  int64_t image_used = 0;
+  for (size_t start = 0; start < count; start += static_cast<size_t>(s->max_prefill)) {
+    int64_t n = std::min<int64_t>(s->max_prefill, static_cast<int64_t>(count - start));
+    int64_t chunk_images = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      s->ids[i] = ids[start + i];
+      s->positions[i] = static_cast<int32_t>(s->position + i);
+      chunk_images += ids[start + i] == image_id;
+    }
+    Binding in[3] = {{s->ids, n}, {s->positions, n}, {nullptr, 0}};
+    int num_in = 2;
+    if (mm) {
+      in[2] = {s->image_features + image_used * hidden, chunk_images};
+      num_in = 3;
+    }
+    if (kiln_status_t st = RunStage(s, s->model->stages[kPrefill], in, num_in, Binding{s->hidden, n}, error);
+        st != KILN_OK)
+      return st;
+    image_used += chunk_images;
+    s->position += n;
+    if (all_logits != nullptr) {
+      Binding h{s->hidden, n};
+      if (kiln_status_t st = RunStage(s, s->model->stages[kHead], &h, 1,
+                                      Binding{all_logits + static_cast<int64_t>(start) * vocab, n}, error);
+          st != KILN_OK)
+        return st;
+    }
+    if (start + static_cast<size_t>(n) >= count && n > 1)
+      std::memmove(s->hidden, s->hidden + (n - 1) * hidden, static_cast<size_t>(hidden) * 4);
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Head(kiln_session_t* s, kiln_error_t* error) {
+  Binding h{s->hidden, 1};
+  return RunStage(s, s->model->stages[kHead], &h, 1, Binding{s->logits, 1}, error);
+}
+
+bool IsEos(const kiln_session_t* s, int32_t token) {
+  for (int32_t e : s->model->eos_ids)
+    if (e == token) return true;
+  return false;
+}
+
+// Appends the token's bytes to the pending ones and emits the complete characters,
+// ill-formed sequences replaced by U+FFFD as Python's errors="replace" does. Ids the
+// tokenizer has no token for (a model vocabulary can be larger) emit nothing, as
+// Hugging Face's decode skips them.
+kiln_status_t Emit(kiln_session_t* s, int32_t token, const kiln_generate_options_t& o, kiln_error_t* error) {
+  const Tokenizer* tok = s->model->tokenizer;
+  if (token >= 0 && token < tok->vocab_size())
+    if (kiln_status_t st = tok->AppendTokenBytes(token, true, &s->text, error); st != KILN_OK) return st;
+  size_t n = Utf8CompleteLength(s->text.data(), s->text.size());
+  Vec<char>& clean = s->text_out;
+  clean.clear();
+  if (!AppendUtf8Replacing(s->text.data(), n, &clean))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory while decoding");
+  int stop = 0;
+  if (o.on_token != nullptr) stop = o.on_token(o.user, token, clean.data(), clean.size());
+  // Keep the incomplete tail for the next token.
+  size_t rest = s->text.size() - n;
+  std::memmove(s->text.data(), s->text.data() + n, rest);
+  (void)s->text.resize(rest);
+  if (stop != 0) return Fail(error, KILN_ERROR_CANCELLED, "generation stopped by the token callback");
+  return KILN_OK;
+}
+
+kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, const kiln_generate_options_t* options,
+                       double t_start, double tokenize_ms, kiln_error_t* error) {
+  const fb::Model* m = s->model->fb;
+  kiln_generate_options_t o;
+  kiln_generate_options_init(&o);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(uint32_t) * 2)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kiln_generate_options_t.struct_size is not set");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
+  }
+  if (o.max_new_tokens <= 0) {
+    int32_t mnt = m->generation()->max_new_tokens();
+    o.max_new_tokens = mnt > 0 ? mnt : 128;
+  }
+  const int64_t vocab = m->text()->vocab_size();
+  s->output.clear();
+  s->text.clear();
+  s->position = 0;
+  // Reserve now so that streaming allocates nothing per token.
+  if (!s->text.reserve(64) || !s->text_out.reserve(256) ||
+      !s->output.reserve(static_cast<size_t>(o.max_new_tokens)))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  s->stats.prompt_tokens = static_cast<int32_t>(count);
+  s->stats.generated_tokens = 0;
+  s->stats.num_threads = s->pool->num_threads();
+
+  // Image: encode once per image (a follow-up question about the same image reuses it).
+  s->stats.image_preprocess_ms = s->pending_preprocess_ms;
+  s->stats.vision_encoder_ms = s->stats.projector_ms = 0;
+  s->stats.image_tokens = 0;
+  if (s->model->multimodal && s->has_image) {
+    for (size_t i = 0; i < count; ++i) s->stats.image_tokens += ids[i] == m->image()->image_token_id();
+    if (s->stats.image_tokens > 0 && !s->image_encoded)
+      if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
+  }
+  double t_prefill = NowSeconds();
+  if (kiln_status_t st = Prefill(s, ids, count, nullptr, error); st != KILN_OK) return st;
+  if (kiln_status_t st = Head(s, error); st != KILN_OK) return st;
+  double t_prefilled = NowSeconds();
+  s->stats.prefill_ms = tokenize_ms + Ms(t_prefilled - t_prefill);
+
+  Rng rng{o.seed ^ 0x5eedull};
+  int32_t* order = reinterpret_cast<int32_t*>(s->scratch);
+  float* probs = s->scratch + vocab;  // scratch holds at least 2 * vocab floats
+  int32_t token = Sample(s->logits, vocab, o, &rng, order, probs);
+  kiln_status_t st = KILN_OK;
+  bool done = IsEos(s, token);
+  if (!done) {
+    if (!s->output.push_back(token)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    st = Emit(s, token, o, error);
+  }
+  double t_first = NowSeconds();
+  s->stats.first_token_ms = Ms(t_first - t_prefilled);
+  s->stats.ttft_ms = s->stats.image_preprocess_ms + Ms(t_first - t_start);
+  s->stats.first_decode_ms = 0;
+  double decode_start = t_first;
+  int decoded = 0;
+  while (st == KILN_OK && !done && static_cast<int32_t>(s->output.size()) < o.max_new_tokens) {
+    if (s->position >= s->context) {
+      st = Fail(error, KILN_ERROR_CONTEXT_FULL, "the %lld-token context is full", static_cast<long long>(s->context));
+      break;
+    }
+    double t0 = NowSeconds();
+    s->ids[0] = token;
+    s->positions[0] = static_cast<int32_t>(s->position);
+    Binding in[2] = {{s->ids, 1}, {s->positions, 1}};
+    st = RunStage(s, s->model->stages[kDecode], in, 2, Binding{s->hidden, 1}, error);
+    if (st != KILN_OK) break;
+    ++s->position;
+    st = Head(s, error);
+    if (st != KILN_OK) break;
+    token = Sample(s->logits, vocab, o, &rng, order, probs);
+    if (decoded == 0) s->stats.first_decode_ms = Ms(NowSeconds() - t0);
+    ++decoded;
+    if (IsEos(s, token)) break;
+    if (!s->output.push_back(token)) {
+      st = Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+      break;
+    }
+    st = Emit(s, token, o, error);
+  }
+  s->stats.decode_ms = Ms(NowSeconds() - decode_start);
+  s->stats.generated_tokens = static_cast<int32_t>(s->output.size());
+  s->stats.decode_tokens_per_s = decoded > 0 && s->stats.decode_ms > 0 ? decoded / (s->stats.decode_ms / 1000.0) : 0;
+  s->stats.peak_allocated_bytes = s->allocator.peak_bytes();
+  return st;
+}
+
+}  // namespace
+
+extern "C" {
+
+void kiln_generate_options_init(kiln_generate_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->temperature = 0.0f;
+  options->top_k = 0;
+  options->top_p = 1.0f;
+}
+
+kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_options_t* options,
+                                  kiln_session_t** out_session, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || out_session == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_create: model and out_session are required");
+  kiln_session_options_t o = {};
+  o.struct_size = sizeof(o);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > 4096)
+      return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options_t.struct_size is not set");
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
+  }
+  const fb::Model* m = model->fb;
+  int64_t max_ctx = m->text()->max_position_embeddings();
+  if (m->text()->sliding_window() > 0) max_ctx = std::min<int64_t>(max_ctx, m->text()->sliding_window());
+  int64_t context = o.context_length > 0 ? o.context_length : std::min<int64_t>(max_ctx, 4096);
+  if (context > max_ctx)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "context_length %d exceeds the model's %lld positions",
+                o.context_length, static_cast<long long>(max_ctx));
+  if (o.num_threads < 0 || o.num_threads > 256)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
+
+  const kiln_allocator_t* a = o.allocator != nullptr ? o.allocator : &model->allocator.raw();
+  Allocator bootstrap(a);
+  void* mem = bootstrap.Alloc(sizeof(kiln_session_t), 64);
+  if (mem == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  kiln_session_t* s = new (mem) kiln_session_t(model, a);
+  s->context = context;
+  s->max_prefill = m->memory_plan()->max_prefill_tokens();
+  s->pool = ThreadPool::Create(o.num_threads > 0 ? o.num_threads : CpuCount(), &s->allocator);
+  kiln_status_t st = KILN_OK;
+  if (s->pool == nullptr) st = Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "cannot create the thread pool");
+
+  const int64_t hidden = m->text()->hidden_size(), vocab = m->text()->vocab_size();
+  auto alloc = [&](size_t bytes, void** out, const char* what) {
+    if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what);
+  };
+  s->kv.layers = m->text()->num_layers();
+  s->kv.context = context;
+  s->kv.width = static_cast<int64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
+  size_t kv_half = static_cast<size_t>(s->kv.layers * s->kv.context * s->kv.width) * 4;
+  alloc(kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
+  alloc(kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
+  alloc(m->memory_plan()->arena_bytes(), reinterpret_cast<void**>(&s->arena), "activation arena");
+  alloc(static_cast<size_t>(s->max_prefill) * 4, reinterpret_cast<void**>(&s->ids), "token buffer");
+  alloc(static_cast<size_t>(s->max_prefill) * 4, reinterpret_cast<void**>(&s->positions), "position buffer");
+  alloc(static_cast<size_t>(s->max_prefill * hidden) * 4, reinterpret_cast<void**>(&s->hidden), "hidden states");
+  alloc(static_cast<size_t>(vocab) * 4, reinterpret_cast<void**>(&s->logits), "logits");
+  if (model->multimodal) {
+    int64_t size = m->image()->image_size();
+    const fb::Value* vout = m->values()->Get(model->stages[kVision]->outputs()->Get(0));
+    alloc(static_cast<size_t>(3 * size * size) * 4, reinterpret_cast<void**>(&s->pixels), "pixel values");
+    alloc(vout->size(), reinterpret_cast<void**>(&s->vision_features), "vision features");
+    alloc(static_cast<size_t>(m->image()->image_tokens() * hidden) * 4, reinterpret_cast<void**>(&s->image_features),
+          "image features");
+  }
+  if (st == KILN_OK) {
+    s->scratch_floats = std::max<size_t>(ScratchFloats(s), static_cast<size_t>(2 * vocab));
+    alloc(s->scratch_floats * 4, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
+  }
+  s->value_rows.set_allocator(&s->allocator);
+  s->prompt.set_allocator(&s->allocator);
+  s->output.set_allocator(&s->allocator);
+  s->text.set_allocator(&s->allocator);
+  s->text_out.set_allocator(&s->allocator);
+  if (st == KILN_OK && !s->value_rows.resize(m->values()->size()))
+    st = Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  if (st != KILN_OK) {
+    kiln_session_release(s);
+    return st;
+  }
+  s->stats.arena_bytes = m->memory_plan()->arena_bytes();
+  s->stats.kv_cache_bytes = s->kv.bytes();
+  s->stats.weight_bytes = m->memory_plan()->weight_bytes();
+  s->stats.num_threads = s->pool->num_threads();
+  *out_session = s;
+  return KILN_OK;
+}
+
+void kiln_session_release(kiln_session_t* session) {
+  if (session == nullptr) return;
+  ThreadPool::Destroy(session->pool);
+  FreeBuffers(session);
+  session->value_rows.set_allocator(nullptr);
+  session->prompt.set_allocator(nullptr);
+  session->output.set_allocator(nullptr);
+  session->text.set_allocator(nullptr);
+  session->text_out.set_allocator(nullptr);
+  kiln_allocator_t raw = session->allocator.raw();
+  session->~kiln_session_t();
+  Allocator(&raw).Free(session);
+}
+
+kiln_status_t kiln_session_set_image_rgb(kiln_session_t* s, const uint8_t* rgb, int32_t width, int32_t height,
+                                         size_t stride, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr) return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "null session");
+  if (!s->model->multimodal)
+    return Fail(out_error, KILN_ERROR_INPUT_NOT_MULTIMODAL, "%s takes no images", s->model->info.architecture);
+  double t0 = NowSeconds();
+  int64_t size = s->model->fb->image()->image_size();
+  kiln_status_t st = PreprocessImage(s->model->preprocess, rgb, width, height, stride, &s->allocator, s->pixels,
+                                     static_cast<size_t>(3 * size * size), out_error);
+  if (st != KILN_OK) {
+    s->has_image = false;
+    return st;
+  }
+  s->pending_preprocess_ms = Ms(NowSeconds() - t0);
+  s->has_image = true;
+  s->image_encoded = false;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_set_pixel_values(kiln_session_t* s, const float* pixel_values, size_t count,
+                                            kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || pixel_values == nullptr) return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
+  if (!s->model->multimodal)
+    return Fail(out_error, KILN_ERROR_INPUT_NOT_MULTIMODAL, "%s takes no images", s->model->info.architecture);
+  int64_t size = s->model->fb->image()->image_size();
+  if (count != static_cast<size_t>(3 * size * size))
+    return Fail(out_error, KILN_ERROR_INPUT_IMAGE, "pixel values must be [3, %lld, %lld] (%lld floats), got %zu",
+                static_cast<long long>(size), static_cast<long long>(size), static_cast<long long>(3 * size * size),
+                count);
+  std::memcpy(s->pixels, pixel_values, count * 4);
+  s->pending_preprocess_ms = 0;
+  s->has_image = true;
+  s->image_encoded = false;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_reset(kiln_session_t* s) {
+  if (s == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
+  s->has_image = false;
+  s->image_encoded = false;
+  s->position = 0;
+  s->output.clear();
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_generate_ids(kiln_session_t* s, const int32_t* ids, size_t count,
+                                        const kiln_generate_options_t* options, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || ids == nullptr || count == 0)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_generate_ids needs a session and ids");
+  return Generate(s, ids, count, options, NowSeconds(), 0.0, out_error);
+}
+
+kiln_status_t kiln_session_generate(kiln_session_t* s, const char* prompt, const kiln_generate_options_t* options,
+                                    kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || prompt == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_generate needs a session and a prompt");
+  double t0 = NowSeconds();
+  kiln_model_t* model = s->model;
+  // The prompt templates of tests/models/kiln_models/prompts.py.
+  const char* tmpl = model->info.prompt_template;
+  bool image = model->multimodal && s->has_image;
+  const char* before = "";
+  const char* image_open = "";
+  const char* image_close = "";
+  const char* after = "";
+  if (std::strcmp(tmpl, "llava") == 0) {
+    before = "USER: ";
+    image_close = "\n";
+    after = " ASSISTANT:";
+  } else if (std::strcmp(tmpl, "llava-chatml") == 0) {
+    before = "<|im_start|>user\n";
+    image_close = "\n";
+    after = "<|im_end|>\n<|im_start|>assistant\n";
+  } else if (std::strcmp(tmpl, "idefics3") == 0) {
+    before = image ? "<|im_start|>User:" : "<|im_start|>User: ";
+    image_open = "<fake_token_around_image><global-img>";
+    image_close = "<fake_token_around_image>";
+    after = "<end_of_utterance>\nAssistant:";
+  } else if (std::strcmp(tmpl, "plain") != 0) {
+    return Fail(out_error, KILN_ERROR_UNSUPPORTED, "unknown prompt template '%s'", tmpl);
+  }
+  Vec<char> text(&s->allocator);
+  auto put = [&](const char* p, size_t n) { return text.append(p, n); };
+  bool ok = put(before, std::strlen(before));
+  if (image) {
+    ok = ok && put(image_open, std::strlen(image_open));
+    for (uint32_t i = 0; ok && i < model->fb->image()->image_tokens(); ++i)
+      ok = put(model->image_token_text, model->image_token_text_len);
+    ok = ok && put(image_close, std::strlen(image_close));
+  }
+  ok = ok && put(prompt, std::strlen(prompt)) && put(after, std::strlen(after));
+  if (!ok) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the prompt");
+  s->prompt.clear();
+  if (kiln_status_t st = model->tokenizer->Encode(text.data(), text.size(), true, &s->prompt, out_error);
+      st != KILN_OK)
+    return st;
+  double tokenize_ms = Ms(NowSeconds() - t0);
+  return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, tokenize_ms, out_error);
+}
+
+kiln_status_t kiln_session_prefill_logits(kiln_session_t* s, const int32_t* ids, size_t count, float* out_logits,
+                                          size_t capacity, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || ids == nullptr || count == 0 || out_logits == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_prefill_logits: invalid arguments");
+  size_t vocab = s->model->fb->text()->vocab_size();
+  if (capacity / vocab < count)
+    return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu x %zu logits do not fit in %zu floats", count, vocab,
+                capacity);
+  s->position = 0;
+  if (s->model->multimodal && s->has_image && !s->image_encoded)
+    if (kiln_status_t st = EncodeImage(s, out_error); st != KILN_OK) return st;
+  return Prefill(s, ids, count, out_logits, out_error);
+}
+
+kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_ids, size_t capacity,
+                                          size_t* out_count) {
+  if (s == nullptr || out_count == nullptr || (out_ids == nullptr && capacity > 0)) return KILN_ERROR_INVALID_ARGUMENT;
+  *out_count = s->output.size();
+  std::memcpy(out_ids, s->output.data(), std::min(capacity, s->output.size()) * sizeof(int32_t));
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_get_stats(const kiln_session_t* s, kiln_stats_t* out_stats) {
+  if (s == nullptr || out_stats == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
+  *out_stats = s->stats;
+  return KILN_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,101 @@
+#include "thread_pool.h"
+
+#include <new>
+
+namespace kiln::rt {
+
+ThreadPool* ThreadPool::Create(int num_threads, Allocator* allocator) {
+  if (num_threads < 1) num_threads = 1;
+  void* mem = allocator->Alloc(sizeof(ThreadPool), alignof(ThreadPool) < 16 ? 16 : alignof(ThreadPool));
+  if (mem == nullptr) return nullptr;
+  ThreadPool* pool = new (mem) ThreadPool();
+  pool->num_threads_ = num_threads;
+  pool->allocator_ = allocator;
+  int workers = num_threads - 1;
+  if (workers > 0) {
+    void* wmem = allocator->Alloc(sizeof(std::thread) * workers, 64);
+    if (wmem == nullptr) {
+      pool->~ThreadPool();
+      allocator->Free(mem);
+      return nullptr;
+    }
+    pool->workers_ = static_cast<std::thread*>(wmem);
+    for (int i = 0; i < workers; ++i) {
+      new (&pool->workers_[i]) std::thread(&ThreadPool::WorkerLoop, pool, i + 1);
+      pool->num_workers_ = i + 1;
+    }
+  }
+  return pool;
+}
+
+void ThreadPool::Destroy(ThreadPool* pool) {
+  if (pool == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex_);
+    pool->stop_ = true;
+  }
+  pool->wake_.notify_all();
+  for (int i = 0; i < pool->num_workers_; ++i) {
+    pool->workers_[i].join();
+    pool->workers_[i].~thread();
+  }
+  Allocator* allocator = pool->allocator_;
+  allocator->Free(pool->workers_);
+  pool->~ThreadPool();
+  allocator->Free(pool);
+}
+
+void ThreadPool::RunChunks(int thread) {
+  for (;;) {
+    int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= n_) break;
+    int64_t end = begin + chunk_ < n_ ? begin + chunk_ : n_;
+    fn_(ctx_, begin, end, thread);
+  }
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunChunks(index);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  // A few chunks per thread balance uneven work without much overhead.
+  int64_t chunks = static_cast<int64_t>(num_threads_) * 4;
+  int64_t chunk = (n + chunks - 1) / chunks;
+  if (chunk < grain) chunk = grain;
+  if (num_workers_ == 0 || chunk >= n) {
+    fn(ctx, 0, n, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = fn;
+    ctx_ = ctx;
+    n_ = n;
+    chunk_ = chunk;
+    next_.store(0, std::memory_order_relaxed);
+    busy_ = num_workers_;
+    ++generation_;
+  }
+  wake_.notify_all();
+  RunChunks(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return busy_ == 0; });
+}
+
+}  // namespace kiln::rt

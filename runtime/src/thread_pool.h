@@ -1,0 +1,67 @@
+// A fixed pool of worker threads for the kernels' parallel loops. The calling thread
+// takes part, so a pool of N threads uses N - 1 workers.
+#ifndef KILN_RUNTIME_SRC_THREAD_POOL_H_
+#define KILN_RUNTIME_SRC_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "support/allocator.h"
+
+namespace kiln::rt {
+
+class ThreadPool {
+ public:
+  // fn(begin, end, thread_index) over a range split into chunks.
+  using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end, int thread);
+
+  // Returns null when a thread cannot be created or memory is short.
+  static ThreadPool* Create(int num_threads, Allocator* allocator);
+  static void Destroy(ThreadPool* pool);
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn over [0, n) in chunks of at least `grain`, on every thread, and returns
+  // when all chunks are done. Not reentrant.
+  void ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+
+  // Convenience for lambdas: pool->For(n, grain, [&](int64_t b, int64_t e, int t) {...}).
+  template <typename F>
+  void For(int64_t n, int64_t grain, F&& f) {
+    ParallelFor(
+        n, grain,
+        [](void* ctx, int64_t b, int64_t e, int t) { (*static_cast<F*>(ctx))(b, e, t); },
+        &f);
+  }
+
+ private:
+  ThreadPool() = default;
+  void WorkerLoop(int index);
+  void RunChunks(int thread);
+
+  int num_threads_ = 1;
+  Allocator* allocator_ = nullptr;
+  std::thread* workers_ = nullptr;
+  int num_workers_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  int busy_ = 0;
+
+  // The current job.
+  RangeFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  int64_t chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace kiln::rt
+
+#endif  // KILN_RUNTIME_SRC_THREAD_POOL_H_

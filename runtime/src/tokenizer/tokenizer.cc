@@ -1,0 +1,921 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/tokenizer.h"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "support/error.h"
+
+namespace kiln::rt {
+namespace {
+
+// The two pre-tokenizer regexes of tests/models/kiln_models/tokenizer.py, verbatim as
+// they appear in tokenizer.json files. Like any pattern, they go through
+// RewriteWhiteSpace before PCRE2 compiles them.
+constexpr char kGpt2Pattern[] =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr char kLlama3Pattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
+    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Unicode White_Space, as items of a character class: what `\s` means to Python's
+// `regex` module, Oniguruma (Hugging Face `tokenizers`) and Rust's regex. PCRE2's `\s`
+// also matches U+180E MONGOLIAN VOWEL SEPARATOR, a space only before Unicode 6.3.
+constexpr char kWhiteSpaceItems[] =
+    R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+constexpr uint32_t kEmptyKey = 0xFFFFFFFFu;
+constexpr size_t kMaxTextBytes = 0x7FFFFFFF;
+constexpr int kMessageBytes = 48;  // bytes of a token quoted in an error message
+
+// ---- hashing ----
+
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+inline uint64_t HashBytes(const char* data, size_t size) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a, then a finaliser
+  for (size_t i = 0; i < size; ++i) {
+    h ^= static_cast<uint8_t>(data[i]);
+    h *= 0x100000001B3ull;
+  }
+  return Mix64(h ^ size);
+}
+
+inline uint64_t HashPair(uint32_t left, uint32_t right) {
+  return Mix64((static_cast<uint64_t>(left) << 32) | right);
+}
+
+// A power of two holding `n` keys at a load factor of at most 2/3.
+bool TableCapacity(size_t n, size_t* capacity) {
+  if (n > (SIZE_MAX / 4)) return false;
+  size_t c = 16;
+  while (c < n + n / 2 + 1) c <<= 1;
+  *capacity = c;
+  return true;
+}
+
+// ---- UTF-8 ----
+
+// For a lead byte of a multi-byte sequence: the number of continuation bytes and the
+// range allowed for the first of them (which excludes overlong forms, surrogates and
+// code points above U+10FFFF). False for ASCII, continuation and never-valid bytes.
+inline bool LeadInfo(uint8_t c, size_t* need, uint8_t* lo, uint8_t* hi) {
+  *lo = 0x80;
+  *hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    *need = 1;
+    return true;
+  }
+  if (c >= 0xE0 && c <= 0xEF) {
+    *need = 2;
+    if (c == 0xE0) *lo = 0xA0;
+    if (c == 0xED) *hi = 0x9F;
+    return true;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    *need = 3;
+    if (c == 0xF0) *lo = 0x90;
+    if (c == 0xF4) *hi = 0x8F;
+    return true;
+  }
+  return false;
+}
+
+// Length of the well-formed sequence starting at s[i] (i < n), or 0 when ill-formed.
+// When ill-formed, *subpart receives the length of its maximal subpart (>= 1): the
+// bytes one U+FFFD replaces.
+inline size_t SequenceLength(const uint8_t* s, size_t n, size_t i, size_t* subpart) {
+  uint8_t c = s[i];
+  if (c < 0x80) return 1;
+  size_t need;
+  uint8_t lo, hi;
+  *subpart = 1;
+  if (!LeadInfo(c, &need, &lo, &hi)) return 0;
+  if (i + 1 >= n || s[i + 1] < lo || s[i + 1] > hi) return 0;
+  size_t k = 2;
+  while (k <= need && i + k < n && (s[i + k] & 0xC0) == 0x80) ++k;
+  if (k == need + 1) return k;
+  *subpart = k;
+  return 0;
+}
+
+// ---- per-call BPE state ----
+
+struct Symbol {
+  int32_t id;  // -1 once merged into its left neighbour
+  int32_t prev;
+  int32_t next;  // -1 at the end
+};
+
+struct PairEntry {
+  uint32_t rank;
+  uint32_t pos;  // index of the left symbol
+  int32_t left, right, merged;
+};
+
+// Heap order: std::*_heap keep the greatest element first, so "greater" means
+// "merged later": higher rank, or the same rank further right.
+inline bool MergesLater(const PairEntry& a, const PairEntry& b) {
+  return a.rank > b.rank || (a.rank == b.rank && a.pos > b.pos);
+}
+
+// Makes room for `extra` more elements, growing geometrically (Vec::reserve and
+// Vec::resize allocate exactly what they are asked for).
+template <typename T>
+bool GrowBy(Vec<T>* v, size_t extra) {
+  size_t needed = v->size() + extra;
+  if (needed <= v->capacity()) return true;
+  size_t doubled = v->capacity() > SIZE_MAX / 2 ? SIZE_MAX : 2 * v->capacity();
+  return v->reserve(needed > doubled ? needed : doubled);
+}
+
+// Copies `pattern` to *out with `\s` spelled as White_Space: `[WS]` outside a class,
+// the WS items inside one, and `\S` outside a class as `[^WS]` (inside a class `\S`
+// stays PCRE2's). Escapes, `\Q...\E`, character classes (with a leading `]` or `^`)
+// and POSIX classes are recognised so that nothing else changes. False when out of
+// memory.
+bool RewriteWhiteSpace(std::string_view pattern, Vec<char>* out) {
+  const std::string_view items(kWhiteSpaceItems);
+  const size_t n = pattern.size();
+  const char* p = pattern.data();
+  bool in_class = false;
+  for (size_t i = 0; i < n;) {
+    char c = p[i];
+    if (c == '\\' && i + 1 < n) {
+      char d = p[i + 1];
+      bool ok;
+      if (d == 's') {
+        ok = in_class ? out->append(items.data(), items.size())
+                      : out->push_back('[') && out->append(items.data(), items.size()) &&
+                            out->push_back(']');
+      } else if (d == 'S' && !in_class) {
+        ok = out->append("[^", 2) && out->append(items.data(), items.size()) && out->push_back(']');
+      } else if (d == 'Q') {  // literal text up to \E (or the end)
+        size_t j = i + 2;
+        while (j < n && !(p[j] == '\\' && j + 1 < n && p[j + 1] == 'E')) ++j;
+        size_t stop = j < n ? j + 2 : n;
+        ok = out->append(p + i, stop - i);
+        i = stop;
+        if (!ok) return false;
+        continue;
+      } else {
+        ok = out->append(p + i, 2);
+      }
+      if (!ok) return false;
+      i += 2;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      // The class body starts after "[" or "[^"; a "]" first in it is a literal.
+      size_t j = i + 1;
+      if (j < n && p[j] == '^') ++j;
+      if (j < n && p[j] == ']') ++j;
+      if (!out->append(p + i, j - i)) return false;
+      in_class = true;
+      i = j;
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') {  // [:alpha:]
+      size_t j = i + 2;
+      while (j + 1 < n && !(p[j] == ':' && p[j + 1] == ']')) ++j;
+      size_t stop = j + 1 < n ? j + 2 : n;
+      if (!out->append(p + i, stop - i)) return false;
+      i = stop;
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    if (!out->push_back(c)) return false;
+    ++i;
+  }
+  return true;
+}
+
+// ---- PCRE2 memory through the Allocator ----
+
+void* PcreAlloc(PCRE2_SIZE size, void* user) {
+  return static_cast<Allocator*>(user)->Alloc(size, 16);
+}
+void PcreFree(void* ptr, void* user) { static_cast<Allocator*>(user)->Free(ptr); }
+
+}  // namespace
+
+// ---- UTF-8 helpers ----
+
+bool IsValidUtf8(const char* data, size_t size, size_t* bad_offset) {
+  const auto* s = reinterpret_cast<const uint8_t*>(data);
+  size_t i = 0;
+  while (i < size) {
+    if (s[i] < 0x80) {
+      // Skip ASCII eight bytes at a time.
+      while (i + 8 <= size) {
+        uint64_t word;
+        std::memcpy(&word, s + i, 8);
+        if (word & 0x8080808080808080ull) break;
+        i += 8;
+      }
+      while (i < size && s[i] < 0x80) ++i;
+      continue;
+    }
+    size_t subpart;
+    size_t len = SequenceLength(s, size, i, &subpart);
+    if (len == 0) {
+      if (bad_offset != nullptr) *bad_offset = i;
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+bool AppendUtf8Replacing(const char* data, size_t size, Vec<char>* out) {
+  const auto* s = reinterpret_cast<const uint8_t*>(data);
+  const size_t original = out->size();
+  size_t run = 0;  // start of the well-formed bytes not yet copied
+  size_t i = 0;
+  while (i < size) {
+    if (s[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t subpart;
+    size_t len = SequenceLength(s, size, i, &subpart);
+    if (len != 0) {
+      i += len;
+      continue;
+    }
+    if (!out->append(data + run, i - run) || !out->append("\xEF\xBF\xBD", 3)) {
+      (void)out->resize(original);
+      return false;
+    }
+    i += subpart;
+    run = i;
+  }
+  if (!out->append(data + run, size - run)) {
+    (void)out->resize(original);
+    return false;
+  }
+  return true;
+}
+
+size_t Utf8CompleteLength(const char* data, size_t size) {
+  if (size == 0) return 0;
+  const auto* s = reinterpret_cast<const uint8_t*>(data);
+  // The last byte that is not a continuation byte, looking back at most 4 bytes.
+  size_t p = size;
+  size_t looked = 0;
+  while (p > 0 && looked < 4) {
+    --p;
+    ++looked;
+    if ((s[p] & 0xC0) != 0x80) break;
+  }
+  if ((s[p] & 0xC0) == 0x80) return size;  // stray continuation bytes: ill-formed
+  size_t need;
+  uint8_t lo, hi;
+  if (!LeadInfo(s[p], &need, &lo, &hi)) return size;  // ASCII or never-valid byte
+  size_t have = size - p;
+  if (have > need) return size;  // complete (or ill-formed): nothing to wait for
+  if (have >= 2 && (s[p + 1] < lo || s[p + 1] > hi)) return size;
+  return p;  // a proper prefix of a character: hold it back
+}
+
+// ---- Tokenizer ----
+
+struct Tokenizer::EncodeScratch {
+  explicit EncodeScratch(Allocator* allocator)
+      : symbols(allocator), heap(allocator), batch(allocator), chars(allocator) {}
+  ~EncodeScratch() {
+    if (match_data != nullptr) pcre2_match_data_free(match_data);
+  }
+  EncodeScratch(const EncodeScratch&) = delete;
+  EncodeScratch& operator=(const EncodeScratch&) = delete;
+
+  Vec<Symbol> symbols;
+  Vec<PairEntry> heap;
+  Vec<PairEntry> batch;
+  Vec<char> chars;
+  pcre2_match_data* match_data = nullptr;
+};
+
+Tokenizer::Tokenizer(Allocator* allocator)
+    : allocator_(allocator),
+      vocab_slots_(allocator),
+      merge_slots_(allocator),
+      added_(allocator),
+      added_by_id_(allocator) {}
+
+Tokenizer::~Tokenizer() {
+  if (pcre_match_context_ != nullptr) pcre2_match_context_free(pcre_match_context_);
+  if (pcre_code_ != nullptr) pcre2_code_free(pcre_code_);
+  if (pcre_general_ != nullptr) pcre2_general_context_free(pcre_general_);
+}
+
+kiln_status_t Tokenizer::Create(const TokenizerSpec& spec, Allocator* allocator, Tokenizer** out,
+                                kiln_error_t* error) {
+  if (out == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "tokenizer: out is NULL");
+  *out = nullptr;
+  if (allocator == nullptr)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "tokenizer: allocator is NULL");
+  void* memory = allocator->Alloc(sizeof(Tokenizer), alignof(Tokenizer));
+  if (memory == nullptr)
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "tokenizer: out of memory");
+  auto* tokenizer = new (memory) Tokenizer(allocator);
+  kiln_status_t status = tokenizer->Init(spec, error);
+  if (status != KILN_OK) {
+    Destroy(tokenizer);
+    return status;
+  }
+  *out = tokenizer;
+  return KILN_OK;
+}
+
+void Tokenizer::Destroy(Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return;
+  Allocator* allocator = tokenizer->allocator_;
+  tokenizer->~Tokenizer();
+  allocator->Free(tokenizer);
+}
+
+kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
+  const kiln_status_t kBad = KILN_ERROR_ARTIFACT_TOKENIZER;
+  const kiln_status_t kOom = KILN_ERROR_OUT_OF_MEMORY;
+  if (spec.pretokenizer != TokenizerSpec::PreTokenizer::kGpt2 &&
+      spec.pretokenizer != TokenizerSpec::PreTokenizer::kLlama3 &&
+      spec.pretokenizer != TokenizerSpec::PreTokenizer::kSplit)
+    return Fail(error, kBad, "tokenizer: unknown pre-tokenizer %d",
+                static_cast<int>(spec.pretokenizer));
+  if (spec.pretokenizer == TokenizerSpec::PreTokenizer::kSplit && spec.pattern.empty())
+    return Fail(error, kBad, "tokenizer: a Split pre-tokenizer needs a pattern");
+  if (spec.vocab_size == 0 || spec.vocab_size > static_cast<size_t>(INT32_MAX))
+    return Fail(error, kBad, "tokenizer: vocabulary size %zu is not in [1, 2^31)", spec.vocab_size);
+  if (spec.vocab == nullptr) return Fail(error, kBad, "tokenizer: no vocabulary");
+  if (spec.num_merges > 0 && spec.merges == nullptr)
+    return Fail(error, kBad, "tokenizer: %zu merges but no merge table", spec.num_merges);
+  if (spec.num_merges >= kEmptyKey)
+    return Fail(error, kBad, "tokenizer: too many merges (%zu)", spec.num_merges);
+  if (spec.num_added > 0 && spec.added == nullptr)
+    return Fail(error, kBad, "tokenizer: %zu added tokens but no table", spec.num_added);
+  if (spec.num_added > spec.vocab_size)
+    return Fail(error, kBad, "tokenizer: %zu added tokens for %zu ids", spec.num_added,
+                spec.vocab_size);
+
+  pretokenizer_ = spec.pretokenizer;
+  vocab_ = spec.vocab;
+  vocab_size_ = static_cast<int32_t>(spec.vocab_size);
+  bos_id_ = spec.bos_id;
+  add_bos_ = spec.add_bos;
+  ignore_merges_ = spec.ignore_merges;
+
+  // GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to 256+n.
+  std::fill(cp_to_byte_, cp_to_byte_ + 0x144, static_cast<int16_t>(-1));
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    int cp = printable ? b : 256 + extra++;
+    byte_to_cp_[b] = static_cast<uint16_t>(cp);
+    cp_to_byte_[cp] = static_cast<int16_t>(b);
+  }
+
+  // Vocabulary: string -> id.
+  size_t capacity;
+  if (!TableCapacity(spec.vocab_size, &capacity) || !vocab_slots_.resize(capacity))
+    return Fail(error, kOom, "tokenizer: out of memory (vocabulary of %zu)", spec.vocab_size);
+  std::fill(vocab_slots_.begin(), vocab_slots_.end(), -1);
+  vocab_mask_ = capacity - 1;
+  for (int32_t id = 0; id < vocab_size_; ++id) {
+    std::string_view token = vocab_[id];
+    if (token.empty()) continue;
+    size_t bad;
+    if (!IsValidUtf8(token.data(), token.size(), &bad))
+      return Fail(error, kBad, "tokenizer: vocabulary entry %d is not valid UTF-8 (byte %zu)", id,
+                  bad);
+    size_t slot = HashBytes(token.data(), token.size()) & vocab_mask_;
+    for (;;) {
+      int32_t other = vocab_slots_[slot];
+      if (other < 0) break;
+      if (vocab_[other] == token)
+        return Fail(error, kBad, "tokenizer: vocabulary entries %d and %d are both '%.*s'", other,
+                    id, static_cast<int>(std::min<size_t>(token.size(), kMessageBytes)),
+                    token.data());
+      slot = (slot + 1) & vocab_mask_;
+    }
+    vocab_slots_[slot] = id;
+  }
+
+  // Every byte needs a token: a pre-token can contain any byte.
+  for (int b = 0; b < 256; ++b) {
+    char utf8[2];
+    size_t n = 1;
+    uint16_t cp = byte_to_cp_[b];
+    if (cp < 0x80) {
+      utf8[0] = static_cast<char>(cp);
+    } else {
+      utf8[0] = static_cast<char>(0xC0 | (cp >> 6));
+      utf8[1] = static_cast<char>(0x80 | (cp & 0x3F));
+      n = 2;
+    }
+    byte_ids_[b] = FindVocab(utf8, n);
+    if (byte_ids_[b] < 0)
+      return Fail(error, kBad, "tokenizer: the vocabulary has no token for byte 0x%02X (U+%04X)",
+                  b, cp);
+  }
+
+  // Added tokens.
+  if (!added_.reserve(spec.num_added) || !added_by_id_.reserve(spec.num_added))
+    return Fail(error, kOom, "tokenizer: out of memory (%zu added tokens)", spec.num_added);
+  for (size_t i = 0; i < spec.num_added; ++i) {
+    const TokenizerSpec::Added& a = spec.added[i];
+    if (a.id < 0 || a.id >= vocab_size_)
+      return Fail(error, kBad, "tokenizer: added token %zu has id %d outside [0, %d)", i, a.id,
+                  vocab_size_);
+    if (a.content.empty())
+      return Fail(error, kBad, "tokenizer: added token %zu (id %d) is empty", i, a.id);
+    size_t bad;
+    if (!IsValidUtf8(a.content.data(), a.content.size(), &bad))
+      return Fail(error, kBad, "tokenizer: added token %zu (id %d) is not valid UTF-8", i, a.id);
+    if (!vocab_[a.id].empty() && vocab_[a.id] != a.content)
+      return Fail(error, kBad,
+                  "tokenizer: added token '%.*s' has id %d, which the vocabulary gives to '%.*s'",
+                  static_cast<int>(std::min<size_t>(a.content.size(), kMessageBytes)),
+                  a.content.data(), a.id,
+                  static_cast<int>(std::min<size_t>(vocab_[a.id].size(), kMessageBytes)),
+                  vocab_[a.id].data());
+    (void)added_.push_back(AddedToken{a.content, a.id, a.special});  // reserved above
+  }
+  std::sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
+    auto fx = static_cast<uint8_t>(x.content[0]), fy = static_cast<uint8_t>(y.content[0]);
+    if (fx != fy) return fx < fy;
+    if (x.content.size() != y.content.size()) return x.content.size() > y.content.size();
+    return x.content < y.content;
+  });
+  for (size_t i = 1; i < added_.size(); ++i) {
+    if (added_[i].content == added_[i - 1].content)
+      return Fail(error, kBad, "tokenizer: added token '%.*s' is listed twice (ids %d and %d)",
+                  static_cast<int>(std::min<size_t>(added_[i].content.size(), kMessageBytes)),
+                  added_[i].content.data(), added_[i - 1].id, added_[i].id);
+  }
+  {
+    size_t i = 0;
+    for (int b = 0; b <= 256; ++b) {
+      while (i < added_.size() && static_cast<uint8_t>(added_[i].content[0]) < b) ++i;
+      added_first_[b] = static_cast<uint32_t>(i);
+    }
+    added_first_[256] = static_cast<uint32_t>(added_.size());
+  }
+  for (size_t i = 0; i < added_.size(); ++i)
+    (void)added_by_id_.push_back(static_cast<int32_t>(i));  // reserved above
+  std::sort(added_by_id_.begin(), added_by_id_.end(),
+            [this](int32_t x, int32_t y) { return added_[x].id < added_[y].id; });
+  for (size_t i = 1; i < added_by_id_.size(); ++i) {
+    const AddedToken& x = added_[added_by_id_[i - 1]];
+    const AddedToken& y = added_[added_by_id_[i]];
+    if (x.id == y.id)
+      return Fail(error, kBad, "tokenizer: added tokens '%.*s' and '%.*s' share id %d",
+                  static_cast<int>(std::min<size_t>(x.content.size(), kMessageBytes)),
+                  x.content.data(),
+                  static_cast<int>(std::min<size_t>(y.content.size(), kMessageBytes)),
+                  y.content.data(), x.id);
+  }
+
+  // Merges: (left, right) -> (rank, merged id).
+  if (!TableCapacity(spec.num_merges, &capacity) || !merge_slots_.resize(capacity))
+    return Fail(error, kOom, "tokenizer: out of memory (%zu merges)", spec.num_merges);
+  std::fill(merge_slots_.begin(), merge_slots_.end(), MergeSlot{kEmptyKey, kEmptyKey, 0, -1});
+  merge_mask_ = capacity - 1;
+  Vec<char> joined(allocator_);
+  for (size_t r = 0; r < spec.num_merges; ++r) {
+    const TokenizerSpec::Merge& m = spec.merges[r];
+    if (m.left >= spec.vocab_size || m.right >= spec.vocab_size)
+      return Fail(error, kBad, "tokenizer: merge %zu (%u, %u) has an id outside [0, %d)", r,
+                  m.left, m.right, vocab_size_);
+    std::string_view left = vocab_[m.left], right = vocab_[m.right];
+    if (left.empty() || right.empty())
+      return Fail(error, kBad, "tokenizer: merge %zu (%u, %u) uses an id with no token", r, m.left,
+                  m.right);
+    joined.clear();
+    if (!joined.append(left.data(), left.size()) || !joined.append(right.data(), right.size()))
+      return Fail(error, kOom, "tokenizer: out of memory");
+    int32_t merged = FindVocab(joined.data(), joined.size());
+    if (merged < 0)
+      return Fail(error, kBad, "tokenizer: merge %zu ('%.*s' '%.*s') makes a token not in the vocabulary",
+                  r, static_cast<int>(std::min<size_t>(left.size(), kMessageBytes)), left.data(),
+                  static_cast<int>(std::min<size_t>(right.size(), kMessageBytes)), right.data());
+    size_t slot = HashPair(m.left, m.right) & merge_mask_;
+    for (;;) {
+      MergeSlot& s = merge_slots_[slot];
+      if (s.left == kEmptyKey || (s.left == m.left && s.right == m.right)) {
+        // A pair listed again takes its later rank, as tokenizer.py's dict does.
+        s = MergeSlot{m.left, m.right, static_cast<uint32_t>(r), merged};
+        break;
+      }
+      slot = (slot + 1) & merge_mask_;
+    }
+  }
+
+  if (add_bos_) {
+    if (bos_id_ < 0 || bos_id_ >= vocab_size_ ||
+        (FindAddedById(bos_id_) == nullptr && vocab_[bos_id_].empty()))
+      return Fail(error, kBad, "tokenizer: BOS id %d is not a token", bos_id_);
+  }
+
+  // The pre-tokenizer regex, its memory routed through the Allocator.
+  pcre_general_ = pcre2_general_context_create(PcreAlloc, PcreFree, allocator_);
+  if (pcre_general_ == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
+  pcre2_compile_context* compile_context = pcre2_compile_context_create(pcre_general_);
+  if (compile_context == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
+  // kSplit's pattern is checked to be non-empty above; the others have their own.
+  const bool custom = pretokenizer_ == TokenizerSpec::PreTokenizer::kSplit;
+  std::string_view source = custom ? spec.pattern
+                            : pretokenizer_ == TokenizerSpec::PreTokenizer::kGpt2
+                                ? std::string_view(kGpt2Pattern)
+                                : std::string_view(kLlama3Pattern);
+  Vec<char> rewritten(allocator_);
+  if (!RewriteWhiteSpace(source, &rewritten)) {
+    pcre2_compile_context_free(compile_context);
+    return Fail(error, kOom, "tokenizer: out of memory");
+  }
+  int code;
+  PCRE2_SIZE offset;
+  pcre_code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                             PCRE2_UTF | PCRE2_UCP, &code, &offset, compile_context);
+  pcre2_compile_context_free(compile_context);
+  if (pcre_code_ == nullptr) {
+    if (code == PCRE2_ERROR_HEAP_FAILED)
+      return Fail(error, kOom, "tokenizer: out of memory (PCRE2 compile)");
+    PCRE2_UCHAR message[160];
+    pcre2_get_error_message(code, message, sizeof(message));
+    return Fail(error, custom ? kBad : KILN_ERROR_INTERNAL,
+                "tokenizer: PCRE2 rejects the pre-tokenizer regex '%.*s' (at %zu of it with \\s "
+                "spelled out): %s",
+                static_cast<int>(std::min<size_t>(source.size(), 160)), source.data(),
+                static_cast<size_t>(offset), reinterpret_cast<const char*>(message));
+  }
+  // JIT when it works (it does not on platforms that forbid executable memory).
+  jit_ = spec.allow_jit && pcre2_jit_compile(pcre_code_, PCRE2_JIT_COMPLETE) == 0;
+  pcre_match_context_ = pcre2_match_context_create(pcre_general_);
+  if (pcre_match_context_ == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
+  // The regexes backtrack at most linearly; a run of millions of spaces must not hit
+  // the default limit of 10 million steps.
+  pcre2_set_match_limit(pcre_match_context_, UINT32_MAX);
+  return KILN_OK;
+}
+
+int32_t Tokenizer::FindVocab(const char* data, size_t size) const {
+  if (size == 0) return -1;
+  size_t slot = HashBytes(data, size) & vocab_mask_;
+  for (;;) {
+    int32_t id = vocab_slots_[slot];
+    if (id < 0) return -1;
+    std::string_view token = vocab_[id];
+    if (token.size() == size && std::memcmp(token.data(), data, size) == 0) return id;
+    slot = (slot + 1) & vocab_mask_;
+  }
+}
+
+bool Tokenizer::FindMerge(int32_t left, int32_t right, uint32_t* rank, int32_t* merged) const {
+  auto l = static_cast<uint32_t>(left), r = static_cast<uint32_t>(right);
+  size_t slot = HashPair(l, r) & merge_mask_;
+  for (;;) {
+    const MergeSlot& s = merge_slots_[slot];
+    if (s.left == kEmptyKey) return false;
+    if (s.left == l && s.right == r) {
+      *rank = s.rank;
+      *merged = s.merged;
+      return true;
+    }
+    slot = (slot + 1) & merge_mask_;
+  }
+}
+
+const Tokenizer::AddedToken* Tokenizer::FindAddedById(int32_t id) const {
+  size_t lo = 0, hi = added_by_id_.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const AddedToken& t = added_[added_by_id_[mid]];
+    if (t.id == id) return &t;
+    if (t.id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return nullptr;
+}
+
+const Tokenizer::AddedToken* Tokenizer::MatchAdded(const char* text, size_t length,
+                                                   size_t pos) const {
+  auto first = static_cast<uint8_t>(text[pos]);
+  size_t rest = length - pos;
+  for (uint32_t i = added_first_[first]; i < added_first_[first + 1]; ++i) {
+    const AddedToken& t = added_[i];  // longest first
+    if (t.content.size() <= rest && std::memcmp(t.content.data(), text + pos, t.content.size()) == 0)
+      return &t;
+  }
+  return nullptr;
+}
+
+kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_special,
+                                Vec<int32_t>* out_ids, kiln_error_t* error) const {
+  if (out_ids == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encode: out_ids is NULL");
+  if (text == nullptr && length > 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encode: text is NULL");
+  if (length > kMaxTextBytes)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encode: text of %zu bytes is too long",
+                length);
+  size_t bad;
+  if (!IsValidUtf8(text, length, &bad))
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT,
+                "encode: text is not valid UTF-8 (ill-formed sequence at byte %zu)", bad);
+
+  const size_t original = out_ids->size();
+  kiln_status_t status = KILN_OK;
+  if (add_special && add_bos_ && !out_ids->push_back(bos_id_))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+
+  EncodeScratch scratch(allocator_);
+  size_t segment = 0;
+  if (!added_.empty()) {
+    size_t pos = 0;
+    while (pos < length) {
+      auto b = static_cast<uint8_t>(text[pos]);
+      const AddedToken* token =
+          added_first_[b] == added_first_[b + 1] ? nullptr : MatchAdded(text, length, pos);
+      if (token == nullptr) {
+        ++pos;
+        continue;
+      }
+      status = EncodeSegment(text + segment, pos - segment, &scratch, out_ids, error);
+      if (status != KILN_OK) break;
+      if (!out_ids->push_back(token->id)) {
+        status = Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+        break;
+      }
+      pos += token->content.size();
+      segment = pos;
+    }
+  }
+  if (status == KILN_OK)
+    status = EncodeSegment(text + segment, length - segment, &scratch, out_ids, error);
+  if (status != KILN_OK) (void)out_ids->resize(original);
+  return status;
+}
+
+// Splits one stretch of text without added tokens into pre-tokens and encodes each.
+// The stretch is the whole subject, so look-aheads stop at its end. Pre-tokens are the
+// successive leftmost matches (Python's `regex.findall`); empty matches make none.
+// Text that no alternative matches (never, with the two built-in patterns) becomes a
+// pre-token of its own, as with Hugging Face's Split(behavior="Isolated").
+kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, EncodeScratch* scratch,
+                                       Vec<int32_t>* out, kiln_error_t* error) const {
+  if (length == 0) return KILN_OK;
+  if (scratch->match_data == nullptr) {
+    scratch->match_data = pcre2_match_data_create_from_pattern(pcre_code_, pcre_general_);
+    if (scratch->match_data == nullptr)
+      return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  }
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text);
+  size_t offset = 0;  // where the next match is looked for
+  size_t gap = 0;     // end of the last pre-token
+  uint32_t retry = 0;  // after an empty match: a non-empty one at the same place
+  while (offset < length) {
+    // The whole text was validated: skip PCRE2's UTF check (it would rescan the
+    // subject at every call).
+    const uint32_t options = PCRE2_NO_UTF_CHECK | retry;
+    int rc = pcre2_match(pcre_code_, subject, length, offset, options, scratch->match_data,
+                         pcre_match_context_);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      rc = pcre2_match(pcre_code_, subject, length, offset, options | PCRE2_NO_JIT,
+                       scratch->match_data, pcre_match_context_);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      if (retry == 0) break;
+      retry = 0;  // nothing non-empty starts here: step over one character
+      ++offset;
+      while (offset < length && (static_cast<uint8_t>(text[offset]) & 0xC0) == 0x80) ++offset;
+      continue;
+    }
+    if (rc < 0) {
+      if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT)
+        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory (PCRE2)");
+      PCRE2_UCHAR message[160];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      return Fail(error, KILN_ERROR_INTERNAL, "encode: PCRE2 match failed: %s",
+                  reinterpret_cast<const char*>(message));
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch->match_data);
+    size_t start = ovector[0], end = ovector[1];
+    if (start < offset || end > length || end < start)  // \K can do this; the patterns do not
+      return Fail(error, KILN_ERROR_INTERNAL, "encode: the pre-tokenizer regex matched [%zu, %zu)",
+                  start, end);
+    if (end == start) {
+      offset = start;
+      retry = PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED;
+      continue;
+    }
+    retry = 0;
+    kiln_status_t status = KILN_OK;
+    if (start > gap) status = EncodePiece(text + gap, start - gap, scratch, out, error);
+    if (status == KILN_OK) status = EncodePiece(text + start, end - start, scratch, out, error);
+    if (status != KILN_OK) return status;
+    gap = offset = end;
+  }
+  if (gap < length) return EncodePiece(text + gap, length - gap, scratch, out, error);
+  return KILN_OK;
+}
+
+// Byte-level BPE of one pre-token, with tokenizer.py's merge order: take the lowest
+// rank among adjacent pairs, merge every occurrence of that pair left to right (not
+// overlapping), repeat. A heap of (rank, position) finds the pairs; entries made stale
+// by earlier merges are recognised and dropped when they come up. O(n log n).
+kiln_status_t Tokenizer::EncodePiece(const char* piece, size_t length, EncodeScratch* scratch,
+                                     Vec<int32_t>* out, kiln_error_t* error) const {
+  const auto* s = reinterpret_cast<const uint8_t*>(piece);
+  if (length == 1) {
+    if (!out->push_back(byte_ids_[s[0]]))
+      return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+    return KILN_OK;
+  }
+  if (ignore_merges_) {
+    Vec<char>& chars = scratch->chars;
+    if (length > SIZE_MAX / 2 || !chars.resize(2 * length))
+      return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < length; ++i) {
+      uint16_t cp = byte_to_cp_[s[i]];
+      if (cp < 0x80) {
+        chars[n++] = static_cast<char>(cp);
+      } else {
+        chars[n++] = static_cast<char>(0xC0 | (cp >> 6));
+        chars[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    }
+    int32_t id = FindVocab(chars.data(), n);
+    if (id >= 0) {
+      if (!out->push_back(id)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+      return KILN_OK;
+    }
+  }
+
+  Vec<Symbol>& sym = scratch->symbols;
+  Vec<PairEntry>& heap = scratch->heap;
+  Vec<PairEntry>& batch = scratch->batch;
+  const auto n = static_cast<int32_t>(length);  // length <= kMaxTextBytes
+  if (!sym.resize(length) || !heap.reserve(length))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  heap.clear();
+  for (int32_t i = 0; i < n; ++i) sym[i] = Symbol{byte_ids_[s[i]], i - 1, i + 1 < n ? i + 1 : -1};
+
+  // Adds the pair starting at symbol p (which has a right neighbour) if it is a merge.
+  auto add_pair = [&](int32_t p) -> bool {
+    int32_t q = sym[p].next;
+    uint32_t rank;
+    int32_t merged;
+    if (!FindMerge(sym[p].id, sym[q].id, &rank, &merged)) return true;
+    return heap.push_back(PairEntry{rank, static_cast<uint32_t>(p), sym[p].id, sym[q].id, merged});
+  };
+  auto push_pair = [&](int32_t p) -> bool {
+    size_t before = heap.size();
+    if (!add_pair(p)) return false;
+    if (heap.size() != before) std::push_heap(heap.begin(), heap.end(), MergesLater);
+    return true;
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) (void)add_pair(i);  // reserved: at most n - 1
+  std::make_heap(heap.begin(), heap.end(), MergesLater);
+
+  while (!heap.empty()) {
+    // All current occurrences of the lowest-ranked pair, in text order. Pairs formed
+    // by these merges wait for the next round, even if their rank is lower.
+    const uint32_t rank = heap[0].rank;
+    batch.clear();
+    while (!heap.empty() && heap[0].rank == rank) {
+      std::pop_heap(heap.begin(), heap.end(), MergesLater);
+      if (!batch.push_back(heap[heap.size() - 1]))
+        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+      heap.pop_back();
+    }
+    for (const PairEntry& e : batch) {
+      const auto p = static_cast<int32_t>(e.pos);
+      if (sym[p].id != e.left) continue;  // merged away, or grown since
+      int32_t q = sym[p].next;
+      if (q < 0 || sym[q].id != e.right) continue;
+      sym[p].id = e.merged;
+      sym[p].next = sym[q].next;
+      if (sym[p].next >= 0) sym[sym[p].next].prev = p;
+      sym[q].id = -1;
+      if (sym[p].prev >= 0 && !push_pair(sym[p].prev))
+        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+      if (sym[p].next >= 0 && !push_pair(p))
+        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+    }
+  }
+
+  size_t count = 0;
+  for (int32_t i = 0; i >= 0; i = sym[i].next) ++count;
+  if (!GrowBy(out, count))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  for (int32_t i = 0; i >= 0; i = sym[i].next) (void)out->push_back(sym[i].id);  // reserved
+  return KILN_OK;
+}
+
+kiln_status_t Tokenizer::AppendBytes(int32_t id, bool skip_special, Vec<char>* out,
+                                     kiln_error_t* error) const {
+  if (id < 0 || id >= vocab_size_)
+    return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d is outside [0, %d)", id, vocab_size_);
+  if (const AddedToken* added = FindAddedById(id)) {
+    if (added->special && skip_special) return KILN_OK;
+    if (!out->append(added->content.data(), added->content.size()))
+      return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
+    return KILN_OK;
+  }
+  std::string_view token = vocab_[id];
+  if (token.empty())
+    return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d is not used by the vocabulary", id);
+  // Each byte-level character (1 or 2 UTF-8 bytes) stands for one byte.
+  const size_t start = out->size();
+  if (!GrowBy(out, token.size()) || !out->resize(start + token.size()))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
+  char* dst = out->data() + start;
+  const auto* s = reinterpret_cast<const uint8_t*>(token.data());
+  const size_t n = token.size();
+  size_t written = 0;
+  bool byte_level = true;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    if (s[i] < 0x80) {
+      cp = s[i];
+      i += 1;
+    } else if ((s[i] & 0xE0) == 0xC0 && i + 1 < n) {
+      cp = (static_cast<uint32_t>(s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F);
+      i += 2;
+    } else {
+      byte_level = false;
+      break;
+    }
+    if (cp >= 0x144 || cp_to_byte_[cp] < 0) {
+      byte_level = false;
+      break;
+    }
+    dst[written++] = static_cast<char>(cp_to_byte_[cp]);
+  }
+  if (!byte_level) {
+    // A character outside the byte-level alphabet: the token stands for its own UTF-8
+    // (Hugging Face's ByteLevel decoder does the same).
+    std::memcpy(dst, token.data(), n);
+    written = n;
+  }
+  (void)out->resize(start + written);  // shrinking never fails
+  return KILN_OK;
+}
+
+kiln_status_t Tokenizer::AppendTokenBytes(int32_t id, bool skip_special, Vec<char>* out,
+                                          kiln_error_t* error) const {
+  if (out == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "decode: out is NULL");
+  return AppendBytes(id, skip_special, out, error);
+}
+
+kiln_status_t Tokenizer::Decode(const int32_t* ids, size_t count, bool skip_special,
+                                Vec<char>* out_utf8, kiln_error_t* error) const {
+  if (out_utf8 == nullptr)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "decode: out_utf8 is NULL");
+  if (ids == nullptr && count > 0) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "decode: ids is NULL");
+  for (size_t i = 0; i < count; ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size_)
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "decode: ids[%zu] = %d is outside [0, %d)", i, id,
+                  vocab_size_);
+    if (vocab_[id].empty() && FindAddedById(id) == nullptr)
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "decode: ids[%zu] = %d is not a token", i, id);
+  }
+  Vec<char> raw(allocator_);
+  for (size_t i = 0; i < count; ++i) {
+    kiln_status_t status = AppendBytes(ids[i], skip_special, &raw, error);
+    if (status != KILN_OK) return status;
+  }
+  if (!AppendUtf8Replacing(raw.data(), raw.size(), out_utf8))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
+  return KILN_OK;
+}
+
+int32_t Tokenizer::TokenToId(std::string_view token) const {
+  if (token.empty()) return -1;
+  auto first = static_cast<uint8_t>(token[0]);
+  for (uint32_t i = added_first_[first]; i < added_first_[first + 1]; ++i) {
+    if (added_[i].content == token) return added_[i].id;
+  }
+  return FindVocab(token.data(), token.size());
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  const AddedToken* added = FindAddedById(id);
+  return added != nullptr && added->special;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,695 @@
+#include "verify.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "formats/kiln_format.h"
+#include "kernels/kernel.h"
+#include "support/allocator.h"
+#include "support/error.h"
+
+namespace kiln::rt {
+namespace {
+
+using flatbuffers::Vector;
+
+constexpr int kNumStageKinds = 5;
+
+bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+uint64_t AlignUp(uint64_t v) { return (v + format::kAlignment - 1) / format::kAlignment * format::kAlignment; }
+
+// Shape of a value as the verifier reasons about it: dims, -1 = dynamic tokens.
+struct Dims {
+  int rank = 0;
+  int64_t d[4] = {0, 0, 0, 0};
+};
+
+bool SameDim(int64_t a, int64_t b) { return a == b; }
+
+const char* OpName(const fb::Op* op) {
+  return op->name() != nullptr ? op->name()->c_str() : "<unnamed>";
+}
+
+class Verifier {
+ public:
+  Verifier(const uint8_t* data, size_t size, uint64_t cpu, Allocator* allocator, kiln_error_t* error)
+      : data_(data), size_(size), cpu_(cpu), allocator_(allocator), error_(error) {}
+
+  kiln_status_t Run(const fb::Model** out);
+
+ private:
+  kiln_status_t Header();
+  kiln_status_t Segments();
+  kiln_status_t Tensors();
+  kiln_status_t Values();
+  kiln_status_t Stages();
+  kiln_status_t StageIo(const fb::Stage* stage);
+  kiln_status_t Op(const fb::Stage* stage, const fb::Op* op, bool* defined);
+  kiln_status_t OpShapes(const fb::Op* op);
+  kiln_status_t Configs();
+  kiln_status_t TokenizerData();
+
+  // Dims of value `i` (already range-checked).
+  const Dims& V(uint32_t i) const { return value_dims_[i]; }
+  Dims W(uint32_t i) const;
+
+  kiln_status_t Bad(kiln_status_t status, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  kiln_status_t OpBad(const fb::Op* op, const char* what) {
+    return Bad(KILN_ERROR_ARTIFACT_OP, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
+  }
+  kiln_status_t ShapeBad(const fb::Op* op, const char* what) {
+    return Bad(KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()),
+               what);
+  }
+
+  const uint8_t* data_;
+  size_t size_;
+  uint64_t cpu_;
+  Allocator* allocator_;
+  kiln_error_t* error_;
+  const fb::Model* model_ = nullptr;
+  uint64_t header_end_ = 0;
+  Dims* value_dims_ = nullptr;
+  size_t num_values_ = 0;
+  int64_t hidden_ = 0, vocab_ = 0, layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  bool multimodal_ = false;
+};
+
+kiln_status_t Verifier::Bad(kiln_status_t status, const char* fmt, ...) {
+  if (error_ != nullptr) {
+    error_->status = status;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(error_->message, sizeof(error_->message), fmt, args);
+    va_end(args);
+  }
+  return status;
+}
+
+Dims Verifier::W(uint32_t i) const {
+  Dims d;
+  const fb::Tensor* t = model_->tensors()->Get(i);
+  d.rank = static_cast<int>(t->shape()->size());
+  for (int k = 0; k < d.rank && k < 4; ++k) d.d[k] = t->shape()->Get(k);
+  return d;
+}
+
+kiln_status_t Verifier::Header() {
+  if (reinterpret_cast<uintptr_t>(data_) % format::kAlignment != 0)
+    return Bad(KILN_ERROR_INVALID_ARGUMENT, "artifact data is not 64-byte aligned");
+  if (size_ < 12)
+    return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "file of %zu bytes is too short for a Kiln artifact", size_);
+  if (std::memcmp(data_ + 8, format::kFileIdentifier, 4) != 0)
+    return Bad(KILN_ERROR_ARTIFACT_NOT_KILN, "no \"KILN\" file identifier: not a Kiln artifact");
+  uint32_t fb_size;
+  std::memcpy(&fb_size, data_, 4);
+  if (fb_size > format::kMaxHeaderBytes)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "header size %u exceeds the limit", fb_size);
+  if (static_cast<uint64_t>(fb_size) + 4 > size_)
+    return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "header of %u bytes runs past the end of the %zu-byte file",
+               fb_size, size_);
+  header_end_ = static_cast<uint64_t>(fb_size) + 4;
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 64;
+  opts.max_tables = 1u << 24;
+  opts.check_alignment = true;
+  flatbuffers::Verifier verifier(data_, header_end_, opts);
+  if (!fb::VerifySizePrefixedModelBuffer(verifier))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "the FlatBuffer header fails structural verification");
+  model_ = fb::GetSizePrefixedModel(data_);
+  uint32_t version = model_->schema_version();
+  if (version / 1000 != format::kSchemaMajor)
+    return Bad(KILN_ERROR_ARTIFACT_VERSION, "schema version %u.%u; this runtime reads %u.x", version / 1000,
+               version % 1000, format::kSchemaMajor);
+  // Required tables.
+  if (model_->metadata() == nullptr || model_->segments() == nullptr || model_->tensors() == nullptr ||
+      model_->values() == nullptr || model_->stages() == nullptr || model_->memory_plan() == nullptr ||
+      model_->text() == nullptr || model_->tokenizer() == nullptr || model_->generation() == nullptr)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "a required table is missing from the header");
+  uint64_t req = model_->required_cpu_features();
+  if (req & ~format::kKnownCpuFeatures)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "requires CPU features this runtime does not know (0x%llx)",
+               static_cast<unsigned long long>(req & ~format::kKnownCpuFeatures));
+  uint64_t missing = req & ~cpu_;
+  if (missing != 0) {
+    char names[256] = {0};
+    size_t used = 0;
+    for (uint64_t b = 1; b != 0; b <<= 1)
+      if (missing & b) used += snprintf(names + used, sizeof(names) - used, "%s%s", used ? "," : "", format::CpuFeatureName(b));
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "this CPU lacks %s, which the artifact's kernels need", names);
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Segments() {
+  const auto* segs = model_->segments();
+  uint64_t prev_end = AlignUp(header_end_);
+  for (uint32_t i = 0; i < segs->size(); ++i) {
+    const fb::Segment* s = segs->Get(i);
+    uint64_t end;
+    if (s->offset() % format::kAlignment != 0)
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "segment %u at offset %llu is not 64-byte aligned", i,
+                 static_cast<unsigned long long>(s->offset()));
+    if (AddOverflows(s->offset(), s->size(), &end) || end > size_)
+      return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "segment %u [%llu, +%llu) runs past the end of the %zu-byte file",
+                 i, static_cast<unsigned long long>(s->offset()), static_cast<unsigned long long>(s->size()), size_);
+    if (s->offset() < prev_end)
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "segment %u overlaps the header or the previous segment", i);
+    prev_end = end;
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Tensors() {
+  const auto* tensors = model_->tensors();
+  const auto* segs = model_->segments();
+  for (uint32_t i = 0; i < tensors->size(); ++i) {
+    const fb::Tensor* t = tensors->Get(i);
+    const char* name = t->name() ? t->name()->c_str() : "<unnamed>";
+    if (t->shape() == nullptr || t->shape()->size() < 1 || t->shape()->size() > 4)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': rank must be 1 to 4", name);
+    uint64_t elems = 1;
+    for (int64_t d : *t->shape()) {
+      if (d <= 0 || d > kMaxDim) return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': dimension %lld out of range", name, static_cast<long long>(d));
+      if (MulOverflows(elems, static_cast<uint64_t>(d), &elems))
+        return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': element count overflows", name);
+    }
+    uint64_t elem_bytes;
+    switch (t->encoding()) {
+      case fb::Encoding::F32: elem_bytes = 4; break;
+      case fb::Encoding::F16:
+      case fb::Encoding::BF16: elem_bytes = 2; break;
+      default:
+        return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': encoding %s is not supported by this runtime", name,
+                   fb::EnumNameEncoding(t->encoding()));
+    }
+    if (t->layout() != fb::Layout::RowMajor)
+      return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown layout", name);
+    uint64_t bytes;
+    if (MulOverflows(elems, elem_bytes, &bytes) || bytes != t->size())
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu bytes do not match its shape and encoding", name,
+                 static_cast<unsigned long long>(t->size()));
+    if (t->segment() >= segs->size())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "tensor '%s': segment %u does not exist", name, t->segment());
+    const fb::Segment* s = segs->Get(t->segment());
+    uint64_t end;
+    if (t->offset() % format::kAlignment != 0)
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "tensor '%s': offset %llu is not 64-byte aligned", name,
+                 static_cast<unsigned long long>(t->offset()));
+    if (t->offset() < s->offset() || AddOverflows(t->offset(), t->size(), &end) || end > s->offset() + s->size())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "tensor '%s': data lies outside its segment", name);
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Values() {
+  const auto* values = model_->values();
+  num_values_ = values->size();
+  for (uint32_t i = 0; i < values->size(); ++i) {
+    const fb::Value* v = values->Get(i);
+    const char* name = v->name() ? v->name()->c_str() : "<unnamed>";
+    if (v->dtype() != fb::DType::F32 && v->dtype() != fb::DType::I32)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "value '%s': unknown dtype", name);
+    if (v->kind() > fb::ValueKind::MAX)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "value '%s': unknown kind", name);
+    if (v->shape() == nullptr || v->shape()->size() < 1 || v->shape()->size() > 3)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': rank must be 1 to 3", name);
+    if (v->max_rows() < 1 || v->max_rows() > kMaxRows)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': max_rows %lld out of range", name,
+                 static_cast<long long>(v->max_rows()));
+    uint64_t row_elems = 1;
+    for (uint32_t k = 0; k < v->shape()->size(); ++k) {
+      int64_t d = v->shape()->Get(k);
+      if (d == -1 && k == 0) continue;
+      if (d <= 0 || d > kMaxDim)
+        return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': dimension %u is %lld", name, k, static_cast<long long>(d));
+      if (k == 0) {
+        if (d != v->max_rows())
+          return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': static rows %lld differ from max_rows", name,
+                     static_cast<long long>(d));
+        continue;
+      }
+      if (MulOverflows(row_elems, static_cast<uint64_t>(d), &row_elems))
+        return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': size overflows", name);
+    }
+    uint64_t bytes;
+    if (MulOverflows(row_elems, static_cast<uint64_t>(v->max_rows()), &bytes) || MulOverflows(bytes, 4, &bytes) ||
+        AlignUp(bytes) != v->size())
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': size %llu does not match its shape", name,
+                 static_cast<unsigned long long>(v->size()));
+    if (v->kind() == fb::ValueKind::Arena && v->arena_offset() % format::kAlignment != 0)
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "value '%s': arena offset is not 64-byte aligned", name);
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Configs() {
+  const fb::TextConfig* t = model_->text();
+  vocab_ = t->vocab_size();
+  hidden_ = t->hidden_size();
+  layers_ = t->num_layers();
+  kv_heads_ = t->num_kv_heads();
+  head_dim_ = t->head_dim();
+  if (vocab_ < 1 || vocab_ > kMaxVocab || hidden_ < 1 || hidden_ > kMaxDim || layers_ < 1 || layers_ > kMaxLayers ||
+      t->num_heads() < 1 || kv_heads_ < 1 || t->num_heads() % kv_heads_ != 0 || head_dim_ < 2 ||
+      head_dim_ % 2 != 0 || head_dim_ > 4096 || t->max_position_embeddings() < 1)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "text config out of range (vocab %lld, hidden %lld, layers %lld, "
+               "heads %u/%lld, head_dim %lld)", static_cast<long long>(vocab_), static_cast<long long>(hidden_),
+               static_cast<long long>(layers_), t->num_heads(), static_cast<long long>(kv_heads_),
+               static_cast<long long>(head_dim_));
+  const fb::MemoryPlan* mp = model_->memory_plan();
+  if (mp->arena_bytes() > kMaxArenaBytes || mp->max_prefill_tokens() < 1 || mp->max_prefill_tokens() > kMaxRows)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "memory plan out of range");
+  multimodal_ = model_->image() != nullptr;
+  if (multimodal_) {
+    const fb::ImageConfig* im = model_->image();
+    const fb::ImagePreprocess* pp = model_->preprocess();
+    if (pp == nullptr) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "image model without preprocessing data");
+    if (im->image_size() < 1 || im->image_size() > 8192 || im->channels() != 3 || im->image_tokens() < 1 ||
+        im->image_tokens() > kMaxRows || im->image_token_id() < 0 || im->image_token_id() >= (int64_t{1} << 31))
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "image config out of range");
+    if (pp->image_mean() == nullptr || pp->image_mean()->size() != 3 || pp->image_std() == nullptr ||
+        pp->image_std()->size() != 3)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "image preprocessing needs 3 means and 3 standard deviations");
+    for (float s : *pp->image_std())
+      if (!(s > 0.0f) || !std::isfinite(s)) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "image_std must be positive");
+    if (pp->processor() > fb::ImageProcessor::MAX)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "unknown image processor");
+  }
+  const fb::Generation* g = model_->generation();
+  if (g->eos_token_ids() != nullptr)
+    for (int32_t e : *g->eos_token_ids())
+      if (e < 0 || e >= vocab_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "eos token id %d outside the vocabulary", e);
+  if (g->bos_token_id() >= vocab_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "bos token id outside the vocabulary");
+  for (uint32_t i = 0; model_->precision() != nullptr && i < model_->precision()->size(); ++i)
+    if (model_->precision()->Get(i)->tensor() >= model_->tensors()->size())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "precision table entry %u names no tensor", i);
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::TokenizerData() {
+  const fb::Tokenizer* tok = model_->tokenizer();
+  if (tok->vocab() == nullptr || tok->vocab()->size() < 1 || tok->vocab()->size() > static_cast<uint32_t>(kMaxVocab))
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "tokenizer vocabulary missing or too large");
+  uint32_t n = tok->vocab()->size();
+  if (tok->pretokenizer() > fb::PreTokenizer::MAX)
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "unknown pre-tokenizer");
+  if (tok->pretokenizer() == fb::PreTokenizer::Split && (tok->pattern() == nullptr || tok->pattern()->size() == 0))
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "Split pre-tokenizer without a pattern");
+  if (tok->merges() != nullptr)
+    for (uint32_t i = 0; i < tok->merges()->size(); ++i) {
+      const fb::Merge* m = tok->merges()->Get(i);
+      if (m->left() >= n || m->right() >= n)
+        return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "merge %u refers to an id outside the vocabulary", i);
+    }
+  if (tok->added_tokens() != nullptr)
+    for (const fb::AddedToken* a : *tok->added_tokens())
+      if (a->id() < 0 || static_cast<uint32_t>(a->id()) >= n || a->content() == nullptr || a->content()->size() == 0)
+        return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "malformed added token");
+  if (tok->bos_id() >= static_cast<int32_t>(n))
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "bos id outside the vocabulary");
+  return KILN_OK;
+}
+
+// Stage inputs and outputs by kind: what the session binds must fit.
+kiln_status_t Verifier::StageIo(const fb::Stage* s) {
+  auto in = s->inputs();
+  auto out = s->outputs();
+  if (in == nullptr || out == nullptr || out->size() != 1)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s': needs inputs and exactly one output",
+               fb::EnumNameStageKind(s->kind()));
+  for (uint32_t v : *in)
+    if (v >= num_values_ || model_->values()->Get(v)->kind() != fb::ValueKind::StageInput)
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "stage '%s': input %u is not a stage input value",
+                 fb::EnumNameStageKind(s->kind()), v);
+  if (out->Get(0) >= num_values_ || model_->values()->Get(out->Get(0))->kind() != fb::ValueKind::StageOutput)
+    return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "stage '%s': output is not a stage output value",
+               fb::EnumNameStageKind(s->kind()));
+  auto dims = [&](uint32_t v) { return V(v); };
+  auto is = [&](uint32_t v, int rank, int64_t a, int64_t b, int64_t c, fb::DType dt) {
+    const Dims& d = dims(v);
+    if (d.rank != rank || model_->values()->Get(v)->dtype() != dt) return false;
+    if (d.d[0] != a) return false;
+    if (rank > 1 && d.d[1] != b) return false;
+    if (rank > 2 && d.d[2] != c) return false;
+    return true;
+  };
+  const Dims& o = dims(out->Get(0));
+  bool ok = true;
+  switch (s->kind()) {
+    case fb::StageKind::VisionEncoder: {
+      if (!multimodal_) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "vision encoder in a text-only model");
+      int64_t sz = model_->image()->image_size();
+      ok = in->size() == 1 && is(in->Get(0), 3, 3, sz, sz, fb::DType::F32) && o.rank == 2 && o.d[0] > 0;
+      break;
+    }
+    case fb::StageKind::Projector:
+      ok = in->size() == 1 && V(in->Get(0)).rank == 2 && V(in->Get(0)).d[0] > 0 &&
+           is(out->Get(0), 2, model_->image()->image_tokens(), hidden_, 0, fb::DType::F32);
+      break;
+    case fb::StageKind::DecoderPrefill:
+      ok = in->size() == (multimodal_ ? 3u : 2u) && is(in->Get(0), 1, -1, 0, 0, fb::DType::I32) &&
+           is(in->Get(1), 1, -1, 0, 0, fb::DType::I32) && is(out->Get(0), 2, -1, hidden_, 0, fb::DType::F32) &&
+           (!multimodal_ || is(in->Get(2), 2, -1, hidden_, 0, fb::DType::F32));
+      break;
+    case fb::StageKind::DecoderDecode:
+      ok = in->size() == 2 && is(in->Get(0), 1, 1, 0, 0, fb::DType::I32) && is(in->Get(1), 1, 1, 0, 0, fb::DType::I32) &&
+           is(out->Get(0), 2, 1, hidden_, 0, fb::DType::F32);
+      break;
+    case fb::StageKind::LmHead:
+      ok = in->size() == 1 && is(in->Get(0), 2, -1, hidden_, 0, fb::DType::F32) &&
+           is(out->Get(0), 2, -1, vocab_, 0, fb::DType::F32);
+      break;
+  }
+  if (!ok)
+    return Bad(KILN_ERROR_ARTIFACT_SHAPE, "stage '%s': inputs or output do not have the shapes the runtime binds",
+               fb::EnumNameStageKind(s->kind()));
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Stages() {
+  const auto* stages = model_->stages();
+  bool seen[kNumStageKinds] = {false, false, false, false, false};
+  for (uint32_t i = 0; i < stages->size(); ++i) {
+    const fb::Stage* s = stages->Get(i);
+    int k = static_cast<int>(s->kind());
+    if (k < 0 || k >= kNumStageKinds) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage %u: unknown kind", i);
+    if (seen[k]) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s' appears twice", fb::EnumNameStageKind(s->kind()));
+    seen[k] = true;
+    if (s->arena_bytes() > model_->memory_plan()->arena_bytes())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "stage '%s': arena larger than the memory plan's",
+                 fb::EnumNameStageKind(s->kind()));
+    if (kiln_status_t st = StageIo(s); st != KILN_OK) return st;
+    if (s->ops() == nullptr || s->ops()->size() == 0)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s' has no ops", fb::EnumNameStageKind(s->kind()));
+    // Values become defined as ops produce them; an op may only read what is defined.
+    bool* defined = allocator_->AllocArray<bool>(num_values_ > 0 ? num_values_ : 1);
+    if (defined == nullptr) return Bad(KILN_ERROR_OUT_OF_MEMORY, "out of memory while verifying");
+    std::memset(defined, 0, num_values_ > 0 ? num_values_ : 1);
+    for (uint32_t v : *s->inputs()) defined[v] = true;
+    kiln_status_t st = KILN_OK;
+    for (uint32_t j = 0; j < s->ops()->size() && st == KILN_OK; ++j) st = Op(s, s->ops()->Get(j), defined);
+    if (st == KILN_OK && !defined[s->outputs()->Get(0)])
+      st = Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s' never writes its output", fb::EnumNameStageKind(s->kind()));
+    allocator_->Free(defined);
+    if (st != KILN_OK) return st;
+  }
+  if (!seen[2] || !seen[3] || !seen[4])
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "decoder_prefill, decoder_decode and lm_head stages are required");
+  if (multimodal_ && (!seen[0] || !seen[1]))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "an image model needs vision_encoder and projector stages");
+  return KILN_OK;
+}
+
+// Expected operand counts per op kind: inputs, minimum and maximum weights.
+struct Arity {
+  int inputs_min, inputs_max, weights_min, weights_max;
+  fb::OpParams params;
+};
+
+Arity ArityOf(fb::OpKind k) {
+  switch (k) {
+    case fb::OpKind::Embedding: return {1, 1, 1, 1, fb::OpParams::EmbeddingParams};
+    case fb::OpKind::MergeImageTokens: return {3, 3, 0, 0, fb::OpParams::MergeImageTokensParams};
+    case fb::OpKind::Linear: return {1, 1, 1, 2, fb::OpParams::NONE};
+    case fb::OpKind::LmHead: return {1, 1, 1, 1, fb::OpParams::NONE};
+    case fb::OpKind::Add:
+    case fb::OpKind::Mul: return {2, 2, 0, 0, fb::OpParams::NONE};
+    case fb::OpKind::Activation: return {1, 1, 0, 0, fb::OpParams::ActivationParams};
+    case fb::OpKind::GatedMlp: return {1, 1, 3, 3, fb::OpParams::GatedMlpParams};
+    case fb::OpKind::Moe: return {1, 1, 4, 1 + 3 * 64, fb::OpParams::MoeParams};
+    case fb::OpKind::RmsNorm: return {1, 1, 1, 1, fb::OpParams::NormParams};
+    case fb::OpKind::LayerNorm: return {1, 1, 2, 2, fb::OpParams::NormParams};
+    case fb::OpKind::Rope: return {2, 2, 0, 0, fb::OpParams::RopeParams};
+    case fb::OpKind::Attention: return {3, 4, 0, 0, fb::OpParams::AttentionParams};
+    case fb::OpKind::PatchEmbed: return {1, 1, 1, 2, fb::OpParams::PatchEmbedParams};
+    case fb::OpKind::ClassToken: return {1, 1, 1, 1, fb::OpParams::NONE};
+    case fb::OpKind::PositionEmbedding: return {1, 1, 1, 1, fb::OpParams::NONE};
+    case fb::OpKind::SliceRows: return {1, 1, 0, 0, fb::OpParams::SliceRowsParams};
+    case fb::OpKind::Concat: return {1, 64, 0, 0, fb::OpParams::NONE};
+    case fb::OpKind::PixelShuffle: return {1, 1, 0, 0, fb::OpParams::PixelShuffleParams};
+  }
+  return {-1, -1, -1, -1, fb::OpParams::NONE};
+}
+
+kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defined) {
+  if (op->kind() > fb::OpKind::MAX) return Bad(KILN_ERROR_ARTIFACT_OP, "op '%s': unknown op kind %u", OpName(op),
+                                               static_cast<unsigned>(op->kind()));
+  const KernelEntry* kernel = FindKernel(op->kernel());
+  if (kernel == nullptr)
+    return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel id %u is unknown to this runtime", OpName(op),
+               op->kernel());
+  if (kernel->op_kind != op->kind())
+    return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s does not run %s ops", OpName(op), kernel->name,
+               fb::EnumNameOpKind(op->kind()));
+  Arity a = ArityOf(op->kind());
+  int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
+  int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
+  if (ni < a.inputs_min || ni > a.inputs_max || nw < a.weights_min || nw > a.weights_max)
+    return OpBad(op, "wrong number of inputs or weights");
+  if (op->params_type() != a.params) return OpBad(op, "parameters of the wrong kind");
+  if (a.params != fb::OpParams::NONE && op->params() == nullptr) return OpBad(op, "parameters missing");
+  for (int i = 0; i < ni; ++i) {
+    uint32_t v = op->inputs()->Get(i);
+    if (v >= num_values_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': input %u out of range", OpName(op), v);
+    if (!defined[v]) return OpBad(op, "reads a value no earlier op of its stage wrote");
+  }
+  for (int i = 0; i < nw; ++i) {
+    uint32_t w = op->weights()->Get(i);
+    if (w >= model_->tensors()->size())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': weight %u out of range", OpName(op), w);
+    fb::Encoding e = model_->tensors()->Get(w)->encoding();
+    if ((kernel->encodings & (1u << static_cast<unsigned>(e))) == 0)
+      return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s cannot read %s weights", OpName(op),
+                 kernel->name, fb::EnumNameEncoding(e));
+  }
+  uint32_t out = op->output();
+  if (out >= num_values_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': output out of range", OpName(op));
+  const fb::Value* ov = model_->values()->Get(out);
+  if (ov->kind() == fb::ValueKind::StageInput) return OpBad(op, "writes a stage input");
+  if (ov->dtype() != fb::DType::F32) return OpBad(op, "output must be f32");
+  if (ov->kind() == fb::ValueKind::Arena) {
+    uint64_t end;
+    if (AddOverflows(ov->arena_offset(), ov->size(), &end) || end > stage->arena_bytes())
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': output lies outside the stage's arena", OpName(op));
+  } else if (out != stage->outputs()->Get(0)) {
+    return OpBad(op, "writes another stage's output");
+  }
+  for (int i = 0; i < ni; ++i) {
+    const fb::Value* iv = model_->values()->Get(op->inputs()->Get(i));
+    if (iv->kind() == fb::ValueKind::Arena) {
+      uint64_t end;
+      if (AddOverflows(iv->arena_offset(), iv->size(), &end) || end > stage->arena_bytes())
+        return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': input lies outside the stage's arena", OpName(op));
+    }
+  }
+  if (kiln_status_t st = OpShapes(op); st != KILN_OK) return st;
+  defined[out] = true;
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::OpShapes(const fb::Op* op) {
+  auto in = [&](int i) -> const Dims& { return V(op->inputs()->Get(i)); };
+  auto indt = [&](int i) { return model_->values()->Get(op->inputs()->Get(i))->dtype(); };
+  auto w = [&](int i) { return W(op->weights()->Get(i)); };
+  const Dims& o = V(op->output());
+  int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
+  int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
+  // Every op but the patch embedding reads 1-D ids or 2-D activations.
+  auto mat = [&](const Dims& d) { return d.rank == 2; };
+  auto f32in = [&](int i) { return indt(i) == fb::DType::F32; };
+  switch (op->kind()) {
+    case fb::OpKind::Embedding: {
+      Dims t = w(0);
+      if (in(0).rank != 1 || indt(0) != fb::DType::I32 || t.rank != 2 || !mat(o) || o.d[0] != in(0).d[0] ||
+          o.d[1] != t.d[1])
+        return ShapeBad(op, "expects ids [T], table [V, H] and output [T, H]");
+      break;
+    }
+    case fb::OpKind::MergeImageTokens:
+      if (!mat(in(0)) || in(1).rank != 1 || indt(1) != fb::DType::I32 || !mat(in(2)) || !f32in(0) || !f32in(2) ||
+          in(1).d[0] != in(0).d[0] || in(2).d[1] != in(0).d[1] || o.rank != 2 || o.d[0] != in(0).d[0] ||
+          o.d[1] != in(0).d[1])
+        return ShapeBad(op, "expects embeds [T, H], ids [T], image [N, H] and output [T, H]");
+      break;
+    case fb::OpKind::Linear:
+    case fb::OpKind::LmHead: {
+      Dims wt = w(0);
+      if (!mat(in(0)) || !f32in(0) || wt.rank != 2 || in(0).d[1] != wt.d[1] || !mat(o) || o.d[0] != in(0).d[0] ||
+          o.d[1] != wt.d[0])
+        return ShapeBad(op, "expects input [R, K], weight [N, K] and output [R, N]");
+      if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [N]");
+      break;
+    }
+    case fb::OpKind::Add:
+    case fb::OpKind::Mul:
+      if (!mat(in(0)) || !f32in(0) || !f32in(1) || in(1).rank != 2 || in(0).d[0] != in(1).d[0] ||
+          in(0).d[1] != in(1).d[1] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+        return ShapeBad(op, "operands and output must have the same shape");
+      break;
+    case fb::OpKind::Activation:
+      if (op->params_as_ActivationParams()->kind() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
+      if (!mat(in(0)) || !f32in(0) || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+        return ShapeBad(op, "output must have the input's shape");
+      break;
+    case fb::OpKind::GatedMlp: {
+      if (op->params_as_GatedMlpParams()->activation() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
+      Dims g = w(0), u = w(1), d = w(2);
+      int64_t h = in(0).d[1];
+      if (!mat(in(0)) || !f32in(0) || g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h ||
+          u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != h)
+        return ShapeBad(op, "expects gate/up [I, H], down [H, I] and output [R, H]");
+      break;
+    }
+    case fb::OpKind::Moe: {
+      const fb::MoeParams* p = op->params_as_MoeParams();
+      if (p->expert_ids() == nullptr) return OpBad(op, "expert_ids missing");
+      int64_t e = p->expert_ids()->size();
+      if (e < 1 || nw != 1 + 3 * e) return OpBad(op, "weights must be the router and gate/up/down per expert");
+      if (p->top_k() < 1 || p->top_k() > e) return OpBad(op, "top_k out of range");
+      if (p->activation() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
+      int64_t h = in(0).d[1];
+      Dims r = w(0);
+      if (!mat(in(0)) || !f32in(0) || r.rank != 2 || r.d[0] != e || r.d[1] != h || !mat(o) || o.d[0] != in(0).d[0] ||
+          o.d[1] != h)
+        return ShapeBad(op, "expects router [E, H] and output [R, H]");
+      for (int64_t x = 0; x < e; ++x) {
+        Dims g = w(1 + x), u = w(1 + e + x), d = w(1 + 2 * e + x);
+        if (g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h || u.d[0] != g.d[0] ||
+            d.d[0] != h || d.d[1] != g.d[0])
+          return ShapeBad(op, "an expert's gate/up/down weights do not fit");
+      }
+      break;
+    }
+    case fb::OpKind::RmsNorm:
+    case fb::OpKind::LayerNorm: {
+      float eps = op->params_as_NormParams()->epsilon();
+      if (!(eps > 0.0f) || !std::isfinite(eps)) return OpBad(op, "epsilon must be positive");
+      if (!mat(in(0)) || !f32in(0) || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+        return ShapeBad(op, "output must have the input's shape");
+      for (int i = 0; i < nw; ++i)
+        if (w(i).rank != 1 || w(i).d[0] != in(0).d[1]) return ShapeBad(op, "weight and bias must be [H]");
+      break;
+    }
+    case fb::OpKind::Rope: {
+      const fb::RopeParams* p = op->params_as_RopeParams();
+      if (p->num_heads() < 1 || p->head_dim() < 2 || p->head_dim() % 2 != 0 || p->head_dim() > 4096 ||
+          !(p->theta() > 0.0) || !std::isfinite(p->theta()) || p->rope_type() > fb::RopeType::MAX)
+        return OpBad(op, "invalid rotary parameters");
+      if (p->rope_type() == fb::RopeType::Llama3 &&
+          (!(p->factor() > 0.0) || !(p->low_freq_factor() > 0.0) || !(p->high_freq_factor() > p->low_freq_factor()) ||
+           p->original_max_position_embeddings() < 1))
+        return OpBad(op, "invalid llama3 rope scaling");
+      if (!mat(in(0)) || !f32in(0) || in(1).rank != 1 || indt(1) != fb::DType::I32 || in(1).d[0] != in(0).d[0] ||
+          in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() || !mat(o) || o.d[0] != in(0).d[0] ||
+          o.d[1] != in(0).d[1])
+        return ShapeBad(op, "expects input [T, heads * head_dim], positions [T]");
+      break;
+    }
+    case fb::OpKind::Attention: {
+      const fb::AttentionParams* p = op->params_as_AttentionParams();
+      int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
+      if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
+        return OpBad(op, "invalid attention parameters");
+      bool cached = p->cache_layer() >= 0;
+      if (cached && (p->cache_layer() >= layers_ || nkv != kv_heads_ || hd != head_dim_ || !p->causal() || ni != 4))
+        return OpBad(op, "KV-cache binding does not match the text config");
+      if (!cached && ni != 3) return OpBad(op, "positions without a KV cache");
+      for (int i = 0; i < 3; ++i)
+        if (!mat(in(i)) || !f32in(i) || in(i).d[0] != in(0).d[0]) return ShapeBad(op, "q, k, v must be [T, width]");
+      if (in(0).d[1] != nh * hd || in(1).d[1] != nkv * hd || in(2).d[1] != nkv * hd || !mat(o) ||
+          o.d[0] != in(0).d[0] || o.d[1] != nh * hd)
+        return ShapeBad(op, "q [T, heads * head_dim], k/v [T, kv_heads * head_dim]");
+      if (cached && (in(3).rank != 1 || indt(3) != fb::DType::I32 || in(3).d[0] != in(0).d[0]))
+        return ShapeBad(op, "positions must be [T]");
+      break;
+    }
+    case fb::OpKind::PatchEmbed: {
+      uint32_t p = op->params_as_PatchEmbedParams()->patch_size();
+      Dims px = in(0), wt = w(0);
+      if (px.rank != 3 || !f32in(0) || p < 1 || wt.rank != 4 || wt.d[1] != px.d[0] || wt.d[2] != p || wt.d[3] != p ||
+          px.d[1] % p != 0 || px.d[2] % p != 0 || !mat(o) || o.d[0] != (px.d[1] / p) * (px.d[2] / p) ||
+          o.d[1] != wt.d[0])
+        return ShapeBad(op, "expects pixels [C, H, W], kernel [D, C, p, p], output [(H/p)(W/p), D]");
+      if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [D]");
+      break;
+    }
+    case fb::OpKind::ClassToken:
+      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || w(0).rank != 1 || w(0).d[0] != in(0).d[1] || !mat(o) ||
+          o.d[0] != in(0).d[0] + 1 || o.d[1] != in(0).d[1])
+        return ShapeBad(op, "expects [P, D] and class embedding [D], output [P + 1, D]");
+      break;
+    case fb::OpKind::PositionEmbedding:
+      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || w(0).rank != 2 || w(0).d[1] != in(0).d[1] ||
+          in(0).d[0] > w(0).d[0] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+        return ShapeBad(op, "expects [P, D] and a table of at least P rows");
+      break;
+    case fb::OpKind::SliceRows: {
+      int64_t start = op->params_as_SliceRowsParams()->start();
+      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || !mat(o) || o.d[0] < 1 || o.d[1] != in(0).d[1] ||
+          start + o.d[0] > in(0).d[0])
+        return ShapeBad(op, "row range outside the input");
+      break;
+    }
+    case fb::OpKind::Concat: {
+      int64_t width = 0;
+      for (int i = 0; i < ni; ++i) {
+        if (!mat(in(i)) || !f32in(i) || in(i).d[0] != in(0).d[0] || in(i).d[0] < 1)
+          return ShapeBad(op, "inputs must be [R, C_i] with equal static R");
+        width += in(i).d[1];
+      }
+      if (!mat(o) || o.d[0] != in(0).d[0] || o.d[1] != width) return ShapeBad(op, "output must be [R, sum C_i]");
+      break;
+    }
+    case fb::OpKind::PixelShuffle: {
+      int64_t r = op->params_as_PixelShuffleParams()->scale_factor();
+      int64_t seq = in(0).d[0], side = 0;
+      while ((side + 1) * (side + 1) <= seq) ++side;
+      if (!mat(in(0)) || !f32in(0) || seq < 1 || side * side != seq || r < 1 || side % r != 0 || !mat(o) ||
+          o.d[0] != seq / (r * r) || o.d[1] != in(0).d[1] * r * r)
+        return ShapeBad(op, "expects a square patch grid divisible by scale_factor");
+      break;
+    }
+  }
+  return KILN_OK;
+}
+
+kiln_status_t Verifier::Run(const fb::Model** out) {
+  if (kiln_status_t st = Header(); st != KILN_OK) return st;
+  if (kiln_status_t st = Segments(); st != KILN_OK) return st;
+  if (kiln_status_t st = Tensors(); st != KILN_OK) return st;
+  if (kiln_status_t st = Values(); st != KILN_OK) return st;
+  if (kiln_status_t st = Configs(); st != KILN_OK) return st;
+  if (kiln_status_t st = TokenizerData(); st != KILN_OK) return st;
+  // Value dims for the op checks.
+  Dims* dims = allocator_->AllocArray<Dims>(num_values_ > 0 ? num_values_ : 1);
+  if (dims == nullptr) return Bad(KILN_ERROR_OUT_OF_MEMORY, "out of memory while verifying");
+  for (size_t i = 0; i < num_values_; ++i) {
+    const fb::Value* v = model_->values()->Get(static_cast<uint32_t>(i));
+    dims[i].rank = static_cast<int>(v->shape()->size());
+    for (int k = 0; k < dims[i].rank; ++k) dims[i].d[k] = v->shape()->Get(k);
+  }
+  value_dims_ = dims;
+  kiln_status_t st = Stages();
+  allocator_->Free(dims);
+  value_dims_ = nullptr;
+  if (st != KILN_OK) return st;
+  *out = model_;
+  return KILN_OK;
+}
+
+}  // namespace
+
+kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_features, Allocator* allocator,
+                             const fb::Model** out_model, kiln_error_t* error) {
+  if (data == nullptr || out_model == nullptr || allocator == nullptr)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null artifact");
+  Verifier v(data, size, cpu_features, allocator, error);
+  return v.Run(out_model);
+}
+
+}  // namespace kiln::rt

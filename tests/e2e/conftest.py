@@ -1,0 +1,44 @@
+"""End-to-end tests: checkpoints are generated, compiled with kiln-compile, run with
+kiln-run, and compared with the PyTorch references of tests/models.
+
+The binaries come from $KILN_BIN_DIR (default: build/host/bin of this checkout)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODELS = os.path.join(ROOT, "tests", "models")
+if MODELS not in sys.path:
+    sys.path.insert(0, MODELS)
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def bin_dir() -> str:
+    return os.environ.get("KILN_BIN_DIR", os.path.join(ROOT, "build", "host", "bin"))
+
+
+def tool(name: str) -> str:
+    path = os.path.join(bin_dir(), name)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not built (set KILN_BIN_DIR)")
+    return path
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    """Runs a command, failing the test with its output when it exits non-zero."""
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {p.returncode}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("e2e")

@@ -1,0 +1,222 @@
+// kiln-inspect: what a .kiln artifact contains — header, stages, tensors, the
+// per-layer precision table, the memory plan and the CPU features its kernels need.
+//
+//   kiln-inspect model.kiln [--ops] [--json]
+//
+// The artifact is verified by the runtime first: a corrupt file is reported, not
+// printed.
+#include <CLI/CLI.hpp>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fcntl.h>
+#include <string>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "formats/kiln_format.h"
+#include "formats/kiln_generated.h"
+#include "kiln/kiln.h"
+
+namespace fb = kiln::fb;
+
+namespace {
+
+std::string Shape(const flatbuffers::Vector<int64_t>* shape) {
+  std::string s = "[";
+  for (uint32_t i = 0; shape && i < shape->size(); ++i) {
+    if (i) s += ", ";
+    int64_t d = shape->Get(i);
+    s += d < 0 ? "?" : std::to_string(d);
+  }
+  return s + "]";
+}
+
+std::string Features(uint64_t bits) {
+  std::string s;
+  for (uint64_t b = 1; b != 0; b <<= 1)
+    if (bits & b) s += (s.empty() ? "" : ",") + std::string(kiln::format::CpuFeatureName(b));
+  return s.empty() ? "none" : s;
+}
+
+const char* S(const flatbuffers::String* s) { return s ? s->c_str() : ""; }
+
+// JSON string escaping for names (printable ASCII in practice; escape the rest).
+std::string J(const char* s) {
+  std::string out = "\"";
+  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(s); *p; ++p) {
+    if (*p == '"' || *p == '\\') {
+      out += '\\';
+      out += static_cast<char>(*p);
+    } else if (*p < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", *p);
+      out += buf;
+    } else {
+      out += static_cast<char>(*p);
+    }
+  }
+  return out + "\"";
+}
+
+std::string Num(double v) {
+  if (std::isnan(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
+  const fb::Metadata* md = m->metadata();
+  std::printf("%s: Kiln artifact, schema %u.%u, %.1f MB\n", path.c_str(), m->schema_version() / 1000,
+              m->schema_version() % 1000, file_size / 1e6);
+  std::printf("  architecture     %s\n", S(md->architecture()));
+  std::printf("  target           %s\n", S(md->target_triple()));
+  std::printf("  cpu features     %s\n", Features(m->required_cpu_features()).c_str());
+  std::printf("  compiler         %s\n", S(md->compiler_version()));
+  std::printf("  source hash      %s\n", S(md->source_hash()));
+  std::printf("  prompt template  %s\n", S(md->prompt_template()));
+  const fb::TextConfig* t = m->text();
+  std::printf("  text             %u layers, hidden %u, heads %u/%u kv, head_dim %u, vocab %u, max positions %u\n",
+              t->num_layers(), t->hidden_size(), t->num_heads(), t->num_kv_heads(), t->head_dim(), t->vocab_size(),
+              t->max_position_embeddings());
+  if (m->image()) {
+    const fb::ImagePreprocess* p = m->preprocess();
+    std::printf("  image            %ux%u, %u tokens (id %" PRId64 "), %s preprocessing, resample %u\n",
+                m->image()->image_size(), m->image()->image_size(), m->image()->image_tokens(),
+                m->image()->image_token_id(), fb::EnumNameImageProcessor(p->processor()), p->resample());
+  }
+  const fb::Tokenizer* tok = m->tokenizer();
+  std::printf("  tokenizer        byte-level BPE (%s), %u ids, %u merges, %u added tokens, bos %d%s\n",
+              fb::EnumNamePreTokenizer(tok->pretokenizer()), tok->vocab()->size(),
+              tok->merges() ? tok->merges()->size() : 0, tok->added_tokens() ? tok->added_tokens()->size() : 0,
+              tok->bos_id(), tok->add_bos() ? " (added)" : "");
+  const fb::MemoryPlan* mp = m->memory_plan();
+  std::printf("\nmemory plan\n");
+  std::printf("  weights          %12.1f MB (mapped)\n", mp->weight_bytes() / 1e6);
+  std::printf("  arena            %12.1f MB (max over stages, prefill of %u tokens)\n", mp->arena_bytes() / 1e6,
+              mp->max_prefill_tokens());
+  std::printf("  stage buffers    %12.1f MB\n", mp->io_bytes() / 1e6);
+  std::printf("  KV cache         %12.1f KB per token\n", mp->kv_bytes_per_token() / 1e3);
+  std::printf("\nstages\n");
+  for (const fb::Stage* s : *m->stages()) {
+    std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
+                s->arena_bytes() / 1e3);
+    std::printf("  in:");
+    for (uint32_t v : *s->inputs()) std::printf(" %s%s", S(m->values()->Get(v)->name()), Shape(m->values()->Get(v)->shape()).c_str());
+    uint32_t o = s->outputs()->Get(0);
+    std::printf("  out: %s%s\n", S(m->values()->Get(o)->name()), Shape(m->values()->Get(o)->shape()).c_str());
+    if (ops)
+      for (const fb::Op* op : *s->ops())
+        std::printf("    %-18s kernel %-24u %s\n", fb::EnumNameOpKind(op->kind()), op->kernel(), S(op->name()));
+  }
+  std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
+  std::printf("  %-64s %-16s %-9s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
+  uint64_t src_total = 0, total = 0;
+  for (uint32_t i = 0; m->precision() && i < m->precision()->size(); ++i) {
+    const fb::PrecisionEntry* e = m->precision()->Get(i);
+    const fb::Tensor* tn = m->tensors()->Get(e->tensor());
+    std::printf("  %-64s %-16s %-9s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
+                fb::EnumNameStageKind(e->stage()), fb::EnumNameEncoding(tn->encoding()), Shape(tn->shape()).c_str(),
+                e->source_bytes(), e->bytes(),
+                std::isnan(e->sensitivity()) ? "" : ("  sensitivity " + Num(e->sensitivity())).c_str());
+    src_total += e->source_bytes();
+    total += e->bytes();
+  }
+  std::printf("  %-64s %-16s %-9s %14s %12" PRIu64 " %12" PRIu64 "\n", "total", "", "", "", src_total, total);
+}
+
+void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
+  const fb::Metadata* md = m->metadata();
+  const fb::TextConfig* t = m->text();
+  const fb::MemoryPlan* mp = m->memory_plan();
+  std::printf("{\n  \"file\": %s, \"file_bytes\": %" PRIu64 ", \"schema_version\": %u,\n", J(path.c_str()).c_str(),
+              file_size, m->schema_version());
+  std::printf("  \"architecture\": %s, \"target\": %s, \"required_cpu_features\": %s,\n",
+              J(S(md->architecture())).c_str(), J(S(md->target_triple())).c_str(),
+              J(Features(m->required_cpu_features()).c_str()).c_str());
+  std::printf("  \"compiler\": %s, \"source_hash\": %s, \"prompt_template\": %s,\n", J(S(md->compiler_version())).c_str(),
+              J(S(md->source_hash())).c_str(), J(S(md->prompt_template())).c_str());
+  std::printf("  \"text\": {\"num_layers\": %u, \"hidden_size\": %u, \"num_heads\": %u, \"num_kv_heads\": %u, "
+              "\"head_dim\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u},\n",
+              t->num_layers(), t->hidden_size(), t->num_heads(), t->num_kv_heads(), t->head_dim(), t->vocab_size(),
+              t->max_position_embeddings());
+  if (m->image())
+    std::printf("  \"image\": {\"image_size\": %u, \"image_tokens\": %u, \"image_token_id\": %" PRId64
+                ", \"processor\": %s},\n",
+                m->image()->image_size(), m->image()->image_tokens(), m->image()->image_token_id(),
+                J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
+  std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
+              ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64 "},\n",
+              mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token());
+  std::printf("  \"stages\": [\n");
+  for (uint32_t i = 0; i < m->stages()->size(); ++i) {
+    const fb::Stage* s = m->stages()->Get(i);
+    std::printf("    {\"kind\": %s, \"ops\": %u, \"arena_bytes\": %" PRIu64, J(fb::EnumNameStageKind(s->kind())).c_str(),
+                s->ops()->size(), s->arena_bytes());
+    if (ops) {
+      std::printf(", \"op_list\": [");
+      for (uint32_t j = 0; j < s->ops()->size(); ++j) {
+        const fb::Op* op = s->ops()->Get(j);
+        std::printf("%s{\"kind\": %s, \"kernel\": %u, \"name\": %s}", j ? ", " : "", J(fb::EnumNameOpKind(op->kind())).c_str(),
+                    op->kernel(), J(S(op->name())).c_str());
+      }
+      std::printf("]");
+    }
+    std::printf("}%s\n", i + 1 < m->stages()->size() ? "," : "");
+  }
+  std::printf("  ],\n  \"precision\": [\n");
+  for (uint32_t i = 0; m->precision() && i < m->precision()->size(); ++i) {
+    const fb::PrecisionEntry* e = m->precision()->Get(i);
+    const fb::Tensor* tn = m->tensors()->Get(e->tensor());
+    std::printf("    {\"tensor\": %s, \"stage\": %s, \"encoding\": %s, \"group_size\": %u, \"shape\": %s, "
+                "\"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"sensitivity\": %s}%s\n",
+                J(S(tn->name())).c_str(), J(fb::EnumNameStageKind(e->stage())).c_str(),
+                J(fb::EnumNameEncoding(tn->encoding())).c_str(), tn->group_size(), Shape(tn->shape()).c_str(),
+                e->source_bytes(), e->bytes(), Num(e->sensitivity()).c_str(),
+                i + 1 < m->precision()->size() ? "," : "");
+  }
+  std::printf("  ]\n}\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-inspect: show what a .kiln artifact contains"};
+  std::string path;
+  bool json = false, ops = false;
+  app.add_option("model", path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
+  app.add_flag("--json", json, "machine-readable output");
+  app.add_flag("--ops", ops, "list every op of every stage");
+  CLI11_PARSE(app, argc, argv);
+
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
+    std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+    return 1;
+  }
+  kiln_model_release(model);
+  // Verified: read the header directly.
+  int fd = open(path.c_str(), O_RDONLY);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    std::perror(path.c_str());
+    return 1;
+  }
+  void* data = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (data == MAP_FAILED) {
+    std::perror(path.c_str());
+    return 1;
+  }
+  const fb::Model* m = fb::GetSizePrefixedModel(data);
+  if (json)
+    PrintJson(m, path, static_cast<uint64_t>(st.st_size), ops);
+  else
+    PrintText(m, path, static_cast<uint64_t>(st.st_size), ops);
+  munmap(data, st.st_size);
+  return 0;
+}

@@ -1,0 +1,231 @@
+// kiln-run: ask a compiled model a question about a photo.
+//
+//   kiln-run model.kiln --image photo.png --prompt "How do I install this?"
+//   kiln-run model.kiln --input-ids 1,2,3 --pixel-values pv.npy --dump-logits logits.npy
+//
+// Streams the answer to stdout and prints the time-to-first-token breakdown by
+// stage, decode speed and memory to stderr (or as JSON with --json).
+#include <CLI/CLI.hpp>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "tools/common/image_file.h"
+#include "tools/common/npy.h"
+
+namespace {
+
+int Die(const char* what, const kiln_error_t& err) {
+  std::fprintf(stderr, "kiln-run: error: %s: %s (%s)\n", what, err.message, kiln_status_message(err.status));
+  return 1;
+}
+
+bool ParseIds(const std::string& spec, std::vector<int32_t>* ids, std::string* error) {
+  ids->clear();
+  if (spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".npy") == 0) {
+    kiln::npy::Array a;
+    if (!kiln::npy::Read(spec, &a, error)) return false;
+    if (a.dtype == "f4") {
+      *error = spec + ": token ids must be integers";
+      return false;
+    }
+    for (int64_t v : a.AsInt()) ids->push_back(static_cast<int32_t>(v));
+    return true;
+  }
+  size_t p = 0;
+  while (p < spec.size()) {
+    size_t q = spec.find(',', p);
+    std::string item = spec.substr(p, q == std::string::npos ? std::string::npos : q - p);
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == nullptr || *end != '\0') {
+      *error = "--input-ids: '" + item + "' is not an integer";
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(v));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  return true;
+}
+
+int OnToken(void* user, int32_t, const char* text, size_t length) {
+  bool* quiet = static_cast<bool*>(user);
+  if (!*quiet && length > 0) {
+    std::fwrite(text, 1, length, stdout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out) {
+  if (json) {
+    std::fprintf(out,
+                 "{\"model\": \"%s\", \"architecture\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
+                 "\"image_tokens\": %d, \"generated_tokens\": %d, \"image_preprocess_ms\": %.3f, "
+                 "\"vision_encoder_ms\": %.3f, \"projector_ms\": %.3f, \"prefill_ms\": %.3f, "
+                 "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
+                 "\"decode_tokens_per_s\": %.3f, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
+                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64 "}\n",
+                 model.c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens,
+                 s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms, s.prefill_ms, s.first_token_ms, s.ttft_ms,
+                 s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.arena_bytes, s.kv_cache_bytes,
+                 s.peak_allocated_bytes, s.weight_bytes);
+    return;
+  }
+  std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image), %d generated\n", info.architecture,
+               s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens);
+  std::fprintf(out, "   image preprocess %9.2f ms\n", s.image_preprocess_ms);
+  std::fprintf(out, "   vision encoder   %9.2f ms\n", s.vision_encoder_ms);
+  std::fprintf(out, "   projector        %9.2f ms\n", s.projector_ms);
+  std::fprintf(out, "   prefill          %9.2f ms\n", s.prefill_ms);
+  std::fprintf(out, "   first token      %9.2f ms\n", s.first_token_ms);
+  std::fprintf(out, "   time to first token %6.2f ms\n", s.ttft_ms);
+  std::fprintf(out, "   decode           %9.2f tokens/s (first step %.2f ms)\n", s.decode_tokens_per_s,
+               s.first_decode_ms);
+  std::fprintf(out, "   memory: weights %.1f MB mapped, arena %.1f MB, KV cache %.1f MB, peak allocated %.1f MB\n",
+               s.weight_bytes / 1e6, s.arena_bytes / 1e6, s.kv_cache_bytes / 1e6, s.peak_allocated_bytes / 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-run: run a compiled Kiln model"};
+  std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path;
+  int max_new_tokens = 0, threads = 0, context = 0, top_k = 0;
+  float temperature = 0.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  bool json = false, quiet = false;
+  app.add_option("model", model_path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
+  app.add_option("--image", image_path, "photo (PNG, JPEG, BMP, ...)")->check(CLI::ExistingFile);
+  app.add_option("--prompt", prompt, "question (the model's prompt template is applied)");
+  app.add_option("--input-ids", ids_spec, "prompt token ids: 1,2,3 or a .npy file (template bypassed)");
+  app.add_option("--pixel-values", pixels_path, "preprocessed image [3,S,S] or [1,3,S,S] float32 .npy")
+      ->check(CLI::ExistingFile);
+  app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy)");
+  app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate (default: the checkpoint's, else 128)");
+  app.add_option("--temperature", temperature, "0 = greedy");
+  app.add_option("--top-k", top_k, "top-k filter (0 = off)");
+  app.add_option("--top-p", top_p, "nucleus filter (1 = off)");
+  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--threads", threads, "threads (default: every CPU)");
+  app.add_option("--context", context, "KV-cache length in tokens");
+  app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
+  app.add_flag("--quiet", quiet, "do not print the answer");
+  CLI11_PARSE(app, argc, argv);
+
+  if (prompt.empty() == ids_spec.empty()) {
+    std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt and --input-ids\n");
+    return 2;
+  }
+  if (!image_path.empty() && !pixels_path.empty()) {
+    std::fprintf(stderr, "kiln-run: error: give at most one of --image and --pixel-values\n");
+    return 2;
+  }
+  if (!logits_path.empty() && ids_spec.empty()) {
+    std::fprintf(stderr, "kiln-run: error: --dump-logits needs --input-ids\n");
+    return 2;
+  }
+
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  if (kiln_model_load(model_path.c_str(), nullptr, &model, &err) != KILN_OK) return Die("loading the model", err);
+  kiln_model_info_t info;
+  kiln_model_get_info(model, &info);
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = threads;
+  so.context_length = context;
+  kiln_session_t* session = nullptr;
+  if (kiln_session_create(model, &so, &session, &err) != KILN_OK) {
+    kiln_model_release(model);
+    return Die("creating a session", err);
+  }
+  int rc = 0;
+  auto fail = [&](const char* what) {
+    rc = Die(what, err);
+    kiln_session_release(session);
+    kiln_model_release(model);
+    return rc;
+  };
+
+  if (!image_path.empty()) {
+    kiln::tools::RgbImage img;
+    std::string error;
+    if (!kiln::tools::LoadRgbImage(image_path, &img, &error)) {
+      std::fprintf(stderr, "kiln-run: error: %s\n", error.c_str());
+      kiln_session_release(session);
+      kiln_model_release(model);
+      return 1;
+    }
+    if (kiln_session_set_image_rgb(session, img.pixels.data(), img.width, img.height, 3 * static_cast<size_t>(img.width),
+                                   &err) != KILN_OK)
+      return fail("setting the image");
+  } else if (!pixels_path.empty()) {
+    kiln::npy::Array a;
+    std::string error;
+    if (!kiln::npy::Read(pixels_path, &a, &error) || a.dtype != "f4") {
+      std::fprintf(stderr, "kiln-run: error: %s\n", error.empty() ? (pixels_path + ": must be float32").c_str() : error.c_str());
+      kiln_session_release(session);
+      kiln_model_release(model);
+      return 1;
+    }
+    std::vector<float> px = a.AsFloat();
+    if (kiln_session_set_pixel_values(session, px.data(), px.size(), &err) != KILN_OK)
+      return fail("setting the pixel values");
+  }
+
+  std::vector<int32_t> ids;
+  if (!ids_spec.empty()) {
+    std::string error;
+    if (!ParseIds(ids_spec, &ids, &error)) {
+      std::fprintf(stderr, "kiln-run: error: %s\n", error.c_str());
+      kiln_session_release(session);
+      kiln_model_release(model);
+      return 1;
+    }
+  }
+
+  if (!logits_path.empty()) {
+    std::vector<float> logits(ids.size() * static_cast<size_t>(info.vocab_size));
+    if (kiln_session_prefill_logits(session, ids.data(), ids.size(), logits.data(), logits.size(), &err) != KILN_OK)
+      return fail("computing logits");
+    std::string error;
+    if (!kiln::npy::WriteF32(logits_path, logits.data(), {1, ids.size(), static_cast<size_t>(info.vocab_size)}, &error)) {
+      std::fprintf(stderr, "kiln-run: error: %s\n", error.c_str());
+      rc = 1;
+    }
+  }
+
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = max_new_tokens;
+  go.temperature = temperature;
+  go.top_k = top_k;
+  go.top_p = top_p;
+  go.seed = seed;
+  go.on_token = OnToken;
+  go.user = &quiet;
+  kiln_status_t st = ids.empty() ? kiln_session_generate(session, prompt.c_str(), &go, &err)
+                                 : kiln_session_generate_ids(session, ids.data(), ids.size(), &go, &err);
+  if (st != KILN_OK) return fail("generating");
+  if (!quiet) std::fputc('\n', stdout);
+  if (!ids.empty() && !quiet) {
+    std::vector<int32_t> out(4096);
+    size_t n = 0;
+    kiln_session_get_output_ids(session, out.data(), out.size(), &n);
+    std::printf("tokens:");
+    for (size_t i = 0; i < n && i < out.size(); ++i) std::printf(" %d", out[i]);
+    std::printf("\n");
+  }
+  kiln_stats_t stats;
+  kiln_session_get_stats(session, &stats);
+  PrintStats(stats, info, model_path, json, json ? stdout : stderr);
+  kiln_session_release(session);
+  kiln_model_release(model);
+  return rc;
+}
