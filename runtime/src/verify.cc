@@ -28,7 +28,6 @@ struct Dims {
   int64_t d[4] = {0, 0, 0, 0};
 };
 
-bool SameDim(int64_t a, int64_t b) { return a == b; }
 
 const char* OpName(const fb::Op* op) {
   return op->name() != nullptr ? op->name()->c_str() : "<unnamed>";

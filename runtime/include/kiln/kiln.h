@@ -99,7 +99,11 @@ typedef enum kiln_status_t {
   KILN_STATUS_EXECUTION_FIRST = 200,
   KILN_STATUS_EXECUTION_LAST = 299,
   KILN_STATUS_INPUT_FIRST = 300,
-  KILN_STATUS_INPUT_LAST = 399
+  KILN_STATUS_INPUT_LAST = 399,
+
+  /* Not a status: makes every non-negative 32-bit value a valid kiln_status_t, so
+   * that codes added by later versions can be passed around safely. */
+  KILN_STATUS_MAX_ENUM = 0x7FFFFFFF
 } kiln_status_t;
 
 /* A short, static, human-readable description of a status code ("ok",

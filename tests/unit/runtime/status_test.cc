@@ -45,7 +45,7 @@ TEST(Status, UnknownCodesAreDescribedByRange) {
   EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(250)), "execution error");
   EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(399)), "input error");
   EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(1000)), "unknown status");
-  EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(-3)), "unknown status");
+  EXPECT_STREQ(kiln_status_message(KILN_STATUS_MAX_ENUM), "unknown status");
 }
 
 TEST(Status, RangeHelpers) {

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Makes the artifacts the runtime's unit tests load: tiny generated checkpoints of
+several architectures compiled with kiln-compile, and the PyTorch reference's
+outputs for one prompt each (input ids, pixel values, greedy tokens).
+
+usage: make_test_artifacts.py --compiler PATH/kiln-compile --out DIR
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "models")
+PRESETS = {"tiny-llama": False, "tiny-llava": True, "tiny-idefics3": True, "tiny-mixtral": False}
+
+
+def run(cmd):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{p.stdout}\n{p.stderr}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compiler", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    from PIL import Image
+    photo = os.path.join(args.out, "photo.png")
+    rng = np.random.default_rng(3)
+    Image.fromarray(rng.integers(0, 255, (6, 9, 3), dtype=np.uint8)).resize((72, 48), Image.BILINEAR).save(photo)
+    for preset, vlm in PRESETS.items():
+        ckpt = os.path.join(args.out, preset + ".ckpt")
+        golden = os.path.join(args.out, preset + ".golden")
+        shutil.rmtree(ckpt, ignore_errors=True)
+        run([sys.executable, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
+        run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln")])
+        cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
+               "--prompt", "What is in the picture?", "--max-new-tokens", "6"]
+        if vlm:
+            cmd += ["--image", photo]
+        run(cmd)
+        ids = np.load(os.path.join(golden, "input_ids.npy")).astype(np.int32).reshape(-1)
+        np.save(os.path.join(args.out, preset + ".ids.npy"), ids)
+        greedy = np.load(os.path.join(golden, "greedy.npy")).astype(np.int32).reshape(-1)
+        np.save(os.path.join(args.out, preset + ".greedy.npy"), greedy)
+        if vlm:
+            px = np.load(os.path.join(golden, "pixel_values.npy")).astype(np.float32)
+            np.save(os.path.join(args.out, preset + ".pixels.npy"), px.reshape(px.shape[-3:]))
+    print(f"test artifacts in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

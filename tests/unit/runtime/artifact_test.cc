@@ -1,0 +1,394 @@
+// Loading real artifacts, and a corpus of corrupted ones: every corruption must
+// yield an error status (never a crash, never a read out of bounds — this suite runs
+// under AddressSanitizer and UndefinedBehaviorSanitizer in scripts/test).
+//
+// The artifacts are tiny generated checkpoints compiled by kiln-compile
+// (tests/unit/make_test_artifacts.py), with the PyTorch reference's greedy tokens:
+// on any CPU (aarch64 under qemu included) the runtime must reproduce them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/kiln_generated.h"
+#include "kiln/kiln.h"
+#include "tools/common/npy.h"
+
+namespace fb = kiln::fb;
+
+namespace {
+
+std::string ArtifactsDir() {
+  const char* dir = std::getenv("KILN_TEST_ARTIFACTS");
+#ifdef KILN_DEFAULT_TEST_ARTIFACTS
+  if (dir == nullptr) dir = KILN_DEFAULT_TEST_ARTIFACTS;
+#endif
+  return dir != nullptr ? dir : "";
+}
+
+// A 64-byte-aligned byte buffer.
+struct Buffer {
+  std::vector<uint8_t> storage;
+  size_t size = 0;
+  uint8_t* data() { return storage.data() + Offset(); }
+  size_t Offset() {
+    uintptr_t p = reinterpret_cast<uintptr_t>(storage.data());
+    return (64 - p % 64) % 64;
+  }
+  void Assign(const uint8_t* src, size_t n) {
+    storage.assign(n + 64, 0);
+    size = n;
+    std::memcpy(data(), src, n);
+  }
+};
+
+bool ReadFile(const std::string& path, std::vector<uint8_t>* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return true;
+}
+
+// Loads from memory; on success also runs a short generation so that a corrupted
+// artifact the verifier accepts is executed too.
+kiln_status_t LoadAndRun(Buffer& b, kiln_error_t* err, bool run) {
+  kiln_model_t* model = nullptr;
+  kiln_status_t st = kiln_model_load_from_memory(b.data(), b.size, nullptr, &model, err);
+  if (st != KILN_OK) return st;
+  if (run) {
+    kiln_session_options_t so = {};
+    so.struct_size = sizeof(so);
+    so.num_threads = 1;
+    so.context_length = 64;
+    kiln_session_t* s = nullptr;
+    st = kiln_session_create(model, &so, &s, err);
+    if (st == KILN_OK) {
+      kiln_model_info_t info;
+      kiln_model_get_info(model, &info);
+      std::vector<int32_t> ids = {1, 2, 3, 4};
+      kiln_generate_options_t go;
+      kiln_generate_options_init(&go);
+      go.max_new_tokens = 2;
+      kiln_session_generate_ids(s, ids.data(), ids.size(), &go, err);
+      kiln_session_release(s);
+    }
+  }
+  kiln_model_release(model);
+  return KILN_OK;
+}
+
+class ArtifactTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = ArtifactsDir();
+    if (dir_.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+    ASSERT_TRUE(ReadFile(dir_ + "/" + GetParam() + ".kiln", &bytes_)) << dir_ << "/" << GetParam() << ".kiln";
+  }
+
+  // Rewrites the header through the object API, keeps the weights, and fixes up
+  // every absolute offset if the header changed size.
+  std::vector<uint8_t> Rewrite(const std::function<void(fb::ModelT&)>& edit) {
+    const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
+    std::unique_ptr<fb::ModelT> obj(m->UnPack());
+    edit(*obj);
+    uint64_t old_start = obj->segments.empty() ? bytes_.size() : obj->segments[0].offset();
+    flatbuffers::FlatBufferBuilder b;
+    b.ForceDefaults(true);
+    b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
+    uint64_t new_start = (b.GetSize() + 63) / 64 * 64;
+    int64_t delta = static_cast<int64_t>(new_start) - static_cast<int64_t>(old_start);
+    if (delta != 0) {
+      for (auto& s : obj->segments) s = fb::Segment(s.offset() + delta, s.size());
+      for (auto& t : obj->tensors) t->offset += delta;
+      b.Clear();
+      b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
+    }
+    std::vector<uint8_t> out(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+    out.resize(new_start, 0);
+    if (old_start < bytes_.size()) out.insert(out.end(), bytes_.begin() + old_start, bytes_.end());
+    return out;
+  }
+
+  kiln_status_t Load(const std::vector<uint8_t>& bytes, kiln_error_t* err, bool run = false) {
+    Buffer b;
+    b.Assign(bytes.data(), bytes.size());
+    return LoadAndRun(b, err, run);
+  }
+
+  std::string dir_;
+  std::vector<uint8_t> bytes_;
+};
+
+TEST_P(ArtifactTest, LoadsAndReproducesReferenceTokens) {
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  std::string path = dir_ + "/" + GetParam() + ".kiln";
+  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = 1;  // qemu-user here cannot start threads reliably
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+
+  kiln::npy::Array ids, greedy, px;
+  std::string error;
+  ASSERT_TRUE(kiln::npy::Read(dir_ + "/" + GetParam() + ".ids.npy", &ids, &error)) << error;
+  ASSERT_TRUE(kiln::npy::Read(dir_ + "/" + GetParam() + ".greedy.npy", &greedy, &error)) << error;
+  if (kiln::npy::Read(dir_ + "/" + GetParam() + ".pixels.npy", &px, &error)) {
+    std::vector<float> p = px.AsFloat();
+    ASSERT_EQ(kiln_session_set_pixel_values(s, p.data(), p.size(), &err), KILN_OK) << err.message;
+  }
+  std::vector<int32_t> prompt;
+  for (int64_t v : ids.AsInt()) prompt.push_back(static_cast<int32_t>(v));
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = static_cast<int32_t>(greedy.count());
+  kiln_status_t st = kiln_session_generate_ids(s, prompt.data(), prompt.size(), &go, &err);
+  ASSERT_EQ(st, KILN_OK) << err.message;
+  std::vector<int32_t> out(64);
+  size_t n = 0;
+  kiln_session_get_output_ids(s, out.data(), out.size(), &n);
+  out.resize(n);
+  std::vector<int32_t> expected;
+  for (int64_t v : greedy.AsInt()) expected.push_back(static_cast<int32_t>(v));
+  EXPECT_EQ(out, expected) << GetParam() << ": greedy tokens differ from the PyTorch reference";
+  kiln_session_release(s);
+  kiln_model_release(model);
+}
+
+TEST_P(ArtifactTest, TruncationsAreRejected) {
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
+  uint64_t data_start = m->segments()->Get(0)->offset();
+  // Every byte of the header region, then strides through the weights.
+  std::vector<size_t> cuts;
+  for (size_t n = 0; n < data_start + 64 && n < bytes_.size(); ++n) cuts.push_back(n);
+  for (size_t n = data_start; n < bytes_.size(); n += 997) cuts.push_back(n);
+  cuts.push_back(bytes_.size() - 1);
+  for (size_t n : cuts) {
+    Buffer b;
+    b.Assign(bytes_.data(), n);
+    kiln_error_t err;
+    kiln_status_t st = LoadAndRun(b, &err, false);
+    ASSERT_NE(st, KILN_OK) << "truncated to " << n << " of " << bytes_.size() << " bytes was accepted";
+    EXPECT_TRUE(kiln_status_is_artifact_error(st)) << n << ": " << kiln_status_message(st) << ": " << err.message;
+  }
+}
+
+TEST_P(ArtifactTest, FlippedHeaderBytesNeverCrash) {
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
+  size_t header = static_cast<size_t>(m->segments()->Get(0)->offset());
+  // A seeded sample of header positions (every one for small headers), two flip
+  // patterns each; accepted corruptions (a changed name or value that is still
+  // valid) are also executed, up to a bound that keeps the sanitizer run short.
+  std::mt19937 rng(1234);
+  const size_t kPositions = 1200;
+  const int kMaxRuns = 40;
+  int rejected = 0, accepted = 0, runs = 0;
+  const uint8_t patterns[] = {0xFF, 0x01};
+  for (size_t k = 0; k < std::min(header, kPositions); ++k) {
+    size_t i = header <= kPositions ? k : rng() % header;
+    for (uint8_t p : patterns) {
+      std::vector<uint8_t> bad = bytes_;
+      bad[i] ^= p;
+      kiln_error_t err;
+      bool run = runs < kMaxRuns;
+      kiln_status_t st = Load(bad, &err, run);
+      if (st == KILN_OK) {
+        ++accepted;
+        runs += run;
+      } else {
+        ++rejected;
+      }
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  RecordProperty("rejected", rejected);
+  RecordProperty("accepted", accepted);
+}
+
+struct Corruption {
+  const char* name;
+  kiln_status_t expected;  // KILN_OK: any error status
+  std::function<void(fb::ModelT&)> edit;
+};
+
+TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
+  const std::vector<Corruption> cases = {
+      {"newer schema major", KILN_ERROR_ARTIFACT_VERSION, [](fb::ModelT& m) { m.schema_version = 2000; }},
+      {"unknown cpu feature", KILN_ERROR_ARTIFACT_CPU_FEATURES,
+       [](fb::ModelT& m) { m.required_cpu_features = 1ull << 60; }},
+      {"tensor beyond the file", KILN_OK, [](fb::ModelT& m) { m.tensors.back()->offset += 1ull << 40; }},
+      {"misaligned tensor", KILN_ERROR_ARTIFACT_ALIGNMENT, [](fb::ModelT& m) { m.tensors[0]->offset += 4; }},
+      {"oversized shape", KILN_ERROR_ARTIFACT_SHAPE, [](fb::ModelT& m) { m.tensors[0]->shape[0] = int64_t{1} << 40; }},
+      {"shape overflow", KILN_ERROR_ARTIFACT_SHAPE,
+       [](fb::ModelT& m) {
+         m.tensors[0]->shape = {int64_t{1} << 25, int64_t{1} << 25, int64_t{1} << 25};
+       }},
+      {"size disagrees with shape", KILN_ERROR_ARTIFACT_SHAPE, [](fb::ModelT& m) { m.tensors[0]->size += 64; }},
+      {"negative dimension", KILN_ERROR_ARTIFACT_SHAPE, [](fb::ModelT& m) { m.tensors[0]->shape[0] = -5; }},
+      {"unknown encoding", KILN_OK,
+       [](fb::ModelT& m) { m.tensors[0]->encoding = static_cast<fb::Encoding>(77); }},
+      {"segment beyond the file", KILN_ERROR_ARTIFACT_TRUNCATED,
+       [](fb::ModelT& m) { m.segments[0] = fb::Segment(m.segments[0].offset(), m.segments[0].size() * 4 + 4096); }},
+      {"segment overlapping the header", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) { m.segments[0] = fb::Segment(0, m.segments[0].size()); }},
+      {"unknown kernel id", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL,
+       [](fb::ModelT& m) { m.stages[0]->ops[0]->kernel = 9999; }},
+      {"kernel of another op", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL,
+       [](fb::ModelT& m) {
+         auto& op = m.stages[0]->ops[0];
+         op->kernel = op->kernel == 5 ? 6 : 5;
+       }},
+      {"input index out of range", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) { m.stages.back()->ops[0]->inputs[0] = 1u << 30; }},
+      {"weight index out of range", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (!op->weights.empty()) {
+               op->weights[0] = 1u << 30;
+               return;
+             }
+       }},
+      {"missing weight", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (op->kind == fb::OpKind::RmsNorm || op->kind == fb::OpKind::LayerNorm) {
+               op->weights.clear();
+               return;
+             }
+       }},
+      {"read before write", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           if (s->ops.size() > 3) {
+             std::swap(s->ops[1], s->ops[s->ops.size() - 1]);
+             return;
+           }
+       }},
+      {"arena value beyond the arena", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) {
+         for (auto& v : m.values)
+           if (v->kind == fb::ValueKind::Arena) {
+             v->arena_offset += 1ull << 30;
+             return;
+           }
+       }},
+      {"value size disagrees with shape", KILN_ERROR_ARTIFACT_SHAPE, [](fb::ModelT& m) { m.values[0]->size += 64; }},
+      {"huge max_rows", KILN_ERROR_ARTIFACT_SHAPE,
+       [](fb::ModelT& m) {
+         m.values[0]->max_rows = int64_t{1} << 40;
+       }},
+      {"stage missing", KILN_ERROR_ARTIFACT_MALFORMED,
+       [](fb::ModelT& m) {
+         for (size_t i = 0; i < m.stages.size(); ++i)
+           if (m.stages[i]->kind == fb::StageKind::DecoderDecode) {
+             m.stages.erase(m.stages.begin() + static_cast<long>(i));
+             return;
+           }
+       }},
+      {"wrong params kind", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (op->kind == fb::OpKind::Attention) {
+               op->params.Set(fb::PatchEmbedParamsT());
+               return;
+             }
+       }},
+      {"zero epsilon", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* p = op->params.AsNormParams()) {
+               p->epsilon = 0.0f;
+               return;
+             }
+       }},
+      {"heads not divisible", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* p = op->params.AsAttentionParams()) {
+               p->num_kv_heads = p->num_heads + 1;
+               return;
+             }
+       }},
+      {"cache layer out of range", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* p = op->params.AsAttentionParams())
+               if (p->cache_layer >= 0) {
+                 p->cache_layer = 1000;
+                 return;
+               }
+       }},
+      {"odd rope head_dim", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* p = op->params.AsRopeParams()) {
+               p->head_dim += 1;
+               return;
+             }
+       }},
+      {"vocab too large", KILN_ERROR_ARTIFACT_MALFORMED, [](fb::ModelT& m) { m.text->vocab_size = 1u << 30; }},
+      {"eos outside the vocab", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) { m.generation->eos_token_ids = {int32_t{1} << 30}; }},
+      {"merge outside the vocab", KILN_ERROR_ARTIFACT_TOKENIZER,
+       [](fb::ModelT& m) {
+         if (!m.tokenizer->merges.empty()) m.tokenizer->merges[0] = fb::Merge(1u << 28, 0);
+         else m.tokenizer->bos_id = 1 << 28;
+       }},
+      {"precision row without tensor", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
+       [](fb::ModelT& m) {
+         if (!m.precision.empty()) m.precision[0]->tensor = 1u << 30;
+         else m.schema_version = 9000;
+       }},
+  };
+  for (const Corruption& c : cases) {
+    std::vector<uint8_t> bad = Rewrite(c.edit);
+    kiln_error_t err;
+    err.message[0] = '\0';
+    kiln_status_t st = Load(bad, &err, false);
+    EXPECT_NE(st, KILN_OK) << c.name << " was accepted";
+    if (c.expected != KILN_OK) EXPECT_EQ(st, c.expected) << c.name << ": " << err.message;
+    EXPECT_GT(std::strlen(err.message), 0u) << c.name << ": no message";
+  }
+}
+
+TEST_P(ArtifactTest, IdentifierAndEmptyFile) {
+  std::vector<uint8_t> bad = bytes_;
+  std::memcpy(bad.data() + 8, "GGUF", 4);
+  kiln_error_t err;
+  EXPECT_EQ(Load(bad, &err), KILN_ERROR_ARTIFACT_NOT_KILN);
+  Buffer empty;
+  empty.Assign(bytes_.data(), 0);
+  EXPECT_EQ(LoadAndRun(empty, &err, false), KILN_ERROR_ARTIFACT_TRUNCATED);
+  // A rewrite with no change loads: the harness itself does not corrupt.
+  EXPECT_EQ(Load(Rewrite([](fb::ModelT&) {}), &err, true), KILN_OK) << err.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ArtifactTest,
+                         ::testing::Values("tiny-llama", "tiny-llava", "tiny-idefics3", "tiny-mixtral"));
+
+TEST(ModelLoad, MissingFileAndBadArguments) {
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  EXPECT_EQ(kiln_model_load("/nonexistent/model.kiln", nullptr, &model, &err), KILN_ERROR_IO);
+  EXPECT_NE(std::strstr(err.message, "/nonexistent/model.kiln"), nullptr) << err.message;
+  EXPECT_EQ(kiln_model_load(nullptr, nullptr, &model, &err), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_model_load_from_memory(nullptr, 0, nullptr, &model, &err), KILN_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
