@@ -207,8 +207,11 @@ bool IsEos(const kiln_session_t* s, int32_t token) {
 // Hugging Face's decode skips them.
 kiln_status_t Emit(kiln_session_t* s, int32_t token, const kiln_generate_options_t& o, kiln_error_t* error) {
   const Tokenizer* tok = s->model->tokenizer;
-  if (token >= 0 && token < tok->vocab_size())
-    if (kiln_status_t st = tok->AppendTokenBytes(token, true, &s->text, error); st != KILN_OK) return st;
+  if (token >= 0 && token < tok->vocab_size()) {
+    kiln_status_t st = tok->AppendTokenBytes(token, true, &s->text, error);
+    if (st == KILN_ERROR_INPUT_TOKENS) ClearError(error);  // an id without a token: no text
+    else if (st != KILN_OK) return st;
+  }
   size_t n = Utf8CompleteLength(s->text.data(), s->text.size());
   Vec<char>& clean = s->text_out;
   clean.clear();

@@ -2,6 +2,7 @@
 //
 //   kiln-run model.kiln --image photo.png --prompt "How do I install this?"
 //   kiln-run model.kiln --input-ids 1,2,3 --pixel-values pv.npy --dump-logits logits.npy
+//   kiln-run model.kiln --batch questions.jsonl > answers.jsonl
 //
 // Streams the answer to stdout and prints the time-to-first-token breakdown by
 // stage, decode speed and memory to stderr (or as JSON with --json).
@@ -62,6 +63,109 @@ int OnToken(void* user, int32_t, const char* text, size_t length) {
   return 0;
 }
 
+// A minimal reader for the flat JSON objects of --batch lines: string values only.
+bool JsonString(const std::string& line, const std::string& key, std::string* out) {
+  std::string pat = "\"" + key + "\"";
+  size_t p = line.find(pat);
+  if (p == std::string::npos) return false;
+  p = line.find(':', p + pat.size());
+  if (p == std::string::npos) return false;
+  p = line.find('"', p);
+  if (p == std::string::npos) return false;
+  out->clear();
+  for (++p; p < line.size() && line[p] != '"'; ++p) {
+    if (line[p] == '\\' && p + 1 < line.size()) {
+      char c = line[++p];
+      out->push_back(c == 'n' ? '\n' : c == 't' ? '\t' : c);
+    } else {
+      out->push_back(line[p]);
+    }
+  }
+  return p < line.size();
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+int AppendText(void* user, int32_t, const char* text, size_t length) {
+  static_cast<std::string*>(user)->append(text, length);
+  return 0;
+}
+
+// --batch: one JSON object per line, {"prompt": "...", "image": "path"} (image
+// optional, relative to the file's directory; "id" echoed back). One session
+// answers them all; each answer is a JSON line on stdout with its timings.
+int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path,
+             const kiln_generate_options_t& base) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    std::fprintf(stderr, "kiln-run: error: cannot open %s\n", path.c_str());
+    return 1;
+  }
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  char buf[1 << 16];
+  int line_no = 0, failures = 0;
+  while (std::fgets(buf, sizeof(buf), f) != nullptr) {
+    ++line_no;
+    std::string line(buf), prompt, image, id;
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    if (!JsonString(line, "prompt", &prompt)) {
+      std::fprintf(stderr, "kiln-run: error: %s:%d: no \"prompt\"\n", path.c_str(), line_no);
+      ++failures;
+      continue;
+    }
+    JsonString(line, "id", &id);
+    kiln_error_t err;
+    kiln_session_reset(session);
+    if (JsonString(line, "image", &image)) {
+      std::string full = image.empty() || image[0] == '/' ? image : dir + "/" + image;
+      kiln::tools::RgbImage img;
+      std::string error;
+      if (!kiln::tools::LoadRgbImage(full, &img, &error) ||
+          kiln_session_set_image_rgb(session, img.pixels.data(), img.width, img.height,
+                                     3 * static_cast<size_t>(img.width), &err) != KILN_OK) {
+        std::fprintf(stderr, "kiln-run: error: %s:%d: %s\n", path.c_str(), line_no,
+                     error.empty() ? err.message : error.c_str());
+        ++failures;
+        continue;
+      }
+    }
+    std::string answer;
+    kiln_generate_options_t go = base;
+    go.on_token = AppendText;
+    go.user = &answer;
+    if (kiln_session_generate(session, prompt.c_str(), &go, &err) != KILN_OK) {
+      std::fprintf(stderr, "kiln-run: error: %s:%d: %s\n", path.c_str(), line_no, err.message);
+      ++failures;
+      continue;
+    }
+    kiln_stats_t s;
+    kiln_session_get_stats(session, &s);
+    std::printf("{\"id\": \"%s\", \"answer\": \"%s\", \"ttft_ms\": %.3f, \"generated_tokens\": %d}\n",
+                JsonEscape(id).c_str(), JsonEscape(answer).c_str(), s.ttft_ms, s.generated_tokens);
+    std::fflush(stdout);
+  }
+  std::fclose(f);
+  (void)model;
+  return failures == 0 ? 0 : 1;
+}
+
 void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out) {
   if (json) {
     std::fprintf(out,
@@ -95,7 +199,7 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: run a compiled Kiln model"};
-  std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path;
+  std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -107,6 +211,8 @@ int main(int argc, char** argv) {
   app.add_option("--pixel-values", pixels_path, "preprocessed image [3,S,S] or [1,3,S,S] float32 .npy")
       ->check(CLI::ExistingFile);
   app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy)");
+  app.add_option("--batch", batch_path, "answer every {\"prompt\", \"image\"} line of a JSONL file")
+      ->check(CLI::ExistingFile);
   app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate (default: the checkpoint's, else 128)");
   app.add_option("--temperature", temperature, "0 = greedy");
   app.add_option("--top-k", top_k, "top-k filter (0 = off)");
@@ -118,8 +224,8 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "do not print the answer");
   CLI11_PARSE(app, argc, argv);
 
-  if (prompt.empty() == ids_spec.empty()) {
-    std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt and --input-ids\n");
+  if ((prompt.empty() ? 0 : 1) + (ids_spec.empty() ? 0 : 1) + (batch_path.empty() ? 0 : 1) != 1) {
+    std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt, --input-ids and --batch\n");
     return 2;
   }
   if (!image_path.empty() && !pixels_path.empty()) {
@@ -152,6 +258,20 @@ int main(int argc, char** argv) {
     kiln_model_release(model);
     return rc;
   };
+
+  if (!batch_path.empty()) {
+    kiln_generate_options_t go;
+    kiln_generate_options_init(&go);
+    go.max_new_tokens = max_new_tokens;
+    go.temperature = temperature;
+    go.top_k = top_k;
+    go.top_p = top_p;
+    go.seed = seed;
+    rc = RunBatch(model, session, batch_path, go);
+    kiln_session_release(session);
+    kiln_model_release(model);
+    return rc;
+  }
 
   if (!image_path.empty()) {
     kiln::tools::RgbImage img;
