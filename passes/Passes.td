@@ -52,4 +52,40 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def KilnAssignPrecision : Pass<"kiln-assign-precision", "::mlir::ModuleOp"> {
+  let summary = "Choose the storage encoding of every weight under a memory budget";
+  let description = [{
+    Picks one encoding per weight so that the weights fit `memory-budget` bytes (or
+    `bits-per-weight` on average) with the least total sensitivity: a
+    multiple-choice knapsack over each weight's candidates, solved by Lagrangian
+    relaxation and then greedily refined with the budget left over.
+
+    A weight's candidates and their measured sensitivities come from its
+    `kiln.sensitivity` attribute (`{label = KL, ...}`, written by calibration); its
+    checkpoint encoding is always a candidate, with sensitivity 0. Weights without
+    the attribute keep their encoding. `precision` overrides, `REGEX=ENCODING` in
+    the manner of llama.cpp's --tensor-type, fix the encoding of every weight whose
+    name the regex matches (the first matching override wins).
+
+    Every decision is reported as a remark on its weight; a budget that even the
+    smallest candidates cannot meet is an error that states the smallest budget
+    that would fit.
+
+    ```mlir
+    kiln.weight @w : tensor<64x64xf32> from #kiln.source<...> as #kiln.encoding<f32>
+        {kiln.sensitivity = {int8 = 1.0e-05 : f64, int4_g32 = 2.0e-03 : f64}}
+    // kiln-assign-precision{memory-budget=9000} ->
+    kiln.weight @w : tensor<64x64xf32> from #kiln.source<...> as #kiln.encoding<int8> ...
+    ```
+  }];
+  let options = [
+    Option<"memoryBudget", "memory-budget", "std::string", /*default=*/"\"\"",
+           "Weight bytes allowed: 1.2GB (10^9), 800MiB (2^20), or a number of bytes">,
+    Option<"bitsPerWeight", "bits-per-weight", "double", /*default=*/"0.0",
+           "Average bits per weight parameter, scales included (instead of a budget)">,
+    ListOption<"precision", "precision", "std::string",
+               "REGEX=ENCODING overrides, e.g. 'vision_tower.*=bf16'">,
+  ];
+}
+
 #endif // KILN_PASSES_TD

@@ -1,14 +1,119 @@
 //===- Pipeline.cpp - the kiln-compile pipeline ------------------*- C++ -*-===//
 #include "compiler/pipelines/Pipeline.h"
 
+#include <cstdlib>
+#include <unistd.h>
+
 #include "codegen/targets/Target.h"
+#include "compiler/calibration/Calibration.h"
 #include "compiler/importers/hf/HFImporter.h"
+#include "compiler/pipelines/Report.h"
+#include "dialects/kiln/KilnOps.h"
 #include "formats/writer/ArtifactWriter.h"
 #include "passes/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 
 namespace kiln {
 
 const char* compilerVersion() { return "kiln-compile " KILN_COMPILER_VERSION; }
+
+namespace {
+
+std::string defaultCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/kiln";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/kiln";
+  return ".kiln-cache";
+}
+
+bool needsQuantizedEncodings(const CompileOptions& o) {
+  if (!o.memoryBudget.empty() || o.bitsPerWeight > 0)
+    return true;
+  for (const std::string& p : o.precision) {
+    llvm::StringRef label = llvm::StringRef(p).rsplit('=').second;
+    if (label.starts_with("int") || label.starts_with("fp8"))
+      return true;
+  }
+  return false;
+}
+
+// Measures sensitivities (and Hessians for GPTQ) and attaches them to the weights.
+mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions& options,
+                                    HessianTable* hessians) {
+  bool budget = !options.memoryBudget.empty() || options.bitsPerWeight > 0;
+  bool gptq = options.quantizer == "gptq";
+  if (!budget && !gptq)
+    return mlir::success();
+  std::string path = options.calibration;
+  if (path.empty()) {
+    llvm::SmallString<256> p(options.checkpoint);
+    llvm::sys::path::append(p, "calibration.jsonl");
+    if (!llvm::sys::fs::exists(p))
+      return module.emitError(budget ? "--memory-budget and --bits-per-weight" : "--quantizer=gptq")
+             << " measure the model on calibration inputs: give --calibration=FILE.jsonl (lines of "
+                "{\"image\": ..., \"prompt\": ...}) or put calibration.jsonl in the checkpoint directory";
+    path = std::string(p);
+  }
+  auto samples = calib::readCalibrationSet(path);
+  if (!samples)
+    return module.emitError(llvm::toString(samples.takeError()));
+  calib::Options co;
+  co.samples = std::move(*samples);
+  if (options.calibrationSamples > 0 && co.samples.size() > static_cast<size_t>(options.calibrationSamples))
+    co.samples.resize(static_cast<size_t>(options.calibrationSamples));
+  co.candidates = budget ? calib::defaultCandidates() : std::vector<std::string>{};
+  co.collectHessians = gptq;
+  co.gptq = gptq;
+  co.threads = options.threads;
+  co.progress = isatty(2) != 0;
+
+  // Sensitivities are cached by what determines them; Hessians are recomputed.
+  calib::Result result;
+  std::string cacheDir = options.cacheDir.empty() ? defaultCacheDir() : options.cacheDir;
+  std::string key;
+  bool cached = false;
+  if (budget) {
+    auto sourceHash = calib::sourceHash(module);
+    if (!sourceHash)
+      return module.emitError(llvm::toString(sourceHash.takeError()));
+    key = calib::cacheKey(*sourceHash, co);
+    cached = calib::loadCache(cacheDir, key, &result);
+    if (cached)
+      module.emitRemark() << "sensitivities from the cache (" << cacheDir << ")";
+  }
+  if (!cached || gptq) {
+    calib::Options run = co;
+    if (cached)
+      run.candidates.clear();  // only the Hessians are needed
+    calib::Result fresh;
+    if (mlir::failed(calib::calibrate(module, run, &fresh)))
+      return mlir::failure();
+    result.hessians = std::move(fresh.hessians);
+    if (!cached) {
+      result.sensitivity = std::move(fresh.sensitivity);
+      result.scoredPositions = fresh.scoredPositions;
+      if (budget)
+        calib::saveCache(cacheDir, key, result);
+    }
+  }
+  mlir::Builder b(module.getContext());
+  module.walk([&](WeightOp w) {
+    auto it = result.sensitivity.find(w.getSymName().str());
+    if (it == result.sensitivity.end())
+      return;
+    llvm::SmallVector<mlir::NamedAttribute> attrs;
+    for (const auto& [label, kl] : it->second)
+      attrs.push_back(b.getNamedAttr(label, b.getF64FloatAttr(kl)));
+    w->setAttr("kiln.sensitivity", b.getDictionaryAttr(attrs));
+  });
+  if (hessians)
+    *hessians = std::move(result.hessians);
+  return mlir::success();
+}
+
+} // namespace
 
 void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
   KilnSelectKernelsOptions select;
@@ -20,10 +125,16 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
-                                                 const CompileOptions& options, bool lower) {
+                                                 const CompileOptions& options, bool lower,
+                                                 HessianTable* hessians) {
   auto target = parseTarget(options.target, options.cpuFeatures);
   if (!target) {
     mlir::emitError(mlir::UnknownLoc::get(&context)) << llvm::toString(target.takeError());
+    return {};
+  }
+  if (options.quantizer != "rtn" && options.quantizer != "gptq") {
+    mlir::emitError(mlir::UnknownLoc::get(&context))
+        << "--quantizer must be rtn or gptq, got '" << options.quantizer << "'";
     return {};
   }
   hf::ImportOptions importOptions;
@@ -32,6 +143,39 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
       hf::importCheckpoint(&context, options.checkpoint, importOptions);
   if (!module || !lower)
     return module;
+
+  bool precision = needsQuantizedEncodings(options) || !options.precision.empty();
+  if (precision) {
+    // Calibration runs the model: it needs a lowered copy, which it makes itself.
+    {
+      mlir::OwningOpRef<mlir::ModuleOp> lowered = module->clone();
+      mlir::PassManager pm(&context);
+      buildLoweringPipeline(pm, options);
+      if (mlir::failed(pm.run(*lowered)))
+        return {};
+      if (mlir::failed(calibrateModule(*lowered, options, hessians)))
+        return {};
+      // Carry the measurements over to the module being compiled.
+      llvm::StringMap<mlir::Attribute> sens;
+      lowered->walk([&](WeightOp w) {
+        if (auto a = w->getAttr("kiln.sensitivity"))
+          sens[w.getSymName()] = a;
+      });
+      module->walk([&](WeightOp w) {
+        auto it = sens.find(w.getSymName());
+        if (it != sens.end())
+          w->setAttr("kiln.sensitivity", it->second);
+      });
+    }
+    mlir::PassManager pm(&context);
+    KilnAssignPrecisionOptions assign;
+    assign.memoryBudget = options.memoryBudget;
+    assign.bitsPerWeight = options.bitsPerWeight;
+    assign.precision = options.precision;
+    pm.addPass(createKilnAssignPrecision(assign));
+    if (mlir::failed(pm.run(*module)))
+      return {};
+  }
   mlir::PassManager pm(&context);
   buildLoweringPipeline(pm, options);
   if (mlir::failed(pm.run(*module)))
@@ -40,7 +184,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
 }
 
 mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& options,
-                                 llvm::StringRef output) {
+                                 llvm::StringRef output, const HessianTable* hessians) {
   auto target = parseTarget(options.target, options.cpuFeatures);
   if (!target)
     return module.emitError() << llvm::toString(target.takeError());
@@ -50,7 +194,13 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
   // what they use.
   artifact.requiredCpuFeatures = 0;
   artifact.compilerVersion = compilerVersion();
-  return writeArtifact(module, output, artifact);
+  if (options.quantizer == "gptq" && hessians)
+    artifact.hessians = *hessians;
+  if (mlir::failed(writeArtifact(module, output, artifact)))
+    return mlir::failure();
+  if (!options.report.empty())
+    return writePrecisionReport(module, options, output, options.report);
+  return mlir::success();
 }
 
 } // namespace kiln

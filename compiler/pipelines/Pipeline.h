@@ -1,13 +1,15 @@
 //===- Pipeline.h - the kiln-compile pipeline --------------------*- C++ -*-===//
 //
-// checkpoint -> import -> select kernels -> plan memory -> artifact, shared by
-// kiln-compile and the tests.
+// checkpoint -> import -> [calibrate -> assign precision] -> select kernels ->
+// plan memory -> artifact (+ precision report), shared by kiln-compile and tests.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_COMPILER_PIPELINES_PIPELINE_H
 #define KILN_COMPILER_PIPELINES_PIPELINE_H
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -22,6 +24,17 @@ struct CompileOptions {
   std::string cpuFeatures;  // "+dotprod,+i8mm"
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;
+
+  // Precision (docs/precision.md).
+  std::string memoryBudget;               // "1.2GB"; "" = none
+  double bitsPerWeight = 0;               // 0 = none
+  std::vector<std::string> precision;     // "REGEX=ENCODING" overrides
+  std::string calibration;                // JSONL or directory; "" = <checkpoint>/calibration.jsonl
+  int calibrationSamples = 0;             // 0 = all
+  std::string quantizer = "rtn";          // "rtn" or "gptq"
+  std::string cacheDir;                   // "" = $XDG_CACHE_HOME/kiln or ~/.cache/kiln
+  std::string report;                     // precision report (.json; .svg beside it)
+  int threads = 0;
 };
 
 /// The compiler's version string (recorded in artifacts).
@@ -30,14 +43,19 @@ const char* compilerVersion();
 /// Adds the lowering passes (kernel selection, memory planning) to `pm`.
 void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& options);
 
-/// Imports the checkpoint and runs the lowering pipeline. Null on failure (the
-/// diagnostics say why).
-mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
-                                                 const CompileOptions& options, bool lower);
+/// Imports the checkpoint, chooses precisions (when a budget or overrides are
+/// given) and runs the lowering pipeline. Null on failure (the diagnostics say why).
+/// GPTQ's calibration Hessians by weight name, handed from calibration to emission.
+using HessianTable = std::map<std::string, std::vector<double>>;
 
-/// Writes the artifact of a lowered module to `output`.
+mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
+                                                 const CompileOptions& options, bool lower,
+                                                 HessianTable* hessians = nullptr);
+
+/// Writes the artifact of a lowered module to `output` (and the precision report
+/// when asked for).
 mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& options,
-                                 llvm::StringRef output);
+                                 llvm::StringRef output, const HessianTable* hessians = nullptr);
 
 } // namespace kiln
 

@@ -147,3 +147,58 @@ uint64_t EncodingAttr::getStorageBytes(int64_t rows, int64_t cols) const {
   }
   llvm_unreachable("unknown encoding kind");
 }
+
+std::string EncodingAttr::getLabel() const {
+  std::string label = stringifyEncodingKind(getKind()).str();
+  if (getKind() == EncodingKind::int4)
+    label += "_g" + std::to_string(getGroupSize());
+  if (!getSymmetric())
+    label += "_asym";
+  if (getActivation() == ActivationMode::Int8PerToken)
+    label += "_a8";
+  return label;
+}
+
+EncodingAttr EncodingAttr::fromLabel(MLIRContext* context, StringRef label, std::string* error) {
+  SmallVector<StringRef> parts;
+  label.split(parts, '_');
+  // fp8_e4m3 / fp8_e5m2 contain an underscore of their own.
+  std::string kindName = parts.empty() ? "" : parts[0].str();
+  size_t next = 1;
+  if (kindName == "fp8" && parts.size() > 1) {
+    kindName += "_" + parts[1].str();
+    next = 2;
+  }
+  std::optional<EncodingKind> kind = symbolizeEncodingKind(kindName);
+  if (!kind) {
+    *error = "unknown encoding '" + label.str() +
+             "' (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, int4_gN; suffixes _asym, _a8)";
+    return {};
+  }
+  int64_t group = 0;
+  bool symmetric = true;
+  ActivationMode act = ActivationMode::Float;
+  for (size_t i = next; i < parts.size(); ++i) {
+    StringRef p = parts[i];
+    if (p.consume_front("g") && !p.empty() && !p.getAsInteger(10, group))
+      continue;
+    if (parts[i] == "asym")
+      symmetric = false;
+    else if (parts[i] == "a8")
+      act = ActivationMode::Int8PerToken;
+    else {
+      *error = "unknown encoding suffix '" + parts[i].str() + "' in '" + label.str() + "'";
+      return {};
+    }
+  }
+  if (*kind == EncodingKind::int4 && group == 0)
+    group = 32;
+  bool isInt4 = *kind == EncodingKind::int4, isInt = isInt4 || *kind == EncodingKind::int8;
+  if ((isInt4 && group != 32 && group != 64 && group != 128) || (!isInt4 && group != 0) ||
+      (!symmetric && !isInt4) || (act != ActivationMode::Float && !isInt)) {
+    *error = "invalid encoding '" + label.str() +
+             "': int4 groups are 32, 64 or 128; _asym is int4 only; _a8 needs int8 or int4";
+    return {};
+  }
+  return EncodingAttr::get(context, *kind, group, symmetric, act);
+}

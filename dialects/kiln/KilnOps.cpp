@@ -202,7 +202,7 @@ LogicalResult MoeOp::verify() {
       failed(expectDim(*this, "router in_features", router.getDimSize(1), "hidden size",
                        tensorOf(getInput()).getDimSize(1))))
     return failure();
-  if (getTopK() < 1 || getTopK() > experts)
+  if (getTopK() < 1 || static_cast<int64_t>(getTopK()) > experts)
     return emitOpError("top_k ") << getTopK() << " must lie in [1, " << experts << "]";
   ArrayRef<int64_t> ids = getExpertIds();
   if (static_cast<int64_t>(ids.size()) != experts)
@@ -391,7 +391,7 @@ LogicalResult SliceRowsOp::verify() {
                        in.getDimSize(1))))
     return failure();
   if (!in.isDynamicDim(0) && !out.isDynamicDim(0) &&
-      getStart() + out.getDimSize(0) > in.getDimSize(0))
+      static_cast<int64_t>(getStart()) + out.getDimSize(0) > in.getDimSize(0))
     return emitOpError("rows [") << getStart() << ", " << getStart() + out.getDimSize(0)
                                  << ") exceed the input's " << in.getDimSize(0) << " rows";
   return success();

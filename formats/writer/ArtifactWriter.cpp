@@ -4,6 +4,8 @@
 #include <map>
 
 #include "codegen/selection/KernelRegistry.h"
+#include "compiler/quantization/Quantize.h"
+#include "formats/encoding.h"
 #include "dialects/kiln/KilnOps.h"
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
@@ -227,6 +229,8 @@ struct WeightEntry {
   mutable WeightOp op; // op accessors are not const
   uint32_t index;
   fb::Encoding encoding;
+  format::EncodingSpec spec;
+  uint64_t rows = 0, cols = 0;
   uint64_t numElements;
   uint64_t bytes;     // stored size
   uint64_t offset;    // absolute file offset (set during layout)
@@ -281,6 +285,28 @@ bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, fb::En
   return true;
 }
 
+format::EncodingSpec specOf(WeightOp w) {
+  EncodingAttr enc = w.getEncoding();
+  format::EncodingSpec spec;
+  spec.id = static_cast<uint8_t>(toFbEncoding(static_cast<unsigned>(enc.getKind())));
+  spec.group = static_cast<uint32_t>(enc.getGroupSize());
+  spec.symmetric = enc.getSymmetric();
+  return spec;
+}
+
+// Source elements as f32.
+void sourceToF32(const uint8_t* src, llvm::StringRef dtype, uint64_t n, float* out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    if (dtype == "F32") {
+      std::memcpy(&out[i], src + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = dtype == "F16" ? numeric::F16ToF32(h) : numeric::Bf16ToF32(h);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // The writer
 //===----------------------------------------------------------------------===//
@@ -322,8 +348,12 @@ public:
       : module_(module), options_(options), symbols_(module) {}
 
   LogicalResult run(llvm::StringRef path);
+  LogicalResult runToMemory(std::vector<uint8_t>* out);
 
 private:
+  const uint8_t* sourceBytes(const WeightEntry& w);
+  LogicalResult prepare();
+  LogicalResult emit(llvm::raw_ostream& os);
   mlir::InFlightDiagnostic error() { return module_.emitError(); }
   LogicalResult collect();
   LogicalResult buildHeader(uint64_t dataStart);
@@ -350,6 +380,8 @@ private:
   int64_t maxPrefill_ = 0;
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
   uint64_t weightBytes_ = 0;
+  uint64_t dataStart_ = 0;
+  std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files_; // mapped source files
 };
 
 LogicalResult Writer::collect() {
@@ -382,12 +414,14 @@ LogicalResult Writer::collect() {
     e.index = static_cast<uint32_t>(weights_.size());
     e.encoding = toFbEncoding(static_cast<unsigned>(w.getEncoding().getKind()));
     e.numElements = static_cast<uint64_t>(w.getTensorType().getNumElements());
-    unsigned eb = encodingElementBytes(e.encoding);
-    if (eb == 0)
-      return w.emitOpError("encoding ") << w.getEncoding()
-                                        << " cannot be written yet (quantised encodings arrive "
-                                           "with the precision passes)";
-    e.bytes = e.numElements * eb;
+    e.spec = specOf(w);
+    e.rows = static_cast<uint64_t>(w.getTensorType().getDimSize(0));
+    e.cols = e.rows ? e.numElements / e.rows : 0;
+    e.bytes = format::StorageBytes(e.spec, e.rows, e.cols);
+    if (e.bytes == 0)
+      return w.emitOpError("encoding ") << w.getEncoding() << " cannot store a [" << e.rows << ", "
+                                        << e.cols << "] weight (int4 needs the input dimension to "
+                                           "be a multiple of the group size)";
     e.offset = 0;
     e.stage = it->second;
     weightIndex_[w] = e.index;
@@ -433,7 +467,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   // Stages, values and ops.
   std::vector<flatbuffers::Offset<fb::Value>> values;
   std::vector<flatbuffers::Offset<fb::Stage>> stages;
-  uint64_t arenaMax = 0, ioBytes = 0;
+  uint64_t arenaMax = 0, visionIoBytes = 0;
   for (mlir::func::FuncOp fn : stages_) {
     auto kind = llvm::cast<StageKindAttr>(fn->getAttr("kiln.stage")).getValue();
     int ki = static_cast<int>(kind);
@@ -460,8 +494,8 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         maxRows = type.getDimSize(0);
       fb::DType dt = type.getElementType().isInteger(32) ? fb::DType::I32 : fb::DType::F32;
       uint64_t size = alignUp(static_cast<uint64_t>(maxRows) * rowElems * 4);
-      if (vk != fb::ValueKind::Arena)
-        ioBytes += size;
+      if (vk != fb::ValueKind::Arena && (ki == 0 || ki == 1))
+        visionIoBytes += size;
       uint32_t idx = static_cast<uint32_t>(values.size());
       values.push_back(fb::CreateValueDirect(b, name.c_str(), dt, &shape, maxRows, vk,
                                              arenaOffset, size));
@@ -665,11 +699,21 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   for (const WeightEntry& w : weights_) {
     auto stageKind =
         llvm::cast<StageKindAttr>(stages_[w.stage]->getAttr("kiln.stage")).getValue();
-    precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind),
-                                                 w.op.getSource().getSize(), w.bytes,
-                                                 std::numeric_limits<float>::quiet_NaN()));
+    // The measured sensitivity of the chosen encoding, when calibration measured it.
+    float sens = std::numeric_limits<float>::quiet_NaN();
+    if (auto dict = w.op->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity"))
+      if (auto f = dict.getAs<mlir::FloatAttr>(w.op.getEncoding().getLabel()))
+        sens = static_cast<float>(f.getValueAsDouble());
+    precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind), w.op.getSource().getSize(),
+                                                 w.bytes, sens));
   }
 
+  // The session's stage buffers: ids, positions and hidden states of one prefill
+  // step, one row of logits, and the image path's pixels and features.
+  uint64_t hidden = static_cast<uint64_t>(intAttr(text, "hidden_size"));
+  uint64_t ioBytes = alignUp(static_cast<uint64_t>(maxPrefill_) * 4) * 2 +
+                     alignUp(static_cast<uint64_t>(maxPrefill_) * hidden * 4) +
+                     alignUp(static_cast<uint64_t>(intAttr(text, "vocab_size")) * 4) + visionIoBytes;
   auto memoryPlan = fb::CreateMemoryPlan(
       b, arenaMax, static_cast<uint32_t>(maxPrefill_), ioBytes,
       static_cast<uint64_t>(layers * 2 * kvHeads * headDim * 4), weightBytes_);
@@ -687,7 +731,30 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   return success();
 }
 
-LogicalResult Writer::writeFile(llvm::StringRef path) {
+const uint8_t* Writer::sourceBytes(const WeightEntry& w) {
+  SourceAttr src = w.op.getSource();
+  std::string file = src.getFile().str();
+  auto it = files_.find(file);
+  if (it == files_.end()) {
+    llvm::SmallString<256> p(checkpoint_);
+    llvm::sys::path::append(p, file);
+    auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+    if (!buf) {
+      w.op.emitOpError("cannot read ") << p << ": " << buf.getError().message();
+      return nullptr;
+    }
+    it = files_.emplace(file, std::move(*buf)).first;
+  }
+  const llvm::MemoryBuffer& buf = *it->second;
+  if (src.getOffset() > buf.getBufferSize() || src.getSize() > buf.getBufferSize() - src.getOffset()) {
+    w.op.emitOpError("data [") << src.getOffset() << ", +" << src.getSize() << ") lies outside " << file << " ("
+                               << buf.getBufferSize() << " bytes): the checkpoint changed since it was imported";
+    return nullptr;
+  }
+  return reinterpret_cast<const uint8_t*>(buf.getBufferStart()) + src.getOffset();
+}
+
+LogicalResult Writer::prepare() {
   // Source hash: config files and every weight's bytes, so that two artifacts from
   // the same checkpoint share it and any change of the source changes it.
   llvm::SHA256 sha;
@@ -701,32 +768,6 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
       sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
     }
   }
-
-  // Map each source file once.
-  std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files;
-  auto sourceBytes = [&](const WeightEntry& w) -> const uint8_t* {
-    SourceAttr src = w.op.getSource();
-    std::string file = src.getFile().str();
-    auto it = files.find(file);
-    if (it == files.end()) {
-      llvm::SmallString<256> p(checkpoint_);
-      llvm::sys::path::append(p, file);
-      auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-      if (!buf) {
-        w.op.emitOpError("cannot read ") << p << ": " << buf.getError().message();
-        return nullptr;
-      }
-      it = files.emplace(file, std::move(*buf)).first;
-    }
-    const llvm::MemoryBuffer& buf = *it->second;
-    if (src.getOffset() > buf.getBufferSize() || src.getSize() > buf.getBufferSize() - src.getOffset()) {
-      w.op.emitOpError("data [") << src.getOffset() << ", +" << src.getSize() << ") lies outside "
-                                 << file << " (" << buf.getBufferSize()
-                                 << " bytes): the checkpoint changed since it was imported";
-      return nullptr;
-    }
-    return reinterpret_cast<const uint8_t*>(buf.getBufferStart()) + src.getOffset();
-  };
   for (const WeightEntry& w : weights_) {
     const uint8_t* src = sourceBytes(w);
     if (!src)
@@ -742,14 +783,57 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   // writes every scalar), so build once to learn it, then with the real offsets.
   if (failed(buildHeader(0)))
     return failure();
-  uint64_t dataStart = alignUp(fbb_.GetSize());
-  if (failed(buildHeader(dataStart)))
+  dataStart_ = alignUp(fbb_.GetSize());
+  if (failed(buildHeader(dataStart_)))
     return failure();
-  if (alignUp(fbb_.GetSize()) != dataStart)
+  if (alignUp(fbb_.GetSize()) != dataStart_)
     return error() << "internal error: artifact header size changed between passes";
   if (fbb_.GetSize() > format::kMaxHeaderBytes)
     return error() << "artifact header of " << fbb_.GetSize() << " bytes exceeds the limit";
+  return success();
+}
 
+LogicalResult Writer::emit(llvm::raw_ostream& os) {
+  uint64_t pos = 0;
+  auto write = [&](const void* p, uint64_t n) {
+    os.write(static_cast<const char*>(p), n);
+    pos += n;
+  };
+  auto pad = [&](uint64_t to) {
+    static const char zeros[64] = {};
+    while (pos < to)
+      write(zeros, std::min<uint64_t>(64, to - pos));
+  };
+  write(fbb_.GetBufferPointer(), fbb_.GetSize());
+  pad(dataStart_);
+  std::vector<uint8_t> scratch;
+  for (const WeightEntry& w : weights_) {
+    pad(w.offset);
+    const uint8_t* src = sourceBytes(w);
+    if (!src)
+      return failure();
+    if (format::IsQuantized(w.spec.id)) {
+      std::vector<float> f32(w.numElements);
+      sourceToF32(src, w.op.getSource().getDtype(), w.numElements, f32.data());
+      auto h = options_.hessians.find(w.op.getSymName().str());
+      std::vector<uint8_t> q = h != options_.hessians.end() && h->second.size() == w.cols * w.cols
+                                   ? quant::quantizeGptq(f32.data(), w.rows, w.cols, w.spec, h->second.data())
+                                   : quant::quantizeRtn(f32.data(), w.rows, w.cols, w.spec);
+      write(q.data(), q.size());
+      continue;
+    }
+    scratch.resize(w.bytes);
+    if (!convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.encoding, scratch.data()))
+      return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
+    write(scratch.data(), scratch.size());
+  }
+  pad(alignUp(pos));
+  return success();
+}
+
+LogicalResult Writer::writeFile(llvm::StringRef path) {
+  if (failed(prepare()))
+    return failure();
   // Write to a temporary file beside the destination, then rename: readers see a
   // complete artifact or none, and a failure (or a signal) leaves nothing behind.
   llvm::SmallString<256> dir(path);
@@ -766,31 +850,7 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   bool ok = true;
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    auto pad = [&](uint64_t to) {
-      static const char zeros[64] = {};
-      uint64_t pos = os.tell();
-      while (pos < to) {
-        uint64_t n = std::min<uint64_t>(64, to - pos);
-        os.write(zeros, n);
-        pos += n;
-      }
-    };
-    os.write(reinterpret_cast<const char*>(fbb_.GetBufferPointer()), fbb_.GetSize());
-    pad(dataStart);
-    std::vector<uint8_t> scratch;
-    for (const WeightEntry& w : weights_) {
-      pad(w.offset);
-      const uint8_t* src = sourceBytes(w);
-      scratch.resize(w.bytes);
-      if (!src || !convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.encoding,
-                                 scratch.data())) {
-        ok = false;
-        break;
-      }
-      os.write(reinterpret_cast<const char*>(scratch.data()), scratch.size());
-    }
-    if (ok)
-      pad(alignUp(os.tell()));
+    ok = succeeded(emit(os));
     os.flush();
     if (os.has_error()) {
       error() << "writing '" << tmp << "' failed: " << os.error().message();
@@ -819,11 +879,27 @@ LogicalResult Writer::run(llvm::StringRef path) {
   return writeFile(path);
 }
 
+LogicalResult Writer::runToMemory(std::vector<uint8_t>* out) {
+  if (failed(collect()) || failed(prepare()))
+    return failure();
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  if (failed(emit(os)))
+    return failure();
+  out->assign(buffer.begin(), buffer.end());
+  return success();
+}
+
 } // namespace
 
 mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,
                                   const ArtifactOptions& options) {
   return Writer(module, options).run(path);
+}
+
+mlir::LogicalResult writeArtifactToMemory(mlir::ModuleOp module, const ArtifactOptions& options,
+                                          std::vector<uint8_t>* out) {
+  return Writer(module, options).runToMemory(out);
 }
 
 } // namespace kiln

@@ -11,7 +11,9 @@
 #define KILN_FORMATS_WRITER_ARTIFACTWRITER_H
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
@@ -22,7 +24,15 @@ struct ArtifactOptions {
   std::string targetTriple;     // recorded in the metadata
   uint64_t requiredCpuFeatures = 0;
   std::string compilerVersion;
+  /// Quantised weights: GPTQ when a calibration Hessian ([cols, cols], row-major) is
+  /// given for the weight's name, round-to-nearest otherwise.
+  std::map<std::string, std::vector<double>> hessians;
 };
+
+/// As writeArtifact, into memory (for calibration, which runs the model at compile
+/// time). The buffer is the exact file contents.
+mlir::LogicalResult writeArtifactToMemory(mlir::ModuleOp module, const ArtifactOptions& options,
+                                          std::vector<uint8_t>* out);
 
 /// Writes `module` to `path`. Errors (unreadable weights, an unsupported
 /// tokenizer, I/O) are emitted as diagnostics on the module and leave no file.

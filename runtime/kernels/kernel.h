@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/encoding.h"
 #include "formats/kiln_generated.h"
 #include "kiln/kiln.h"
 
@@ -18,6 +19,8 @@ struct KvCache;
 struct WeightView {
   const uint8_t* data = nullptr;
   fb::Encoding encoding = fb::Encoding::F32;
+  format::EncodingSpec spec;   // encoding, int4 group size and symmetry
+  bool int8_activations = false;  // W8A8 / W4A8: activations quantised per token
   int64_t rows = 0;
   int64_t cols = 0;
   const flatbuffers::Vector<int64_t>* shape = nullptr;

@@ -99,6 +99,7 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     args.error = error;
     kiln_status_t st = kernel->fn(args);
     if (st != KILN_OK) return st;
+    if (s->observer != nullptr) s->observer(s->observer_user, stage, op, in_views, ni, args.output);
   }
   (void)out_value;
   return KILN_OK;

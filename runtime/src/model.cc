@@ -28,6 +28,10 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
     WeightView& w = m->weights[i];
     w.data = m->data + t->offset();
     w.encoding = t->encoding();
+    w.spec.id = static_cast<uint8_t>(t->encoding());
+    w.spec.group = t->group_size();
+    w.spec.symmetric = t->symmetric();
+    w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
     w.shape = t->shape();
     w.rows = t->shape()->Get(0);
     w.cols = 1;
@@ -142,6 +146,42 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
 }
 
 }  // namespace
+
+namespace kiln::rt {
+
+kiln_status_t OverrideWeight(kiln_model_t* m, uint32_t tensor, const uint8_t* data, const format::EncodingSpec& spec,
+                             bool int8_activations, kiln_error_t* error) {
+  if (tensor >= m->weights.size()) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no tensor %u", tensor);
+  WeightView& w = m->weights[tensor];
+  if (format::StorageBytes(spec, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(w.cols)) == 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encoding cannot hold tensor %u", tensor);
+  w.data = data;
+  w.spec = spec;
+  w.encoding = static_cast<fb::Encoding>(spec.id);
+  w.int8_activations = int8_activations;
+  return KILN_OK;
+}
+
+void RestoreWeight(kiln_model_t* m, uint32_t tensor) {
+  const fb::Tensor* t = m->fb->tensors()->Get(tensor);
+  WeightView& w = m->weights[tensor];
+  w.data = m->data + t->offset();
+  w.encoding = t->encoding();
+  w.spec.id = static_cast<uint8_t>(t->encoding());
+  w.spec.group = t->group_size();
+  w.spec.symmetric = t->symmetric();
+  w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
+}
+
+int64_t FindTensor(const kiln_model_t* m, const char* name) {
+  for (uint32_t i = 0; i < m->fb->tensors()->size(); ++i) {
+    const flatbuffers::String* n = m->fb->tensors()->Get(i)->name();
+    if (n != nullptr && std::strcmp(n->c_str(), name) == 0) return i;
+  }
+  return -1;
+}
+
+}  // namespace kiln::rt
 
 extern "C" {
 

@@ -9,6 +9,7 @@
 #include "kernels/kernel.h"
 #include "kiln/kiln.h"
 #include "kv_cache.h"
+#include "observer.h"
 #include "platform/platform.h"
 #include "support/allocator.h"
 #include "support/vec.h"
@@ -83,6 +84,8 @@ struct kiln_session_t {
 
   kiln::rt::Vec<int32_t> prompt;
   kiln::rt::Vec<int32_t> output;
+  kiln::rt::OpObserver observer = nullptr;  // calibration hook (observer.h)
+  void* observer_user = nullptr;
   kiln::rt::Vec<char> text;      // bytes of generated tokens not yet emitted
   kiln::rt::Vec<char> text_out;  // the UTF-8 handed to the token callback
   kiln_stats_t stats = {};

@@ -315,7 +315,77 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   return st;
 }
 
+// The prompt templates of tests/models/kiln_models/prompts.py: the user's text with
+// the image (if one is set) expanded to image_tokens image tokens, tokenized.
+kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* out, kiln_error_t* error) {
+  kiln_model_t* model = s->model;
+  const char* tmpl = model->info.prompt_template;
+  bool image = model->multimodal && s->has_image;
+  const char* before = "";
+  const char* image_open = "";
+  const char* image_close = "";
+  const char* after = "";
+  if (std::strcmp(tmpl, "llava") == 0) {
+    before = "USER: ";
+    image_close = "\n";
+    after = " ASSISTANT:";
+  } else if (std::strcmp(tmpl, "llava-chatml") == 0) {
+    before = "<|im_start|>user\n";
+    image_close = "\n";
+    after = "<|im_end|>\n<|im_start|>assistant\n";
+  } else if (std::strcmp(tmpl, "idefics3") == 0) {
+    before = image ? "<|im_start|>User:" : "<|im_start|>User: ";
+    image_open = "<fake_token_around_image><global-img>";
+    image_close = "<fake_token_around_image>";
+    after = "<end_of_utterance>\nAssistant:";
+  } else if (std::strcmp(tmpl, "plain") != 0) {
+    return Fail(error, KILN_ERROR_UNSUPPORTED, "unknown prompt template '%s'", tmpl);
+  }
+  Vec<char> text(&s->allocator);
+  auto put = [&](const char* p, size_t n) { return text.append(p, n); };
+  bool ok = put(before, std::strlen(before));
+  if (image) {
+    ok = ok && put(image_open, std::strlen(image_open));
+    for (uint32_t i = 0; ok && i < model->fb->image()->image_tokens(); ++i)
+      ok = put(model->image_token_text, model->image_token_text_len);
+    ok = ok && put(image_close, std::strlen(image_close));
+  }
+  ok = ok && put(prompt, std::strlen(prompt)) && put(after, std::strlen(after));
+  if (!ok) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the prompt");
+  return model->tokenizer->Encode(text.data(), text.size(), true, out, error);
+}
+
 }  // namespace
+
+namespace kiln::rt {
+
+void SetOpObserver(kiln_session_t* session, OpObserver observer, void* user) {
+  session->observer = observer;
+  session->observer_user = user;
+}
+
+kiln_status_t GetImageFeatures(kiln_session_t* s, float* out, size_t capacity, kiln_error_t* error) {
+  if (!s->model->multimodal || !s->has_image) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no image set");
+  if (!s->image_encoded)
+    if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
+  size_t n = static_cast<size_t>(s->model->fb->image()->image_tokens()) * s->model->fb->text()->hidden_size();
+  if (capacity < n) return Fail(error, KILN_ERROR_BUFFER_TOO_SMALL, "image features need %zu floats", n);
+  std::memcpy(out, s->image_features, n * 4);
+  return KILN_OK;
+}
+
+kiln_status_t SetImageFeatures(kiln_session_t* s, const float* features, size_t count, kiln_error_t* error) {
+  if (!s->model->multimodal) return Fail(error, KILN_ERROR_INPUT_NOT_MULTIMODAL, "model takes no images");
+  size_t n = static_cast<size_t>(s->model->fb->image()->image_tokens()) * s->model->fb->text()->hidden_size();
+  if (count != n) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image features need %zu floats, got %zu", n, count);
+  std::memcpy(s->image_features, features, n * 4);
+  s->has_image = true;
+  s->image_encoded = true;
+  s->pending_preprocess_ms = 0;
+  return KILN_OK;
+}
+
+}  // namespace kiln::rt
 
 extern "C" {
 
@@ -476,51 +546,28 @@ kiln_status_t kiln_session_generate_ids(kiln_session_t* s, const int32_t* ids, s
   return Generate(s, ids, count, options, NowSeconds(), 0.0, out_error);
 }
 
+kiln_status_t kiln_session_prompt_ids(kiln_session_t* s, const char* prompt, int32_t* out_ids, size_t capacity,
+                                     size_t* out_count, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || prompt == nullptr || out_count == nullptr || (out_ids == nullptr && capacity > 0))
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_prompt_ids: invalid arguments");
+  Vec<int32_t> ids(&s->allocator);
+  if (kiln_status_t st = BuildPrompt(s, prompt, &ids, out_error); st != KILN_OK) return st;
+  *out_count = ids.size();
+  std::memcpy(out_ids, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
+  if (ids.size() > capacity)
+    return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu ids do not fit in %zu", ids.size(), capacity);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_session_generate(kiln_session_t* s, const char* prompt, const kiln_generate_options_t* options,
                                     kiln_error_t* out_error) {
   ClearError(out_error);
   if (s == nullptr || prompt == nullptr)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_generate needs a session and a prompt");
   double t0 = NowSeconds();
-  kiln_model_t* model = s->model;
-  // The prompt templates of tests/models/kiln_models/prompts.py.
-  const char* tmpl = model->info.prompt_template;
-  bool image = model->multimodal && s->has_image;
-  const char* before = "";
-  const char* image_open = "";
-  const char* image_close = "";
-  const char* after = "";
-  if (std::strcmp(tmpl, "llava") == 0) {
-    before = "USER: ";
-    image_close = "\n";
-    after = " ASSISTANT:";
-  } else if (std::strcmp(tmpl, "llava-chatml") == 0) {
-    before = "<|im_start|>user\n";
-    image_close = "\n";
-    after = "<|im_end|>\n<|im_start|>assistant\n";
-  } else if (std::strcmp(tmpl, "idefics3") == 0) {
-    before = image ? "<|im_start|>User:" : "<|im_start|>User: ";
-    image_open = "<fake_token_around_image><global-img>";
-    image_close = "<fake_token_around_image>";
-    after = "<end_of_utterance>\nAssistant:";
-  } else if (std::strcmp(tmpl, "plain") != 0) {
-    return Fail(out_error, KILN_ERROR_UNSUPPORTED, "unknown prompt template '%s'", tmpl);
-  }
-  Vec<char> text(&s->allocator);
-  auto put = [&](const char* p, size_t n) { return text.append(p, n); };
-  bool ok = put(before, std::strlen(before));
-  if (image) {
-    ok = ok && put(image_open, std::strlen(image_open));
-    for (uint32_t i = 0; ok && i < model->fb->image()->image_tokens(); ++i)
-      ok = put(model->image_token_text, model->image_token_text_len);
-    ok = ok && put(image_close, std::strlen(image_close));
-  }
-  ok = ok && put(prompt, std::strlen(prompt)) && put(after, std::strlen(after));
-  if (!ok) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the prompt");
   s->prompt.clear();
-  if (kiln_status_t st = model->tokenizer->Encode(text.data(), text.size(), true, &s->prompt, out_error);
-      st != KILN_OK)
-    return st;
+  if (kiln_status_t st = BuildPrompt(s, prompt, &s->prompt, out_error); st != KILN_OK) return st;
   double tokenize_ms = Ms(NowSeconds() - t0);
   return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, tokenize_ms, out_error);
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "formats/encoding.h"
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
 #include "support/allocator.h"
@@ -177,21 +178,30 @@ kiln_status_t Verifier::Tensors() {
       if (MulOverflows(elems, static_cast<uint64_t>(d), &elems))
         return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': element count overflows", name);
     }
-    uint64_t elem_bytes;
-    switch (t->encoding()) {
-      case fb::Encoding::F32: elem_bytes = 4; break;
-      case fb::Encoding::F16:
-      case fb::Encoding::BF16: elem_bytes = 2; break;
-      default:
-        return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': encoding %s is not supported by this runtime", name,
-                   fb::EnumNameEncoding(t->encoding()));
-    }
+    if (t->encoding() > fb::Encoding::MAX)
+      return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': encoding %u is not supported by this runtime", name,
+                 static_cast<unsigned>(t->encoding()));
+    uint64_t rows = static_cast<uint64_t>(t->shape()->Get(0));
+    format::EncodingSpec spec;
+    spec.id = static_cast<uint8_t>(t->encoding());
+    spec.group = t->group_size();
+    spec.symmetric = t->symmetric();
+    if (spec.id == format::kEncInt4 && spec.group != 32 && spec.group != 64 && spec.group != 128)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int4 group size %u is not 32, 64 or 128", name, spec.group);
+    if (t->activation() > fb::ActivationMode::MAX)
+      return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown activation mode", name);
+    if (t->activation() == fb::ActivationMode::Int8PerToken && spec.id != format::kEncInt8 &&
+        spec.id != format::kEncInt4)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int8 activations need int8 or int4 weights", name);
     if (t->layout() != fb::Layout::RowMajor)
       return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown layout", name);
-    uint64_t bytes;
-    if (MulOverflows(elems, elem_bytes, &bytes) || bytes != t->size())
-      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu bytes do not match its shape and encoding", name,
-                 static_cast<unsigned long long>(t->size()));
+    if (elems > (uint64_t{1} << 40))
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu elements is more than this runtime accepts", name,
+                 static_cast<unsigned long long>(elems));
+    uint64_t bytes = format::StorageBytes(spec, rows, elems / rows);
+    if (bytes == 0 || bytes != t->size())
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu bytes do not match its shape and encoding %s", name,
+                 static_cast<unsigned long long>(t->size()), fb::EnumNameEncoding(t->encoding()));
     if (t->segment() >= segs->size())
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "tensor '%s': segment %u does not exist", name, t->segment());
     const fb::Segment* s = segs->Get(t->segment());

@@ -45,6 +45,34 @@ static cl::opt<int64_t> maxPrefillTokens(
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),
                                  cl::init(false), cl::cat(kilnCategory));
+static cl::opt<std::string> memoryBudget(
+    "memory-budget", cl::desc("Bytes the weights may take: 1.2GB, 800MB, 512MiB (chooses a precision per weight)"),
+    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<double> bitsPerWeight("bits-per-weight",
+                                     cl::desc("Average bits per weight, scales included (instead of a budget)"),
+                                     cl::init(0.0), cl::cat(kilnCategory));
+static cl::list<std::string> precisionOverrides(
+    "precision", cl::desc("REGEX=ENCODING: the encoding of every weight the regex matches (repeatable), "
+                          "e.g. 'vision_tower.*=bf16' or '.*mlp.*=int4_g32'"),
+    cl::cat(kilnCategory));
+static cl::opt<std::string> calibration(
+    "calibration", cl::desc("Calibration inputs: a JSONL file of {\"image\", \"prompt\"} lines or a directory "
+                            "holding one (default: the checkpoint's calibration.jsonl)"),
+    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<int> calibrationSamples("calibration-samples", cl::desc("Use at most N calibration samples"),
+                                       cl::init(0), cl::cat(kilnCategory));
+static cl::opt<std::string> quantizer("quantizer",
+                                      cl::desc("Rounding of quantised weights: rtn (round to nearest) or gptq "
+                                               "(error-compensated with the calibration Hessians)"),
+                                      cl::init("rtn"), cl::cat(kilnCategory));
+static cl::opt<std::string> cacheDir("cache-dir", cl::desc("Where measured sensitivities are cached"),
+                                     cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> report("report",
+                                   cl::desc("Write the precision report here (.json, and a .svg chart beside it)"),
+                                   cl::init(""), cl::cat(kilnCategory));
+static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
+                            cl::cat(kilnCategory));
+
 static cl::opt<std::string> promptTemplate(
     "prompt-template",
     cl::desc("Prompt template: llava, llava-chatml, idefics3, plain (default: the architecture's)"),
@@ -86,6 +114,7 @@ int main(int argc, char** argv) {
   }
 
   mlir::MLIRContext context;
+  context.printOpOnDiagnostic(false);  // messages name the weight or op already
   bool failedAny = false;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic& diag) {
     if (diag.getSeverity() == mlir::DiagnosticSeverity::Error)
@@ -103,9 +132,23 @@ int main(int argc, char** argv) {
   options.cpuFeatures = cpuFeatures;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
+  options.memoryBudget = memoryBudget;
+  options.bitsPerWeight = bitsPerWeight;
+  options.precision.assign(precisionOverrides.begin(), precisionOverrides.end());
+  options.calibration = calibration;
+  options.calibrationSamples = calibrationSamples;
+  options.quantizer = quantizer;
+  options.cacheDir = cacheDir;
+  options.report = report;
+  options.threads = threads;
+  if (!report.empty() && emit != EmitKind::Artifact) {
+    llvm::errs() << "kiln-compile: error: --report goes with -o (the artifact)\n";
+    return 2;
+  }
 
+  kiln::HessianTable hessians;
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      kiln::importAndLower(context, options, /*lower=*/emit != EmitKind::IR);
+      kiln::importAndLower(context, options, /*lower=*/emit != EmitKind::IR, &hessians);
   if (!module || failedAny)
     return 1;
 
@@ -116,7 +159,7 @@ int main(int argc, char** argv) {
     llvm::outs() << "\n";
     return 0;
   case EmitKind::Artifact:
-    if (mlir::failed(kiln::emitArtifact(*module, options, outputPath)) || failedAny)
+    if (mlir::failed(kiln::emitArtifact(*module, options, outputPath, &hessians)) || failedAny)
       return 1;
     return 0;
   }

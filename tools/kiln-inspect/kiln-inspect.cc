@@ -43,6 +43,17 @@ std::string Features(uint64_t bits) {
 
 const char* S(const flatbuffers::String* s) { return s ? s->c_str() : ""; }
 
+// The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
+std::string Label(const fb::Tensor* t) {
+  static const char* names[] = {"f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"};
+  unsigned e = static_cast<unsigned>(t->encoding());
+  std::string s = e < 7 ? names[e] : "unknown";
+  if (t->encoding() == fb::Encoding::INT4) s += "_g" + std::to_string(t->group_size());
+  if (!t->symmetric()) s += "_asym";
+  if (t->activation() == fb::ActivationMode::Int8PerToken) s += "_a8";
+  return s;
+}
+
 // JSON string escaping for names (printable ASCII in practice; escape the rest).
 std::string J(const char* s) {
   std::string out = "\"";
@@ -66,6 +77,16 @@ std::string Num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", v);
   return buf;
+}
+
+uint64_t ParamCount(const fb::Model* m) {
+  uint64_t n = 0;
+  for (const fb::Tensor* t : *m->tensors()) {
+    uint64_t e = 1;
+    for (int64_t d : *t->shape()) e *= static_cast<uint64_t>(d);
+    n += e;
+  }
+  return n ? n : 1;
 }
 
 void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
@@ -113,19 +134,20 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
         std::printf("    %-18s kernel %-24u %s\n", fb::EnumNameOpKind(op->kind()), op->kernel(), S(op->name()));
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
-  std::printf("  %-64s %-16s %-9s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
+  std::printf("  %-64s %-16s %-14s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
   uint64_t src_total = 0, total = 0;
   for (uint32_t i = 0; m->precision() && i < m->precision()->size(); ++i) {
     const fb::PrecisionEntry* e = m->precision()->Get(i);
     const fb::Tensor* tn = m->tensors()->Get(e->tensor());
-    std::printf("  %-64s %-16s %-9s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
-                fb::EnumNameStageKind(e->stage()), fb::EnumNameEncoding(tn->encoding()), Shape(tn->shape()).c_str(),
+    std::printf("  %-64s %-16s %-14s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
+                fb::EnumNameStageKind(e->stage()), Label(tn).c_str(), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(),
                 std::isnan(e->sensitivity()) ? "" : ("  sensitivity " + Num(e->sensitivity())).c_str());
     src_total += e->source_bytes();
     total += e->bytes();
   }
-  std::printf("  %-64s %-16s %-9s %14s %12" PRIu64 " %12" PRIu64 "\n", "total", "", "", "", src_total, total);
+  std::printf("  %-64s %-16s %-14s %14s %12" PRIu64 " %12" PRIu64 "  (%.2f bits per weight)\n", "total", "", "", "",
+              src_total, total, 8.0 * static_cast<double>(total) / static_cast<double>(ParamCount(m)));
 }
 
 void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
@@ -174,7 +196,7 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("    {\"tensor\": %s, \"stage\": %s, \"encoding\": %s, \"group_size\": %u, \"shape\": %s, "
                 "\"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"sensitivity\": %s}%s\n",
                 J(S(tn->name())).c_str(), J(fb::EnumNameStageKind(e->stage())).c_str(),
-                J(fb::EnumNameEncoding(tn->encoding())).c_str(), tn->group_size(), Shape(tn->shape()).c_str(),
+                J(Label(tn).c_str()).c_str(), tn->group_size(), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(), Num(e->sensitivity()).c_str(),
                 i + 1 < m->precision()->size() ? "," : "");
   }

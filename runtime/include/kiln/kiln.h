@@ -284,6 +284,14 @@ KILN_API kiln_status_t kiln_session_generate(kiln_session_t* session, const char
                                              const kiln_generate_options_t* options,
                                              kiln_error_t* out_error);
 
+/* The token ids kiln_session_generate would feed the model for `prompt`: the prompt
+ * template applied, the image (if set) expanded into image tokens, tokenized.
+ * Writes up to `capacity` ids; *out_count receives the full count
+ * (KILN_ERROR_BUFFER_TOO_SMALL when it exceeds `capacity`). */
+KILN_API kiln_status_t kiln_session_prompt_ids(kiln_session_t* session, const char* prompt,
+                                               int32_t* out_ids, size_t capacity,
+                                               size_t* out_count, kiln_error_t* out_error);
+
 /* As kiln_session_generate on token ids the caller prepared (template and
  * tokenizer bypassed). Image tokens in `ids` receive the image's features; their
  * count must equal the model's image_tokens when an image is set. */

@@ -7,12 +7,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "formats/encoding.h"
 #include "formats/numeric.h"
 #include "kernels/kernel.h"
 
 namespace kiln::rt::ref {
 
-// Decodes `n` elements of a weight starting at element `first` into f32.
+// Decodes `n` elements of a float-encoded weight (f32, f16, bf16) starting at
+// element `first`: for 1-D weights and tables the kernels read in part. The verifier
+// admits only the encodings a kernel lists, and these kernels list floats only.
 inline void DecodeElements(const WeightView& w, int64_t first, int64_t n, float* out) {
   switch (w.encoding) {
     case fb::Encoding::F32:
@@ -32,17 +35,17 @@ inline void DecodeElements(const WeightView& w, int64_t first, int64_t n, float*
       return;
     }
     default:
-      // The verifier admits only encodings the kernel table lists.
       std::memset(out, 0, static_cast<size_t>(n) * 4);
       return;
   }
 }
 
-// Row `row` of a [rows, cols] weight as f32: in place for f32 weights, else decoded
-// into `scratch` (cols floats).
+// Row `row` of a [rows, cols] weight as f32, in any encoding: in place for f32
+// weights, else decoded into `scratch` (cols floats).
 inline const float* WeightRow(const WeightView& w, int64_t row, float* scratch) {
   if (w.encoding == fb::Encoding::F32) return reinterpret_cast<const float*>(w.data) + row * w.cols;
-  DecodeElements(w, row * w.cols, w.cols, scratch);
+  format::DecodeRow(w.spec, w.data, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(w.cols),
+                    static_cast<uint64_t>(row), scratch);
   return scratch;
 }
 
@@ -71,11 +74,15 @@ inline float Activate(fb::ActivationKind kind, float x) {
 }
 
 // y[r, n] = x[r, :] . W[n, :] (+ b[n]) for r < rows, n < W.rows; y has row stride
-// ldy. Parallel over output channels; `scratch` holds threads * kRowBlock * K
-// floats (WeightScratch).
+// ldy. Parallel over output channels; `scratch` holds WeightScratch(K, rows,
+// threads) floats. Weights with int8 activations (W8A8, W4A8) quantise each row of
+// x to int8 first and accumulate exactly in integers (docs/precision.md).
 constexpr int64_t kRowBlock = 16;
-inline size_t WeightScratch(int64_t k, int threads) {
-  return static_cast<size_t>(threads) * static_cast<size_t>(kRowBlock * k);
+inline size_t WeightScratch(int64_t k, int threads, int64_t rows = 0) {
+  // Decoded weight rows per thread, plus (for int8 activations) the quantised rows
+  // of x and their scales.
+  return static_cast<size_t>(threads) * static_cast<size_t>(kRowBlock * k) +
+         static_cast<size_t>(rows * k / 4 + rows + 16);
 }
 void MatMulT(const float* x, int64_t rows, int64_t ldx, const WeightView& w, const WeightView* bias, float* y,
              int64_t ldy, ThreadPool* pool, float* scratch);

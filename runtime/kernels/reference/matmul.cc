@@ -9,10 +9,72 @@
 
 namespace kiln::rt::ref {
 
+// Integer dot product of an int8 activation row with row `n` of an int8 or int4
+// weight, dequantised: int8: float(acc) * sx * sw; int4: sx * sum over groups of
+// float(acc_g) * s_g, groups in order (docs/precision.md).
+static float DotInt8(const int8_t* xq, float sx, const WeightView& w, int64_t n) {
+  const int64_t k = w.cols;
+  if (w.spec.id == format::kEncInt8) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(w.data) + n * k;
+    int32_t acc = 0;
+    for (int64_t i = 0; i < k; ++i) acc += static_cast<int32_t>(xq[i]) * static_cast<int32_t>(q[i]);
+    float sw;
+    std::memcpy(&sw, w.data + w.rows * k + 4 * n, 4);
+    return static_cast<float>(acc) * sx * sw;
+  }
+  // int4
+  const int64_t group = w.spec.group, groups = k / group;
+  const uint8_t* codes = w.data;
+  const uint8_t* scales = w.data + w.rows * k / 2;
+  const uint8_t* zeros = scales + 2 * w.rows * groups;
+  float sum = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int32_t z = w.spec.symmetric ? 8 : zeros[n * groups + g];
+    int32_t acc = 0;
+    for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+      int64_t idx = n * k + i;
+      uint8_t byte = codes[idx / 2];
+      int32_t c = (idx & 1) ? (byte >> 4) : (byte & 0xF);
+      acc += static_cast<int32_t>(xq[i]) * (c - z);
+    }
+    uint16_t sh;
+    std::memcpy(&sh, scales + 2 * (n * groups + g), 2);
+    sum += static_cast<float>(acc) * numeric::F16ToF32(sh);
+  }
+  return sum * sx;
+}
+
 void MatMulT(const float* x, int64_t rows, int64_t ldx, const WeightView& w, const WeightView* bias, float* y,
              int64_t ldy, ThreadPool* pool, float* scratch) {
   const int64_t n = w.rows, k = w.cols;
   const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+  if (w.int8_activations) {
+    // Dynamic per-token int8: q = rint(x / s), s = absmax / 127 (1 for a zero row).
+    int8_t* xq = reinterpret_cast<int8_t*>(scratch + static_cast<size_t>(pool->num_threads()) * kRowBlock * k);
+    float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * ldx;
+      float absmax = 0.0f;
+      for (int64_t i = 0; i < k; ++i) absmax = std::max(absmax, std::fabs(xr[i]));
+      float s = absmax > 0.0f ? absmax / 127.0f : 1.0f;
+      xs[r] = s;
+      for (int64_t i = 0; i < k; ++i) {
+        float q = std::nearbyint(xr[i] / s);
+        xq[r * k + i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, q)));
+      }
+    }
+    pool->For(n, 8, [&](int64_t n0, int64_t n1, int) {
+      for (int64_t j = n0; j < n1; ++j) {
+        float b = 0.0f;
+        if (bias != nullptr) DecodeElements(*bias, j, 1, &b);
+        for (int64_t r = 0; r < rows; ++r) {
+          float v = DotInt8(xq + r * k, xs[r], w, j);
+          y[r * ldy + j] = bias != nullptr ? v + b : v;
+        }
+      }
+    });
+    return;
+  }
   pool->For(blocks, 1, [&](int64_t b0, int64_t b1, int thread) {
     float* wbuf = scratch + static_cast<size_t>(thread) * kRowBlock * k;
     float bvals[kRowBlock];
@@ -40,8 +102,8 @@ kiln_status_t Linear(const KernelArgs& a) {
   return KILN_OK;
 }
 
-size_t LinearScratch(const fb::Op*, const WeightView* w, int, int64_t, int64_t, int threads) {
-  return WeightScratch(w[0].cols, threads);
+size_t LinearScratch(const fb::Op*, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  return WeightScratch(w[0].cols, threads, rows);
 }
 
 kiln_status_t Embedding(const KernelArgs& a) {
@@ -58,7 +120,8 @@ kiln_status_t Embedding(const KernelArgs& a) {
     if (id < 0 || id >= table.rows)
       return Fail(a.error, KILN_ERROR_INPUT_TOKENS, "token id %lld at position %lld is outside the vocabulary [0, %lld)",
                   static_cast<long long>(id), static_cast<long long>(t), static_cast<long long>(table.rows));
-    DecodeElements(table, id * table.cols, table.cols, out);
+    const float* row = WeightRow(table, id, out);
+    if (row != out) std::memcpy(out, row, static_cast<size_t>(table.cols) * 4);
   }
   return KILN_OK;
 }
@@ -82,7 +145,7 @@ static void GatedMlpRows(const float* x, int64_t rows, int64_t ldx, const Weight
 }
 
 static size_t GatedMlpScratchFloats(int64_t rows, int64_t hidden, int64_t inter, int threads) {
-  return static_cast<size_t>(2 * rows * inter) + WeightScratch(std::max(hidden, inter), threads);
+  return static_cast<size_t>(2 * rows * inter) + WeightScratch(std::max(hidden, inter), threads, rows);
 }
 
 kiln_status_t GatedMlp(const KernelArgs& a) {
@@ -170,7 +233,7 @@ size_t MoeScratch(const fb::Op* op, const WeightView* w, int, int64_t rows, int6
   int64_t experts = static_cast<int64_t>(p->expert_ids()->size()), k = p->top_k();
   int64_t hidden = w[0].cols, inter = w[1].rows;
   return static_cast<size_t>(rows * experts + 2 * rows * k + 2 * rows + 2 * rows * hidden) +
-         std::max(GatedMlpScratchFloats(rows, hidden, inter, threads), WeightScratch(hidden, threads));
+         std::max(GatedMlpScratchFloats(rows, hidden, inter, threads), WeightScratch(hidden, threads, rows));
 }
 
 // Stride-p convolution without padding: every patch, flattened as (c, ky, kx),
@@ -184,7 +247,10 @@ kiln_status_t PatchEmbed(const KernelArgs& a) {
   const int64_t kdim = channels * p * p, dim = w.rows;
   float* wfull = a.scratch;  // dim * kdim
   a.pool->For(dim, 8, [&](int64_t b, int64_t e, int) {
-    for (int64_t d = b; d < e; ++d) DecodeElements(w, d * kdim, kdim, wfull + d * kdim);
+    for (int64_t d = b; d < e; ++d) {
+      const float* row = WeightRow(w, d, wfull + d * kdim);
+      if (row != wfull + d * kdim) std::memcpy(wfull + d * kdim, row, static_cast<size_t>(kdim) * 4);
+    }
   });
   float bias_buf[1];
   (void)bias_buf;

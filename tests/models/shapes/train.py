@@ -22,6 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -75,6 +76,7 @@ def main() -> int:
                     help="share of training samples that describe the whole picture")
     ap.add_argument("--aux-weight", type=float, default=0.5,
                     help="weight of the per-patch colour/shape loss on the vision features")
+    ap.add_argument("--init", help="start from the weights of this checkpoint (continued training)")
     ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-samples", type=int, default=200)
     args = ap.parse_args()
@@ -85,6 +87,15 @@ def main() -> int:
     config = sm.model_config(tok, args.variant)
     model = LlavaForConditionalGeneration(config)
     init_weights(model)
+    if args.init:
+        from kiln_models.safetensors_io import Checkpoint
+        with Checkpoint(args.init) as ckpt:
+            state = {name: torch.from_numpy(np.array(ckpt.get_numpy(name))) for name in ckpt.keys()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [m for m in missing if not m.endswith("inv_freq")]:
+            raise SystemExit(f"{args.init}: does not match the {args.variant} model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        print(f"continuing from {args.init}", flush=True)
     model.train()
     # Auxiliary heads (training only, not saved): the colour and the shape of the
     # object in each patch, read from the vision tower's features. Dense targets

@@ -1,0 +1,594 @@
+//===- Calibration.cpp - running the model at compile time -------*- C++ -*-===//
+#include "compiler/calibration/Calibration.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+
+#include "compiler/quantization/Quantize.h"
+#include "dialects/kiln/KilnOps.h"
+#include "formats/encoding.h"
+#include "formats/kiln_generated.h"
+#include "formats/writer/ArtifactWriter.h"
+#include "kiln/kiln.h"
+#include "model.h"
+#include "observer.h"
+#include "tools/common/image_file.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
+
+namespace kiln::calib {
+namespace {
+
+llvm::Error fail(const llvm::Twine& msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+// A 64-byte-aligned copy of the calibration artifact (the runtime maps it in place).
+struct AlignedBuffer {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  explicit AlignedBuffer(const std::vector<uint8_t>& bytes) : size(bytes.size()) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, size == 0 ? 64 : size) == 0) {
+      data = static_cast<uint8_t*>(p);
+      std::memcpy(data, bytes.data(), size);
+    }
+  }
+  ~AlignedBuffer() { std::free(data); }
+};
+
+// One-line progress on a terminal, nothing otherwise.
+class Progress {
+public:
+  Progress(bool enabled, const char* what, size_t total) : enabled_(enabled), what_(what), total_(total) {}
+  void update(size_t done, const std::string& detail = "") {
+    if (!enabled_)
+      return;
+    std::fprintf(stderr, "\r\033[K%s: %zu/%zu %s", what_, done, total_, detail.c_str());
+    std::fflush(stderr);
+  }
+  ~Progress() {
+    if (enabled_)
+      std::fprintf(stderr, "\r\033[K");
+  }
+
+private:
+  bool enabled_;
+  const char* what_;
+  size_t total_;
+};
+
+// What one calibration sample feeds the model, and what the unquantised model says.
+struct Prepared {
+  std::vector<int32_t> ids;
+  std::vector<float> pixels;          // preprocessed image (empty: text only)
+  std::vector<float> imageFeatures;   // projector output of the unquantised model
+  std::vector<int> scored;            // positions whose next-token distribution counts
+  std::vector<std::vector<double>> baseLogProbs;  // per scored position
+};
+
+void logSoftmax(const float* logits, int64_t n, std::vector<double>* out) {
+  out->resize(static_cast<size_t>(n));
+  double mx = logits[0];
+  for (int64_t i = 1; i < n; ++i)
+    mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += std::exp(static_cast<double>(logits[i]) - mx);
+  double lse = mx + std::log(sum);
+  for (int64_t i = 0; i < n; ++i)
+    (*out)[static_cast<size_t>(i)] = static_cast<double>(logits[i]) - lse;
+}
+
+// Which tensors may be quantised (matrices that linear-like kernels read, not the
+// MoE router), and whether a tensor only matters to the decoder.
+struct TensorUse {
+  bool quantizable = false;
+  bool visionSide = false;  // read by the vision encoder or projector
+  fb::OpKind kind = fb::OpKind::Linear;
+};
+
+std::vector<TensorUse> tensorUses(const fb::Model* m) {
+  std::vector<TensorUse> uses(m->tensors()->size());
+  for (const fb::Stage* s : *m->stages()) {
+    bool vision = s->kind() == fb::StageKind::VisionEncoder || s->kind() == fb::StageKind::Projector;
+    for (const fb::Op* op : *s->ops()) {
+      if (!op->weights())
+        continue;
+      for (uint32_t i = 0; i < op->weights()->size(); ++i) {
+        uint32_t t = op->weights()->Get(i);
+        TensorUse& u = uses[t];
+        u.visionSide |= vision;
+        u.kind = op->kind();
+        bool matrixWeight = false;
+        switch (op->kind()) {
+        case fb::OpKind::Linear:
+        case fb::OpKind::PatchEmbed:
+          matrixWeight = i == 0;  // not the bias
+          break;
+        case fb::OpKind::LmHead:
+        case fb::OpKind::GatedMlp:
+        case fb::OpKind::Embedding:
+          matrixWeight = true;
+          break;
+        case fb::OpKind::Moe:
+          matrixWeight = i > 0;  // the router stays float
+          break;
+        default:
+          break;
+        }
+        if (matrixWeight && m->tensors()->Get(t)->shape()->size() >= 2)
+          u.quantizable = true;
+      }
+    }
+  }
+  return uses;
+}
+
+// Accumulates X^T X of the inputs of every quantisable weight (GPTQ's Hessian).
+struct HessianCollector {
+  const fb::Model* model = nullptr;
+  const uint8_t* data = nullptr;
+  std::map<uint32_t, std::vector<double>> sums;
+  std::map<uint32_t, int64_t> rows;
+  std::vector<TensorUse>* uses = nullptr;
+
+  void add(uint32_t tensor, const float* x, int64_t n, int64_t k) {
+    std::vector<double>& h = sums[tensor];
+    if (h.empty())
+      h.assign(static_cast<size_t>(k * k), 0.0);
+    for (int64_t r = 0; r < n; ++r) {
+      const float* xr = x + r * k;
+      for (int64_t i = 0; i < k; ++i) {
+        double xi = xr[i];
+        if (xi == 0.0)
+          continue;
+        double* hi = h.data() + i * k;
+        for (int64_t j = 0; j < k; ++j)
+          hi[j] += xi * xr[j];
+      }
+    }
+    rows[tensor] += n;
+  }
+
+  const float* weightF32(uint32_t t) const {
+    return reinterpret_cast<const float*>(data + model->tensors()->Get(t)->offset());
+  }
+
+  static float activate(fb::ActivationKind kind, float x) {
+    switch (kind) {
+    case fb::ActivationKind::Silu: return x / (1.0f + std::exp(-x));
+    case fb::ActivationKind::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));
+    case fb::ActivationKind::GeluTanh:
+      return 0.5f * x * (1.0f + std::tanh(0.79788456f * (x + 0.044715f * x * x * x)));
+    case fb::ActivationKind::QuickGelu: return x / (1.0f + std::exp(-1.702f * x));
+    case fb::ActivationKind::Relu: return x > 0 ? x : 0;
+    }
+    return x;
+  }
+
+  void observe(const fb::Op* op, const rt::ActView* in) {
+    if (!op->weights())
+      return;
+    auto q = [&](uint32_t i) { return (*uses)[op->weights()->Get(i)].quantizable; };
+    switch (op->kind()) {
+    case fb::OpKind::Linear:
+    case fb::OpKind::LmHead:
+      if (q(0))
+        add(op->weights()->Get(0), in[0].f32(), in[0].rows, in[0].cols);
+      break;
+    case fb::OpKind::GatedMlp: {
+      const int64_t n = in[0].rows, h = in[0].cols;
+      add(op->weights()->Get(0), in[0].f32(), n, h);
+      add(op->weights()->Get(1), in[0].f32(), n, h);
+      // The down projection reads act(gate(x)) * up(x): recompute it.
+      const fb::Tensor* g = model->tensors()->Get(op->weights()->Get(0));
+      const int64_t inter = g->shape()->Get(0);
+      const float* wg = weightF32(op->weights()->Get(0));
+      const float* wu = weightF32(op->weights()->Get(1));
+      std::vector<float> mid(static_cast<size_t>(n * inter));
+      fb::ActivationKind act = op->params_as_GatedMlpParams()->activation();
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < inter; ++j) {
+          float a = 0, b = 0;
+          const float* x = in[0].f32() + r * h;
+          for (int64_t i = 0; i < h; ++i) {
+            a += x[i] * wg[j * h + i];
+            b += x[i] * wu[j * h + i];
+          }
+          mid[static_cast<size_t>(r * inter + j)] = activate(act, a) * b;
+        }
+      add(op->weights()->Get(2), mid.data(), n, inter);
+      break;
+    }
+    case fb::OpKind::PatchEmbed: {
+      // im2col: one row per patch, (c, ky, kx) order.
+      const int64_t p = op->params_as_PatchEmbedParams()->patch_size();
+      const int64_t channels = in[0].rows, width = in[0].extra, height = in[0].cols / width;
+      const int64_t gw = width / p, patches = (height / p) * gw, k = channels * p * p;
+      std::vector<float> cols(static_cast<size_t>(patches * k));
+      for (int64_t q2 = 0; q2 < patches; ++q2)
+        for (int64_t c = 0; c < channels; ++c)
+          for (int64_t ky = 0; ky < p; ++ky)
+            for (int64_t kx = 0; kx < p; ++kx)
+              cols[static_cast<size_t>(q2 * k + (c * p + ky) * p + kx)] =
+                  in[0].f32()[c * in[0].cols + ((q2 / gw) * p + ky) * width + (q2 % gw) * p + kx];
+      add(op->weights()->Get(0), cols.data(), patches, k);
+      break;
+    }
+    default:
+      break;  // MoE experts and embeddings: round-to-nearest
+    }
+  }
+
+  static void callback(void* user, const fb::Stage*, const fb::Op* op, const rt::ActView* inputs, int,
+                       const rt::ActView&) {
+    static_cast<HessianCollector*>(user)->observe(op, inputs);
+  }
+};
+
+} // namespace
+
+std::vector<std::string> defaultCandidates() {
+  return {"f16", "fp8_e4m3", "int8", "int8_a8", "int4_g128", "int4_g64", "int4_g32", "int4_g32_asym", "int4_g32_a8"};
+}
+
+llvm::Expected<std::vector<Sample>> readCalibrationSet(llvm::StringRef path) {
+  std::string file = path.str();
+  if (llvm::sys::fs::is_directory(path)) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(path, ec), end; it != end && !ec; it.increment(ec))
+      if (llvm::StringRef(it->path()).ends_with(".jsonl"))
+        found.push_back(it->path());
+    if (found.size() != 1)
+      return fail(path + ": expected one .jsonl file of {\"image\", \"prompt\"} lines, found " +
+                  llvm::Twine(found.size()));
+    file = found[0];
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(file);
+  if (!buffer)
+    return fail(file + ": cannot read: " + buffer.getError().message());
+  llvm::SmallString<256> dir(file);
+  llvm::sys::path::remove_filename(dir);
+  std::vector<Sample> samples;
+  llvm::SmallVector<llvm::StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
+  for (size_t i = 0; i < lines.size(); ++i) {
+    llvm::StringRef line = lines[i].trim();
+    if (line.empty())
+      continue;
+    auto json = llvm::json::parse(line);
+    const llvm::json::Object* o = json ? json->getAsObject() : nullptr;
+    if (!json)
+      llvm::consumeError(json.takeError());
+    auto prompt = o ? o->getString("prompt") : std::nullopt;
+    if (!prompt)
+      return fail(file + ":" + llvm::Twine(i + 1) + ": expected a JSON object with a \"prompt\"");
+    Sample s;
+    s.prompt = prompt->str();
+    if (auto image = o->getString("image"); image && !image->empty()) {
+      llvm::SmallString<256> p;
+      if (llvm::sys::path::is_absolute(*image)) {
+        p = *image;
+      } else {
+        p = dir;
+        llvm::sys::path::append(p, *image);
+      }
+      if (!llvm::sys::fs::exists(p))
+        return fail(file + ":" + llvm::Twine(i + 1) + ": image '" + p + "' does not exist");
+      s.image = std::string(p);
+    }
+    if (auto answer = o->getString("answer"))
+      s.answer = answer->str();
+    samples.push_back(std::move(s));
+  }
+  if (samples.empty())
+    return fail(file + ": no calibration samples");
+  return samples;
+}
+
+mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Result* result) {
+  // The calibration artifact: every weight as f32, so that candidates are measured
+  // against the checkpoint's own values.
+  mlir::OwningOpRef<mlir::ModuleOp> clone = module.clone();
+  mlir::MLIRContext* ctx = module.getContext();
+  clone->walk([&](WeightOp w) {
+    w.setEncodingAttr(EncodingAttr::get(ctx, EncodingKind::f32, 0, true, ActivationMode::Float));
+  });
+  std::vector<uint8_t> bytes;
+  ArtifactOptions artifactOptions;
+  artifactOptions.compilerVersion = "calibration";
+  if (mlir::failed(writeArtifactToMemory(*clone, artifactOptions, &bytes)))
+    return mlir::failure();
+  AlignedBuffer buffer(bytes);
+  bytes.clear();
+  if (buffer.data == nullptr)
+    return module.emitError("calibration: out of memory for the calibration artifact");
+
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  if (kiln_model_load_from_memory(buffer.data, buffer.size, nullptr, &model, &err) != KILN_OK)
+    return module.emitError("calibration: the calibration artifact does not load: ") << err.message;
+  auto releaseModel = llvm::make_scope_exit([&] { kiln_model_release(model); });
+  kiln_model_info_t info;
+  kiln_model_get_info(model, &info);
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = options.threads;
+  so.context_length = std::min(info.max_position_embeddings, 2048);
+  kiln_session_t* session = nullptr;
+  if (kiln_session_create(model, &so, &session, &err) != KILN_OK)
+    return module.emitError("calibration: ") << err.message;
+  auto releaseSession = llvm::make_scope_exit([&] { kiln_session_release(session); });
+
+  const fb::Model* fbm = model->fb;
+  std::vector<TensorUse> uses = tensorUses(fbm);
+  const int64_t vocab = info.vocab_size;
+  const size_t imageFloats = static_cast<size_t>(info.image_tokens) * static_cast<size_t>(info.hidden_size);
+
+  // Baseline: the unquantised model's next-token distributions (and the Hessians).
+  HessianCollector collector;
+  collector.model = fbm;
+  collector.data = buffer.data;
+  collector.uses = &uses;
+  if (options.collectHessians)
+    rt::SetOpObserver(session, HessianCollector::callback, &collector);
+  std::vector<Prepared> prepared(options.samples.size());
+  {
+    Progress progress(options.progress, "calibration", options.samples.size());
+    for (size_t i = 0; i < options.samples.size(); ++i) {
+      const Sample& s = options.samples[i];
+      Prepared& p = prepared[i];
+      kiln_session_reset(session);
+      if (!s.image.empty()) {
+        if (info.image_tokens == 0)
+          return module.emitError("calibration: sample ") << i + 1 << " has an image but "
+                                                         << info.architecture << " takes none";
+        tools::RgbImage img;
+        std::string error;
+        if (!tools::LoadRgbImage(s.image, &img, &error))
+          return module.emitError("calibration: ") << error;
+        if (kiln_session_set_image_rgb(session, img.pixels.data(), img.width, img.height, 3 * static_cast<size_t>(img.width),
+                                       &err) != KILN_OK)
+          return module.emitError("calibration: ") << s.image << ": " << err.message;
+        int64_t size = fbm->image()->image_size();
+        p.pixels.assign(session->pixels, session->pixels + 3 * size * size);
+      }
+      size_t count = 0;
+      std::vector<int32_t> ids(4096);
+      if (kiln_session_prompt_ids(session, s.prompt.c_str(), ids.data(), ids.size(), &count, &err) != KILN_OK)
+        return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+      ids.resize(count);
+      size_t promptLen = ids.size();
+      if (!s.answer.empty()) {
+        std::vector<int32_t> answer(1024);
+        std::string text = " " + s.answer;
+        if (kiln_tokenize(model, text.c_str(), text.size(), 0, answer.data(), answer.size(), &count, &err) != KILN_OK)
+          return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+        answer.resize(count);
+        ids.insert(ids.end(), answer.begin(), answer.end());
+        for (size_t k = promptLen - 1; k + 1 < ids.size(); ++k)
+          p.scored.push_back(static_cast<int>(k));
+      } else {
+        for (size_t k = promptLen > 8 ? promptLen - 8 : 0; k < promptLen; ++k)
+          p.scored.push_back(static_cast<int>(k));
+      }
+      if (static_cast<int64_t>(ids.size()) > so.context_length)
+        return module.emitError("calibration: sample ") << i + 1 << " has " << ids.size()
+                                                        << " tokens, more than the context";
+      p.ids = ids;
+      std::vector<float> logits(ids.size() * static_cast<size_t>(vocab));
+      if (kiln_session_prefill_logits(session, ids.data(), ids.size(), logits.data(), logits.size(), &err) != KILN_OK)
+        return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+      for (int k : p.scored) {
+        p.baseLogProbs.emplace_back();
+        logSoftmax(logits.data() + static_cast<size_t>(k) * vocab, vocab, &p.baseLogProbs.back());
+      }
+      if (!p.pixels.empty()) {
+        p.imageFeatures.resize(imageFloats);
+        if (rt::GetImageFeatures(session, p.imageFeatures.data(), p.imageFeatures.size(), &err) != KILN_OK)
+          return module.emitError("calibration: ") << err.message;
+      }
+      result->scoredPositions += static_cast<int>(p.scored.size());
+      progress.update(i + 1);
+    }
+  }
+  rt::SetOpObserver(session, nullptr, nullptr);
+  if (options.collectHessians)
+    for (auto& [tensor, h] : collector.sums) {
+      double n = static_cast<double>(std::max<int64_t>(1, collector.rows[tensor]));
+      for (double& v : h)
+        v /= n;
+      result->hessians[fbm->tensors()->Get(tensor)->name()->str()] = std::move(h);
+    }
+
+  // Sensitivity: each weight alone in each candidate encoding.
+  std::vector<std::pair<uint32_t, std::string>> jobs;
+  for (uint32_t t = 0; t < fbm->tensors()->size(); ++t)
+    if (uses[t].quantizable)
+      for (const std::string& c : options.candidates)
+        jobs.push_back({t, c});
+  Progress progress(options.progress, "sensitivity", jobs.size());
+  std::vector<float> logits;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    auto [t, label] = jobs[j];
+    const fb::Tensor* tensor = fbm->tensors()->Get(t);
+    std::string name = tensor->name()->str();
+    progress.update(j, name + " " + label);
+    std::string error;
+    EncodingAttr enc = EncodingAttr::fromLabel(ctx, label, &error);
+    if (!enc)
+      return module.emitError("calibration: ") << error;
+    format::EncodingSpec spec;
+    spec.id = static_cast<uint8_t>(enc.getKind());
+    spec.group = static_cast<uint32_t>(enc.getGroupSize());
+    spec.symmetric = enc.getSymmetric();
+    uint64_t rows = static_cast<uint64_t>(tensor->shape()->Get(0));
+    uint64_t cols = 1;
+    for (uint32_t k = 1; k < tensor->shape()->size(); ++k)
+      cols *= static_cast<uint64_t>(tensor->shape()->Get(k));
+    if (format::StorageBytes(spec, rows, cols) == 0)
+      continue;  // e.g. int4 groups that do not divide the input dimension
+    bool act8 = enc.getActivation() == ActivationMode::Int8PerToken;
+    if (act8 && (uses[t].kind == fb::OpKind::Embedding || uses[t].kind == fb::OpKind::PatchEmbed))
+      continue;  // int8 activations apply to matrix products only
+    const float* w = reinterpret_cast<const float*>(buffer.data + tensor->offset());
+    auto h = result->hessians.find(name);
+    std::vector<uint8_t> q = options.gptq && h != result->hessians.end() && h->second.size() == cols * cols
+                                 ? quant::quantizeGptq(w, rows, cols, spec, h->second.data())
+                                 : quant::quantizeRtn(w, rows, cols, spec);
+    if (rt::OverrideWeight(model, t, q.data(), spec, act8, &err) != KILN_OK)
+      return module.emitError("calibration: ") << err.message;
+    double kl = 0;
+    int positions = 0;
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      Prepared& p = prepared[i];
+      kiln_session_reset(session);
+      if (!p.pixels.empty()) {
+        kiln_status_t st = uses[t].visionSide
+                               ? kiln_session_set_pixel_values(session, p.pixels.data(), p.pixels.size(), &err)
+                               : rt::SetImageFeatures(session, p.imageFeatures.data(), p.imageFeatures.size(), &err);
+        if (st != KILN_OK)
+          return module.emitError("calibration: ") << err.message;
+      }
+      logits.resize(p.ids.size() * static_cast<size_t>(vocab));
+      if (kiln_session_prefill_logits(session, p.ids.data(), p.ids.size(), logits.data(), logits.size(), &err) !=
+          KILN_OK)
+        return module.emitError("calibration: ") << err.message;
+      std::vector<double> lp;
+      for (size_t k = 0; k < p.scored.size(); ++k) {
+        logSoftmax(logits.data() + static_cast<size_t>(p.scored[k]) * vocab, vocab, &lp);
+        const std::vector<double>& base = p.baseLogProbs[k];
+        double d = 0;
+        for (int64_t v = 0; v < vocab; ++v)
+          d += std::exp(base[static_cast<size_t>(v)]) * (base[static_cast<size_t>(v)] - lp[static_cast<size_t>(v)]);
+        kl += std::max(0.0, d);
+        ++positions;
+      }
+    }
+    rt::RestoreWeight(model, t);
+    result->sensitivity[name][label] = positions > 0 ? kl / positions : 0.0;
+  }
+  return mlir::success();
+}
+
+llvm::Expected<std::string> sourceHash(mlir::ModuleOp module) {
+  auto ckpt = module->getAttrOfType<mlir::StringAttr>("kiln.checkpoint");
+  if (!ckpt)
+    return fail("module has no kiln.checkpoint attribute");
+  llvm::SHA256 sha;
+  std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files;
+  for (llvm::StringRef f : {"config.json", "tokenizer.json", "preprocessor_config.json"}) {
+    llvm::SmallString<256> p(ckpt.getValue());
+    llvm::sys::path::append(p, f);
+    if (auto buf = llvm::MemoryBuffer::getFile(p)) {
+      uint64_t h = llvm::xxh3_64bits((*buf)->getBuffer());
+      sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), 8));
+    }
+  }
+  llvm::Error error = llvm::Error::success();
+  module.walk([&](WeightOp w) {
+    if (error)
+      return;
+    SourceAttr src = w.getSource();
+    auto it = files.find(src.getFile().str());
+    if (it == files.end()) {
+      llvm::SmallString<256> p(ckpt.getValue());
+      llvm::sys::path::append(p, src.getFile());
+      auto buf = llvm::MemoryBuffer::getFile(p, false, false);
+      if (!buf) {
+        error = fail(p + ": cannot read: " + buf.getError().message());
+        return;
+      }
+      it = files.emplace(src.getFile().str(), std::move(*buf)).first;
+    }
+    llvm::StringRef data = it->second->getBuffer();
+    if (src.getOffset() + src.getSize() > data.size()) {
+      error = fail(src.getFile() + ": shorter than the module says (the checkpoint changed)");
+      return;
+    }
+    sha.update(w.getSymName());
+    uint64_t h = llvm::xxh3_64bits(data.substr(src.getOffset(), src.getSize()));
+    sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), 8));
+  });
+  if (error)
+    return std::move(error);
+  return llvm::toHex(sha.final(), true);
+}
+
+std::string cacheKey(llvm::StringRef sourceHash, const Options& options) {
+  llvm::SHA256 sha;
+  sha.update(sourceHash);
+  for (const Sample& s : options.samples) {
+    sha.update(s.prompt);
+    sha.update(s.answer);
+    if (!s.image.empty())
+      if (auto buf = llvm::MemoryBuffer::getFile(s.image)) {
+        uint64_t h = llvm::xxh3_64bits((*buf)->getBuffer());
+        sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), 8));
+      }
+  }
+  for (const std::string& c : options.candidates)
+    sha.update(c);
+  sha.update(options.gptq ? "gptq" : "rtn");
+  return llvm::toHex(sha.final(), true).substr(0, 32);
+}
+
+bool loadCache(llvm::StringRef dir, llvm::StringRef key, Result* result) {
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, "sensitivity-" + key + ".json");
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return false;
+  auto json = llvm::json::parse((*buffer)->getBuffer());
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    return false;
+  }
+  const llvm::json::Object* root = json->getAsObject();
+  const llvm::json::Object* sens = root ? root->getObject("sensitivity") : nullptr;
+  if (!sens || root->getString("key") != std::optional<llvm::StringRef>(key))
+    return false;
+  for (const auto& [weight, cands] : *sens)
+    if (const llvm::json::Object* o = cands.getAsObject())
+      for (const auto& [label, v] : *o)
+        if (auto d = v.getAsNumber())
+          result->sensitivity[weight.str()][label.str()] = *d;
+  result->scoredPositions = static_cast<int>(root->getInteger("scored_positions").value_or(0));
+  return true;
+}
+
+void saveCache(llvm::StringRef dir, llvm::StringRef key, const Result& result) {
+  if (llvm::sys::fs::create_directories(dir))
+    return;
+  llvm::json::Object sens;
+  for (const auto& [weight, cands] : result.sensitivity) {
+    llvm::json::Object o;
+    for (const auto& [label, v] : cands)
+      o[label] = v;
+    sens[weight] = std::move(o);
+  }
+  llvm::json::Object root{{"key", key.str()},
+                          {"scored_positions", result.scoredPositions},
+                          {"sensitivity", std::move(sens)}};
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, "sensitivity-" + key + ".json");
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (!ec)
+    os << llvm::json::Value(std::move(root)) << "\n";
+}
+
+} // namespace kiln::calib

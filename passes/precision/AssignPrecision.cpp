@@ -1,0 +1,332 @@
+//===- AssignPrecision.cpp - per-weight encodings under a budget -*- C++ -*-===//
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "dialects/kiln/KilnOps.h"
+#include "formats/encoding.h"
+#include "passes/Passes.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Regex.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNASSIGNPRECISION
+#include "passes/Passes.h.inc"
+
+namespace {
+
+struct Choice {
+  EncodingAttr encoding;
+  uint64_t bytes;
+  double sensitivity;
+};
+
+struct Item {
+  WeightOp op;
+  uint64_t params;
+  std::vector<Choice> choices; // bytes strictly decreasing after pruning
+  size_t chosen = 0;
+  bool forced = false;         // fixed by a --precision override
+};
+
+format::EncodingSpec specOf(EncodingAttr e) {
+  format::EncodingSpec s;
+  s.id = static_cast<uint8_t>(e.getKind());
+  s.group = static_cast<uint32_t>(e.getGroupSize());
+  s.symmetric = e.getSymmetric();
+  return s;
+}
+
+uint64_t bytesOf(WeightOp w, EncodingAttr e) {
+  auto type = w.getTensorType();
+  uint64_t rows = static_cast<uint64_t>(type.getDimSize(0));
+  uint64_t cols = rows ? static_cast<uint64_t>(type.getNumElements()) / rows : 0;
+  return format::StorageBytes(specOf(e), rows, cols);
+}
+
+std::string human(uint64_t bytes) {
+  if (bytes >= 10'000'000)
+    return llvm::formatv("{0:F1} MB", bytes / 1e6).str();
+  if (bytes >= 10'000)
+    return llvm::formatv("{0:F1} KB", bytes / 1e3).str();
+  return std::to_string(bytes) + " bytes";
+}
+
+// "1.2GB", "800MB", "512MiB", "123456" -> bytes.
+std::optional<uint64_t> parseSize(llvm::StringRef text) {
+  text = text.trim();
+  struct Unit {
+    const char* suffix;
+    double factor;
+  };
+  static const Unit units[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+                               {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
+                               {"G", 1e9},            {"M", 1e6},         {"K", 1e3},
+                               {"B", 1.0}};
+  double factor = 1.0;
+  for (const Unit& u : units)
+    if (text.consume_back(u.suffix)) {
+      factor = u.factor;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value > 0))
+    return std::nullopt;
+  return static_cast<uint64_t>(value * factor);
+}
+
+struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> {
+  using KilnAssignPrecisionBase::KilnAssignPrecisionBase;
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    mlir::MLIRContext* ctx = module.getContext();
+
+    // Overrides.
+    struct Override {
+      llvm::Regex regex;
+      std::string pattern;
+      EncodingAttr encoding;
+    };
+    std::vector<Override> overrides;
+    for (const std::string& o : precision) {
+      auto [pattern, label] = llvm::StringRef(o).rsplit('=');
+      std::string error;
+      if (label.empty() || pattern.empty()) {
+        module.emitError("kiln-assign-precision: override '") << o << "' is not REGEX=ENCODING";
+        return signalPassFailure();
+      }
+      EncodingAttr enc = EncodingAttr::fromLabel(ctx, label, &error);
+      if (!enc) {
+        module.emitError("kiln-assign-precision: override '") << o << "': " << error;
+        return signalPassFailure();
+      }
+      llvm::Regex regex(("^(" + pattern + ")$").str());
+      if (!regex.isValid(error)) {
+        module.emitError("kiln-assign-precision: override '") << o << "': invalid regex: " << error;
+        return signalPassFailure();
+      }
+      overrides.push_back({std::move(regex), pattern.str(), enc});
+    }
+
+    std::vector<Item> items;
+    uint64_t totalParams = 0;
+    for (WeightOp w : module.getOps<WeightOp>()) {
+      Item item;
+      item.op = w;
+      item.params = static_cast<uint64_t>(w.getTensorType().getNumElements());
+      totalParams += item.params;
+      // Overrides to a quantised encoding apply to matrices only: vectors (norms,
+      // biases) stay as they are, as in llama.cpp.
+      const Override* forced = nullptr;
+      bool vector = w.getTensorType().getRank() < 2;
+      for (const Override& o : overrides)
+        if (o.regex.match(w.getSymName()) && !(vector && o.encoding.isQuantized())) {
+          forced = &o;
+          break;
+        }
+      if (forced) {
+        EncodingAttr enc = forced->encoding;
+        uint64_t bytes = bytesOf(w, enc);
+        if (bytes == 0) {
+          // int4 groups must divide the input dimension: try smaller groups, then
+          // int8 (as llama.cpp falls back for rows its type cannot hold).
+          for (int64_t g : {64, 32}) {
+            if (g >= enc.getGroupSize())
+              continue;
+            EncodingAttr smaller = EncodingAttr::get(ctx, enc.getKind(), g, enc.getSymmetric(), enc.getActivation());
+            if (bytesOf(w, smaller) > 0) {
+              enc = smaller;
+              break;
+            }
+          }
+          if (bytesOf(w, enc) == 0)
+            enc = EncodingAttr::get(ctx, EncodingKind::int8, 0, true, enc.getActivation());
+          w.emitWarning() << forced->encoding.getLabel() << " cannot hold its input dimension "
+                          << w.getTensorType().getNumElements() / w.getTensorType().getDimSize(0)
+                          << " (--precision '" << forced->pattern << "=" << forced->encoding.getLabel()
+                          << "'): stored as " << enc.getLabel();
+          bytes = bytesOf(w, enc);
+        }
+        auto dict = w->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity");
+        double sens = std::numeric_limits<double>::quiet_NaN();
+        if (dict)
+          if (auto f = dict.getAs<mlir::FloatAttr>(enc.getLabel()))
+            sens = f.getValueAsDouble();
+        item.choices.push_back({enc, bytes, sens});
+        item.forced = true;
+        items.push_back(std::move(item));
+        continue;
+      }
+      // The checkpoint's encoding is exact.
+      item.choices.push_back({w.getEncoding(), bytesOf(w, w.getEncoding()), 0.0});
+      if (auto dict = w->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity")) {
+        for (mlir::NamedAttribute na : dict) {
+          std::string error;
+          EncodingAttr enc = EncodingAttr::fromLabel(ctx, na.getName().getValue(), &error);
+          auto f = llvm::dyn_cast<mlir::FloatAttr>(na.getValue());
+          if (!enc || !f) {
+            w.emitOpError("kiln.sensitivity: ") << (enc ? "expected a float" : error);
+            return signalPassFailure();
+          }
+          uint64_t bytes = bytesOf(w, enc);
+          if (bytes > 0)
+            item.choices.push_back({enc, bytes, f.getValueAsDouble()});
+        }
+      }
+      // Keep only choices that no other choice beats in both bytes and sensitivity.
+      std::sort(item.choices.begin(), item.choices.end(), [](const Choice& a, const Choice& b) {
+        return a.bytes != b.bytes ? a.bytes > b.bytes : a.sensitivity < b.sensitivity;
+      });
+      std::vector<Choice> frontier;
+      for (const Choice& c : item.choices) {
+        bool dominated = false;
+        for (const Choice& f : frontier)
+          dominated |= f.sensitivity <= c.sensitivity && f.bytes <= c.bytes;
+        if (!dominated) {
+          while (!frontier.empty() && frontier.back().bytes >= c.bytes && frontier.back().sensitivity >= c.sensitivity)
+            frontier.pop_back();
+          frontier.push_back(c);
+        }
+      }
+      item.choices = std::move(frontier);
+      items.push_back(std::move(item));
+    }
+    if (items.empty())
+      return;
+
+    // The budget.
+    std::optional<uint64_t> budget;
+    if (!memoryBudget.empty()) {
+      budget = parseSize(memoryBudget);
+      if (!budget) {
+        module.emitError("kiln-assign-precision: memory budget '")
+            << memoryBudget << "' is not a size (e.g. 1.2GB, 800MB, 512MiB)";
+        return signalPassFailure();
+      }
+    } else if (bitsPerWeight > 0) {
+      budget = static_cast<uint64_t>(bitsPerWeight * static_cast<double>(totalParams) / 8.0);
+    }
+
+    auto total = [&]() {
+      uint64_t t = 0;
+      for (const Item& it : items)
+        t += it.choices[it.chosen].bytes;
+      return t;
+    };
+    auto cost = [](const Choice& c) { return std::isnan(c.sensitivity) ? 0.0 : c.sensitivity; };
+
+    if (budget) {
+      uint64_t smallest = 0;
+      for (Item& it : items) {
+        size_t best = 0;
+        for (size_t i = 1; i < it.choices.size(); ++i)
+          if (it.choices[i].bytes < it.choices[best].bytes)
+            best = i;
+        smallest += it.choices[best].bytes;
+      }
+      if (smallest > *budget) {
+        module.emitError("kiln-assign-precision: the memory budget of ")
+            << human(*budget) << " cannot be met: the smallest encodings the weights allow need "
+            << human(smallest) << " (" << smallest << " bytes, "
+            << llvm::formatv("{0:F2}", 8.0 * smallest / totalParams).str()
+            << " bits per weight); give --memory-budget=" << smallest << " or more";
+        return signalPassFailure();
+      }
+      // Lagrangian relaxation: each weight minimises sensitivity + lambda * bytes;
+      // the smallest lambda that meets the budget.
+      auto pick = [&](double lambda) {
+        for (Item& it : items) {
+          size_t best = 0;
+          double bestCost = std::numeric_limits<double>::infinity();
+          for (size_t i = 0; i < it.choices.size(); ++i) {
+            double c = cost(it.choices[i]) + lambda * static_cast<double>(it.choices[i].bytes);
+            if (c < bestCost || (c == bestCost && it.choices[i].bytes < it.choices[best].bytes)) {
+              bestCost = c;
+              best = i;
+            }
+          }
+          it.chosen = best;
+        }
+      };
+      double lo = 0.0, hi = 1e-12;
+      pick(0.0);
+      if (total() > *budget) {
+        pick(hi);
+        while (total() > *budget && hi < 1e12) {
+          hi *= 4;
+          pick(hi);
+        }
+        for (int iter = 0; iter < 100; ++iter) {
+          double mid = 0.5 * (lo + hi);
+          pick(mid);
+          if (total() > *budget)
+            lo = mid;
+          else
+            hi = mid;
+        }
+        pick(hi);
+      }
+      // Spend what is left: the upgrades with the best sensitivity saved per byte.
+      for (;;) {
+        uint64_t used = total();
+        double bestGain = 0.0;
+        Item* bestItem = nullptr;
+        size_t bestChoice = 0;
+        for (Item& it : items) {
+          const Choice& cur = it.choices[it.chosen];
+          for (size_t i = 0; i < it.choices.size(); ++i) {
+            const Choice& c = it.choices[i];
+            if (c.bytes <= cur.bytes || used - cur.bytes + c.bytes > *budget)
+              continue;
+            double gain = (cost(cur) - cost(c)) / static_cast<double>(c.bytes - cur.bytes);
+            if (gain > bestGain) {
+              bestGain = gain;
+              bestItem = &it;
+              bestChoice = i;
+            }
+          }
+        }
+        if (!bestItem)
+          break;
+        bestItem->chosen = bestChoice;
+      }
+    } else {
+      // No budget: only the overrides change encodings.
+      std::vector<Item> forcedItems;
+      for (Item& it : items)
+        if (it.forced)
+          forcedItems.push_back(std::move(it));
+      items = std::move(forcedItems);
+      if (items.empty())
+        return;
+    }
+
+    double sensitivity = 0;
+    uint64_t before = 0;
+    for (Item& it : items) {
+      const Choice& c = it.choices[it.chosen];
+      uint64_t was = bytesOf(it.op, it.op.getEncoding());
+      before += was;
+      sensitivity += cost(c);
+      if (c.encoding != it.op.getEncoding() || it.choices.size() > 1) {
+        auto diag = it.op.emitRemark() << c.encoding.getLabel() << ": " << human(was) << " -> "
+                                       << human(c.bytes);
+        if (!std::isnan(c.sensitivity))
+          diag << ", sensitivity " << llvm::formatv("{0:E2}", c.sensitivity).str();
+      }
+      it.op.setEncodingAttr(c.encoding);
+    }
+    uint64_t after = total();
+    module.emitRemark() << "precision: " << items.size() << " weights, " << human(before) << " -> "
+                        << human(after) << " ("
+                        << llvm::formatv("{0:F2}", 8.0 * after / totalParams).str()
+                        << " bits per weight), total sensitivity "
+                        << llvm::formatv("{0:E2}", sensitivity).str()
+                        << (budget ? ", budget " + human(*budget) : std::string());
+  }
+};
+
+} // namespace
+} // namespace kiln
