@@ -1,0 +1,27 @@
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels | FileCheck %s
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels --kiln-select-kernels | FileCheck %s
+
+kiln.weight @w : tensor<32x32xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "BF16"> as #kiln.encoding<int4, group = 32>
+kiln.weight @n : tensor<32xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 128, dtype = "F32"> as #kiln.encoding<f32>
+// CHECK-LABEL: func.func @stage
+func.func @stage(%x: tensor<?x32xf32>) -> tensor<?x32xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
+  %n = kiln.weight_ref @n : tensor<32xf32>
+  // CHECK: kiln.rms_norm {{.*}} {epsilon = {{.*}}, kiln.kernel = "ref_rms_norm"}
+  %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x32xf32>, tensor<32xf32> -> tensor<?x32xf32>
+  %w = kiln.weight_ref @w : tensor<32x32xbf16>
+  // CHECK: kiln.linear {{.*}} {kiln.kernel = "ref_linear"}
+  %y = kiln.linear %h, %w : tensor<?x32xf32>, tensor<32x32xbf16> -> tensor<?x32xf32>
+  // CHECK: kiln.activation {{.*}} {kiln.kernel = "ref_activation", kind = #kiln.activation<silu>}
+  %a = kiln.activation %y {kind = #kiln.activation<silu>} : tensor<?x32xf32>
+  return %a : tensor<?x32xf32>
+}
+
+// -----
+
+// Functions that are not stages are left alone.
+// CHECK-LABEL: func.func @helper
+// CHECK-NOT: kiln.kernel
+func.func @helper(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %y = kiln.add %a, %a : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
