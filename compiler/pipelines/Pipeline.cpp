@@ -52,8 +52,9 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
     llvm::sys::path::append(p, "calibration.jsonl");
     if (!llvm::sys::fs::exists(p))
       return module.emitError(budget ? "--memory-budget and --bits-per-weight" : "--quantizer=gptq")
-             << " measure the model on calibration inputs: give --calibration=FILE.jsonl (lines of "
-                "{\"image\": ..., \"prompt\": ...}) or put calibration.jsonl in the checkpoint directory";
+             << " need calibration inputs to measure the model on: give --calibration=FILE.jsonl "
+                "(lines of {\"image\": ..., \"prompt\": ...}) or put calibration.jsonl in "
+             << options.checkpoint;
     path = std::string(p);
   }
   auto samples = calib::readCalibrationSet(path);

@@ -701,9 +701,14 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         llvm::cast<StageKindAttr>(stages_[w.stage]->getAttr("kiln.stage")).getValue();
     // The measured sensitivity of the chosen encoding, when calibration measured it.
     float sens = std::numeric_limits<float>::quiet_NaN();
-    if (auto dict = w.op->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity"))
-      if (auto f = dict.getAs<mlir::FloatAttr>(w.op.getEncoding().getLabel()))
+    if (auto dict = w.op->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity")) {
+      llvm::StringRef dtype = w.op.getSource().getDtype();
+      std::string label = w.op.getEncoding().getLabel();
+      if (auto f = dict.getAs<mlir::FloatAttr>(label))
         sens = static_cast<float>(f.getValueAsDouble());
+      else if (label == (dtype == "F32" ? "f32" : dtype == "F16" ? "f16" : "bf16"))
+        sens = 0.0f;  // the checkpoint's own encoding is exact
+    }
     precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind), w.op.getSource().getSize(),
                                                  w.bytes, sens));
   }

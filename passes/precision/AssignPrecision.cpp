@@ -76,6 +76,34 @@ std::optional<uint64_t> parseSize(llvm::StringRef text) {
   return static_cast<uint64_t>(value * factor);
 }
 
+// Whether every op that reads `w` has kernels for quantised weights: the matrices
+// of linear layers, the LM head, gated MLPs, MoE experts (not the router),
+// embedding tables and patch embeddings. Norms, biases, position tables and
+// class embeddings stay float.
+bool quantizable(WeightOp w, llvm::DenseMap<mlir::Operation*, bool>& memo) {
+  auto it = memo.find(w);
+  if (it != memo.end())
+    return it->second;
+  bool ok = w.getTensorType().getRank() >= 2;
+  bool used = false;
+  mlir::ModuleOp module = w->getParentOfType<mlir::ModuleOp>();
+  module.walk([&](WeightRefOp ref) {
+    if (!ok || ref.getName() != w.getSymName())
+      return;
+    for (mlir::OpOperand& use : ref->getUses()) {
+      used = true;
+      mlir::Operation* user = use.getOwner();
+      unsigned i = use.getOperandNumber();
+      bool allowed = llvm::isa<LmHeadOp, GatedMlpOp, EmbeddingOp>(user) ||
+                     (llvm::isa<LinearOp>(user) && i == 1) || (llvm::isa<PatchEmbedOp>(user) && i == 1) ||
+                     (llvm::isa<MoeOp>(user) && i > 1);
+      ok &= allowed;
+    }
+  });
+  memo[w] = ok && used;
+  return ok && used;
+}
+
 struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> {
   using KilnAssignPrecisionBase::KilnAssignPrecisionBase;
 
@@ -112,17 +140,19 @@ struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> 
 
     std::vector<Item> items;
     uint64_t totalParams = 0;
+    llvm::DenseMap<mlir::Operation*, bool> memo;
     for (WeightOp w : module.getOps<WeightOp>()) {
       Item item;
       item.op = w;
       item.params = static_cast<uint64_t>(w.getTensorType().getNumElements());
       totalParams += item.params;
-      // Overrides to a quantised encoding apply to matrices only: vectors (norms,
-      // biases) stay as they are, as in llama.cpp.
+      // Overrides to a quantised encoding apply to the weights kernels can read
+      // quantised (matrices of matrix products and lookups); the rest (norms,
+      // biases, position tables) stay as they are, as llama.cpp keeps them.
       const Override* forced = nullptr;
-      bool vector = w.getTensorType().getRank() < 2;
+      bool canQuantize = !overrides.empty() && quantizable(w, memo);
       for (const Override& o : overrides)
-        if (o.regex.match(w.getSymName()) && !(vector && o.encoding.isQuantized())) {
+        if (o.regex.match(w.getSymName()) && (canQuantize || !o.encoding.isQuantized())) {
           forced = &o;
           break;
         }

@@ -194,10 +194,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
     const fb::PrecisionEntry* e = m->precision()->Get(i);
     const fb::Tensor* tn = m->tensors()->Get(e->tensor());
     std::printf("    {\"tensor\": %s, \"stage\": %s, \"encoding\": %s, \"group_size\": %u, \"shape\": %s, "
-                "\"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"sensitivity\": %s}%s\n",
+                "\"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64
+                ", \"sensitivity\": %s}%s\n",
                 J(S(tn->name())).c_str(), J(fb::EnumNameStageKind(e->stage())).c_str(),
                 J(Label(tn).c_str()).c_str(), tn->group_size(), Shape(tn->shape()).c_str(),
-                e->source_bytes(), e->bytes(), Num(e->sensitivity()).c_str(),
+                e->source_bytes(), e->bytes(), tn->offset(), Num(e->sensitivity()).c_str(),
                 i + 1 < m->precision()->size() ? "," : "");
   }
   std::printf("  ]\n}\n");

@@ -39,4 +39,15 @@ module {
   kiln.weight @mlp.up : tensor<64x64xf32> from #kiln.source<"m.safetensors", offset = 16384, size = 16384, dtype = "F32"> as #kiln.encoding<f32> {kiln.sensitivity = {int8 = 1.0e-6 : f64, int4_g32 = 1.0e-4 : f64}}
   kiln.weight @mlp.down : tensor<64x64xf32> from #kiln.source<"m.safetensors", offset = 32768, size = 16384, dtype = "F32"> as #kiln.encoding<f32> {kiln.sensitivity = {int8 = 1.0e-6 : f64, int4_g32 = 2.0e-4 : f64}}
   kiln.weight @norm : tensor<64xf32> from #kiln.source<"m.safetensors", offset = 49152, size = 256, dtype = "F32"> as #kiln.encoding<f32>
+  func.func @stage(%x: tensor<?x64xf32>) -> tensor<?x64xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
+    %n = kiln.weight_ref @norm : tensor<64xf32>
+    %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+    %q = kiln.weight_ref @attn.q : tensor<64x64xf32>
+    %a = kiln.linear %h, %q : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    %u = kiln.weight_ref @mlp.up : tensor<64x64xf32>
+    %b = kiln.linear %a, %u : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    %d = kiln.weight_ref @mlp.down : tensor<64x64xf32>
+    %c = kiln.linear %b, %d : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    return %c : tensor<?x64xf32>
+  }
 }
