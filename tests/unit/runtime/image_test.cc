@@ -18,14 +18,13 @@
 
 #include "image/preprocess.h"
 #include "kiln/kiln.h"
-#include "runtime/npy.h"
+#include "tools/common/npy.h"
 #include "support/allocator.h"
 
 namespace kiln::rt {
 namespace {
 
-using test::NpyArray;
-using test::ReadNpy;
+using NpyArray = npy::Array;
 
 const char* VectorsDir() {
   const char* dir = std::getenv("KILN_IMAGE_VECTORS");
@@ -475,7 +474,7 @@ struct ImageCache {
     if (it != images.end()) return &it->second;
     NpyArray a;
     std::string error;
-    if (!ReadNpy(dir + "/images/" + name + ".npy", &a, &error)) {
+    if (!npy::Read(dir + "/images/" + name + ".npy", &a, &error)) {
       ADD_FAILURE() << error;
       return nullptr;
     }
@@ -508,14 +507,14 @@ TEST_P(ResizeMatchesPil, BitExact) {
     ASSERT_NE(img, nullptr);
     NpyArray expected;
     std::string error;
-    ASSERT_TRUE(ReadNpy(dir + "/" + expected_file, &expected, &error)) << error;
+    ASSERT_TRUE(npy::Read(dir + "/" + expected_file, &expected, &error)) << error;
     ASSERT_EQ(expected.count(), static_cast<size_t>(ow) * oh * 3) << expected_file;
     const int32_t w = static_cast<int32_t>(img->shape[1]);
     const int32_t h = static_cast<int32_t>(img->shape[0]);
     // Every other case reads the input through a padded stride.
     const bool padded = (checked % 2) == 1;
     const size_t stride = static_cast<size_t>(w) * 3 + (padded ? 13 : 0);
-    std::vector<uint8_t> src = WithStride(img->u8(), w, h, stride);
+    std::vector<uint8_t> src = WithStride(img->bytes.data(), w, h, stride);
     std::vector<uint8_t> out(expected.count(), 0);
     kiln_error_t err{};
     ASSERT_EQ(ResizeRgb8(src.data(), w, h, stride, ow, oh, filter, &allocator, out.data(), &err),
@@ -525,7 +524,7 @@ TEST_P(ResizeMatchesPil, BitExact) {
     size_t diffs = 0, first = 0;
     int max_diff = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      const int d = std::abs(int{out[i]} - int{expected.u8()[i]});
+      const int d = std::abs(int{out[i]} - int{expected.bytes.data()[i]});
       if (d != 0 && diffs++ == 0) first = i;
       if (d > max_diff) max_diff = d;
     }
@@ -632,16 +631,16 @@ TEST(PreprocessMatchesReference, BitExact) {
     ASSERT_NE(img, nullptr);
     NpyArray expected_npy;
     std::string error;
-    ASSERT_TRUE(ReadNpy(dir + "/" + expected_file, &expected_npy, &error)) << error;
+    ASSERT_TRUE(npy::Read(dir + "/" + expected_file, &expected_npy, &error)) << error;
     ASSERT_EQ(expected_npy.dtype, "f4");
     const size_t s = static_cast<size_t>(spec.image_size);
     ASSERT_EQ(expected_npy.shape, (std::vector<size_t>{3, s, s})) << expected_file;
-    const std::vector<float> expected = expected_npy.f32();
+    const std::vector<float> expected = expected_npy.AsFloat();
     const int32_t w = static_cast<int32_t>(img->shape[1]);
     const int32_t h = static_cast<int32_t>(img->shape[0]);
     for (const bool padded : {false, true}) {
       const size_t stride = static_cast<size_t>(w) * 3 + (padded ? 5 : 0);
-      std::vector<uint8_t> src = WithStride(img->u8(), w, h, stride);
+      std::vector<uint8_t> src = WithStride(img->bytes.data(), w, h, stride);
       std::vector<float> out(expected.size() + 1, -99.0f);
       kiln_error_t err{};
       ASSERT_EQ(PreprocessImage(spec, src.data(), w, h, stride, &allocator, out.data(),
