@@ -19,12 +19,12 @@ Target hostTarget() {
   return host;
 }
 
-llvm::Expected<Target> parseTarget(llvm::StringRef triple, llvm::StringRef features) {
-  if (triple.empty())
-    return hostTarget();
+llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef features) {
+  // No triple: the build host's architecture; features are still checked against it.
+  const std::string triple = tripleArg.empty() ? hostTarget().triple : tripleArg.str();
   llvm::Triple t(triple);
   Target target;
-  target.triple = triple.str();
+  target.triple = triple;
   switch (t.getArch()) {
   case llvm::Triple::x86_64:
     target.arch = TargetArch::X86_64;

@@ -112,6 +112,17 @@ int main(int argc, char** argv) {
     llvm::errs() << "kiln-compile: error: --max-prefill-tokens must be positive\n";
     return 2;
   }
+  if (!memoryBudget.empty() && bitsPerWeight > 0) {
+    llvm::errs() << "kiln-compile: error: give --memory-budget or --bits-per-weight, not both\n";
+    return 2;
+  }
+  // The templates the runtime implements (runtime/src/session.cc).
+  if (!promptTemplate.empty() && promptTemplate != "llava" && promptTemplate != "llava-chatml" &&
+      promptTemplate != "idefics3" && promptTemplate != "plain") {
+    llvm::errs() << "kiln-compile: error: unknown --prompt-template '" << promptTemplate
+                 << "' (llava, llava-chatml, idefics3, plain)\n";
+    return 2;
+  }
 
   mlir::MLIRContext context;
   context.printOpOnDiagnostic(false);  // messages name the weight or op already

@@ -43,6 +43,17 @@ std::string Features(uint64_t bits) {
 
 const char* S(const flatbuffers::String* s) { return s ? s->c_str() : ""; }
 
+// The name of a kernel id of formats/kernels.def ("ref_linear").
+const char* KernelName(uint32_t id) {
+  switch (id) {
+#define KILN_KERNEL(id, name, op, encodings) \
+  case id: return #name;
+#include "formats/kernels.def"
+#undef KILN_KERNEL
+    default: return "unknown";
+  }
+}
+
 // The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
 std::string Label(const fb::Tensor* t) {
   static const char* names[] = {"f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"};
@@ -131,7 +142,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  out: %s%s\n", S(m->values()->Get(o)->name()), Shape(m->values()->Get(o)->shape()).c_str());
     if (ops)
       for (const fb::Op* op : *s->ops())
-        std::printf("    %-18s kernel %-24u %s\n", fb::EnumNameOpKind(op->kind()), op->kernel(), S(op->name()));
+        std::printf("    %-18s %-24s %s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()), S(op->name()));
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
   std::printf("  %-64s %-16s %-14s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
@@ -182,8 +193,9 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
       std::printf(", \"op_list\": [");
       for (uint32_t j = 0; j < s->ops()->size(); ++j) {
         const fb::Op* op = s->ops()->Get(j);
-        std::printf("%s{\"kind\": %s, \"kernel\": %u, \"name\": %s}", j ? ", " : "", J(fb::EnumNameOpKind(op->kind())).c_str(),
-                    op->kernel(), J(S(op->name())).c_str());
+        std::printf("%s{\"kind\": %s, \"kernel\": %u, \"kernel_name\": %s, \"name\": %s}", j ? ", " : "",
+                    J(fb::EnumNameOpKind(op->kind())).c_str(), op->kernel(),
+                    J(KernelName(op->kernel())).c_str(), J(S(op->name())).c_str());
       }
       std::printf("]");
     }

@@ -4,9 +4,12 @@ evaluation set.
 
     python3 tests/models/shapes/make_examples.py --out tests/models/shapes/examples --count 6
     python3 tests/models/shapes/make_examples.py --out /tmp/eval --count 200 --split test
+    python3 tests/models/shapes/make_examples.py --out CKPT --count 16 --split train \
+        --size 128 --images calibration --list calibration.jsonl     # a calibration set
 
 Writes NNN.png (256x256) and questions.jsonl, one {"id", "image", "prompt",
-"answer", "kind"} per line — the input kiln-run --batch reads.
+"answer", "kind"} per line — the input kiln-run --batch reads, and the calibration
+input kiln-compile reads.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0, help="first sample index of the split")
     ap.add_argument("--size", type=int, default=256, help="picture size in pixels")
     ap.add_argument("--one-per-kind", action="store_true", help="cycle through the question kinds")
+    ap.add_argument("--images", default="", help="subdirectory of --out for the pictures")
+    ap.add_argument("--list", default="questions.jsonl", help="file name of the question list in --out")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(os.path.join(args.out, args.images), exist_ok=True)
     lines = []
     for i in range(args.count):
         if args.one_per_kind:
@@ -42,13 +47,13 @@ def main() -> int:
             s = task.sample_at(args.split, args.start + i, kind)
         else:
             s = task.sample_at(args.split, args.start + i)
-        name = f"{i:03d}.png"
+        name = os.path.join(args.images, f"{i:03d}.png") if args.images else f"{i:03d}.png"
         task.render(s.scene, args.size).save(os.path.join(args.out, name))
         lines.append({"id": str(i), "image": name, "prompt": s.question, "answer": s.answer, "kind": s.kind})
-    with open(os.path.join(args.out, "questions.jsonl"), "w") as f:
+    with open(os.path.join(args.out, args.list), "w") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
-    print(f"wrote {len(lines)} pictures and questions.jsonl to {args.out}")
+    print(f"wrote {len(lines)} pictures and {args.list} to {args.out}")
     return 0
 
 
