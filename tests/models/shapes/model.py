@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -151,17 +151,19 @@ class Pipeline:
     def pixels(self, image) -> np.ndarray:
         return self.processor.preprocess(image)[0]
 
-    def example(self, split: str, index: int, render_size: int,
-                aux_fraction: float = 0.0) -> Tuple[np.ndarray, List[int], List[int], task.Sample]:
+    def example(self, split: str, index: int, render_size: int, aux_fraction: float = 0.0,
+                kind_weights: Optional[dict] = None) -> Tuple[np.ndarray, List[int], List[int], task.Sample]:
         """pixel_values, prompt ids, answer ids (ending in </s>) and the sample."""
-        s = task.sample_at(split, index, aux_fraction=aux_fraction)
+        s = task.sample_at(split, index, aux_fraction=aux_fraction, kind_weights=kind_weights)
         px = self.pixels(task.render(s.scene, render_size))
         return px, prompt_ids(self.tok, s.question), answer_ids(self.tok, s.answer), s
 
-    def batch(self, split: str, indices: Sequence[int], rng: random.Random, aux_fraction: float = 0.0):
+    def batch(self, split: str, indices: Sequence[int], rng: random.Random, aux_fraction: float = 0.0,
+              kind_weights: Optional[dict] = None):
         """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored), and the
         per-patch colour and shape classes [B, patches] (the auxiliary training targets)."""
-        items = [self.example(split, i, rng.choice([128, 160, 192, 256]), aux_fraction) for i in indices]
+        items = [self.example(split, i, rng.choice([128, 160, 192, 256]), aux_fraction, kind_weights)
+                 for i in indices]
         length = max(len(p) + len(a) for _, p, a, _ in items)
         ids = np.full((len(items), length), self.pad, dtype=np.int64)
         labels = np.full((len(items), length), -100, dtype=np.int64)

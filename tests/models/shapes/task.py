@@ -221,25 +221,33 @@ def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str
     raise ValueError(f"unknown question kind {kind}")
 
 
-def sample(rng: random.Random, kind: Optional[str] = None, aux_fraction: float = 0.0) -> Sample:
-    """One scene with one question about it; question kinds are drawn uniformly
-    (an auxiliary description with probability aux_fraction)."""
+def _draw_kind(rng: random.Random, aux_fraction: float, kind_weights: Optional[dict] = None) -> str:
+    if aux_fraction > 0 and rng.random() < aux_fraction:
+        return rng.choice(AUX_KINDS)
+    if kind_weights:
+        return rng.choices(QUESTION_KINDS, weights=[kind_weights.get(k, 1.0) for k in QUESTION_KINDS])[0]
+    return rng.choice(QUESTION_KINDS)
+
+
+def sample(rng: random.Random, kind: Optional[str] = None, aux_fraction: float = 0.0,
+           kind_weights: Optional[dict] = None) -> Sample:
+    """One scene with one question about it; question kinds are drawn uniformly, or in
+    proportion to kind_weights (default 1 each), or an auxiliary description with
+    probability aux_fraction."""
+    # The kind is drawn once: scenes are redrawn until it can be asked, so kinds that
+    # need particular scenes (relations between two unique objects) are not rarer.
+    k = kind or _draw_kind(rng, aux_fraction, kind_weights)
     while True:
-        if kind:
-            k = kind
-        elif aux_fraction > 0 and rng.random() < aux_fraction:
-            k = rng.choice(AUX_KINDS)
-        else:
-            k = rng.choice(QUESTION_KINDS)
         scene = random_scene(rng)
         qa = _question(rng, scene, k)
         if qa is not None:
             return Sample(scene, qa[0], qa[1], k)
 
 
-def sample_at(split: str, index: int, kind: Optional[str] = None, aux_fraction: float = 0.0) -> Sample:
-    """The index-th sample of a split: a pure function of (split, index)."""
-    return sample(random.Random(SPLITS[split] + index), kind, aux_fraction)
+def sample_at(split: str, index: int, kind: Optional[str] = None, aux_fraction: float = 0.0,
+              kind_weights: Optional[dict] = None) -> Sample:
+    """The index-th sample of a split: a pure function of (split, index) and the mix."""
+    return sample(random.Random(SPLITS[split] + index), kind, aux_fraction, kind_weights)
 
 
 def all_answers() -> List[str]:
@@ -249,9 +257,14 @@ def all_answers() -> List[str]:
 
 def text_corpus(n: int = 4000, seed: int = 12345) -> List[str]:
     """Question/answer text of the task, for training the tokenizer."""
+    # Drawn with its own stream (the kind redrawn whenever a scene cannot carry it), so
+    # that the tokenizer, and with it the bundled checkpoints, does not change when
+    # the mix of training questions does.
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
-        s = sample(rng, aux_fraction=0.2)
-        out.append(f"USER: {s.question} ASSISTANT: {s.answer}")
+    while len(out) < n:
+        k = _draw_kind(rng, 0.2)
+        qa = _question(rng, random_scene(rng), k)
+        if qa is not None:
+            out.append(f"USER: {qa[0]} ASSISTANT: {qa[1]}")
     return out

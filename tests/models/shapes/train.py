@@ -61,6 +61,38 @@ def load_balancing_loss(router_logits, top_k: int) -> torch.Tensor:
     return (tokens_per_expert * prob_per_expert[None]).sum() * probs.shape[-1]
 
 
+def upcycle(model: nn.Module, config: dict, dense_dir: str) -> None:
+    """Sparse upcycling (Komatsuzaki et al., 2022) with fine-grained experts: the dense
+    MLP's hidden units are split into groups of the expert width; expert e copies group
+    e mod groups, its down projection scaled by groups / top_k so that an evenly routed
+    mix of top-k experts starts at the scale of the dense MLP's output."""
+    from kiln_models.safetensors_io import Checkpoint
+    with Checkpoint(dense_dir) as ckpt:
+        dense = {name: torch.from_numpy(np.array(ckpt.get_numpy(name))).float() for name in ckpt.keys()}
+    text = config["text_config"]
+    width, n_exp = text["intermediate_size"], text["num_local_experts"]
+    state = {}
+    for name, t in dense.items():
+        if ".mlp." not in name or not name.startswith("language_model."):
+            state[name] = t
+            continue
+        prefix, proj = name.split(".mlp.")
+        hidden_units = t.shape[0] if proj != "down_proj.weight" else t.shape[1]
+        groups = hidden_units // width
+        if groups * width != hidden_units:
+            raise SystemExit(f"{dense_dir}: {name} has {hidden_units} hidden units, not a multiple of {width}")
+        for e in range(n_exp):
+            g = e % groups
+            rows = slice(g * width, (g + 1) * width)
+            key = {"gate_proj.weight": "w1", "down_proj.weight": "w2", "up_proj.weight": "w3"}[proj]
+            part = t[:, rows] * (groups / text["num_experts_per_tok"]) if key == "w2" else t[rows]
+            state[f"{prefix}.block_sparse_moe.experts.{e}.{key}.weight"] = part.clone()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.endswith("inv_freq") and not m.endswith("block_sparse_moe.gate.weight")]
+    if unexpected or missing:
+        raise SystemExit(f"{dense_dir}: cannot upcycle (missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=["dense", "moe"], required=True)
@@ -76,11 +108,23 @@ def main() -> int:
                     help="share of training samples that describe the whole picture")
     ap.add_argument("--aux-weight", type=float, default=0.5,
                     help="weight of the per-patch colour/shape loss on the vision features")
+    ap.add_argument("--kind-weight", action="append", default=[], metavar="KIND=W",
+                    help="draw question KIND W times as often as the others (default 1); repeatable")
     ap.add_argument("--init", help="start from the weights of this checkpoint (continued training)")
+    ap.add_argument("--upcycle", metavar="DENSE_CKPT",
+                    help="moe only: start from a trained dense checkpoint (sparse upcycling): every "
+                         "weight but the decoder MLPs is copied, expert e takes the hidden units "
+                         "[(e mod 4)*128, +128) of the dense MLP, routers start random")
     ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-samples", type=int, default=200)
     args = ap.parse_args()
 
+    kind_weights = {}
+    for kw in args.kind_weight:
+        kind, _, w = kw.partition("=")
+        if kind not in task.QUESTION_KINDS or not w:
+            raise SystemExit(f"--kind-weight {kw!r}: expected KIND=W with KIND one of {', '.join(task.QUESTION_KINDS)}")
+        kind_weights[kind] = float(w)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = sm.build_tokenizer()
@@ -96,6 +140,11 @@ def main() -> int:
             raise SystemExit(f"{args.init}: does not match the {args.variant} model "
                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         print(f"continuing from {args.init}", flush=True)
+    if args.upcycle:
+        if args.variant != "moe" or args.init:
+            raise SystemExit("--upcycle needs --variant moe and no --init")
+        upcycle(model, config, args.upcycle)
+        print(f"upcycled from {args.upcycle}", flush=True)
     model.train()
     # Auxiliary heads (training only, not saved): the colour and the shape of the
     # object in each patch, read from the vision tower's features. Dense targets
@@ -133,7 +182,8 @@ def main() -> int:
     for step in range(args.steps):
         rng = random.Random(args.seed * 1_000_003 + step)
         idx = range(step * args.batch_size, (step + 1) * args.batch_size)
-        px, ids, labels, patch_colors, patch_shapes = pipe.batch("train", idx, rng, args.describe_fraction)
+        px, ids, labels, patch_colors, patch_shapes = pipe.batch("train", idx, rng, args.describe_fraction,
+                                                                          kind_weights)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         router_logits.clear()
@@ -150,7 +200,7 @@ def main() -> int:
                 F.cross_entropy(aux[..., nc:].reshape(-1, aux.shape[-1] - nc), patch_shapes.reshape(-1))
             total = total + args.aux_weight * aux_loss
         if router_logits:
-            total = loss + aux_coef * load_balancing_loss(router_logits, top_k)
+            total = total + aux_coef * load_balancing_loss(router_logits, top_k)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux_head.parameters()), 1.0)
