@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Measures what per-layer precision buys, through Kiln (kiln-compile + kiln-run):
+
+  * the demo model (dense and MoE): exact-match accuracy on held-out questions for
+    fp32, uniform int4 (round to nearest and GPTQ), and the solved mix at about
+    4.5 bits per weight and at the bytes of uniform int4;
+  * a tiny generated Llama and LLaVA: mean KL of the next-token distributions
+    against fp32 for uniform int8, uniform int4 and the solved mix at the bytes of
+    uniform int4.
+
+Writes JSON (and prints a Markdown table). Needs a host build (build/host/bin).
+
+    /usr/bin/python3 scripts/eval_precision.py --out build/eval-precision.json [--questions 300]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+MODELS = os.path.join(ROOT, "tests", "models")
+BIN = os.environ.get("KILN_BIN_DIR", os.path.join(ROOT, "build", "host", "bin"))
+PY = "/usr/bin/python3"
+
+
+def run(cmd, **kw):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", **kw)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{p.stderr}")
+    return p
+
+
+def weight_bytes(artifact):
+    info = json.loads(run([f"{BIN}/kiln-inspect", artifact, "--json"]).stdout)
+    params = sum(int(np.prod(r["shape"])) for r in info["precision"])
+    total = sum(r["bytes"] for r in info["precision"])
+    return total, 8.0 * total / params
+
+
+def compile_(ckpt, out, *flags):
+    run([f"{BIN}/kiln-compile", ckpt, "-o", out, *flags])
+    return out
+
+
+def accuracy(artifact, questions_dir, threads):
+    answers = run([f"{BIN}/kiln-run", artifact, "--batch", os.path.join(questions_dir, "questions.jsonl"),
+                   "--threads", str(threads)]).stdout
+    got = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
+    qs = [json.loads(l) for l in open(os.path.join(questions_dir, "questions.jsonl"))]
+    return sum(got[q["id"]] == q["answer"] for q in qs) / len(qs)
+
+
+def mean_kl(reference, artifact, prompts_ids, pixels, tmp):
+    kls = []
+    for i, ids in enumerate(prompts_ids):
+        ids_path = os.path.join(tmp, f"ids{i}.npy")
+        np.save(ids_path, np.array(ids, dtype=np.int64))
+        outs = []
+        for art in (reference, artifact):
+            path = os.path.join(tmp, f"logits{i}.npy")
+            cmd = [f"{BIN}/kiln-run", art, "--input-ids", ids_path, "--dump-logits", path, "--max-new-tokens", "1",
+                   "--quiet"]
+            if pixels is not None:
+                cmd += ["--pixel-values", pixels]
+            run(cmd)
+            outs.append(np.load(path)[0].astype(np.float64))
+        p, q = outs
+        lp = p - np.log(np.exp(p - p.max(-1, keepdims=True)).sum(-1, keepdims=True)) - p.max(-1, keepdims=True)
+        lq = q - np.log(np.exp(q - q.max(-1, keepdims=True)).sum(-1, keepdims=True)) - q.max(-1, keepdims=True)
+        kls.append((np.exp(lp) * (lp - lq)).sum(-1).mean())
+    return float(np.mean(kls))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--questions", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--checkpoints", default=os.path.join(MODELS, "shapes", "checkpoints"),
+                    help="directory holding the demo model's variants")
+    ap.add_argument("--variants", default="dense,moe")
+    ap.add_argument("--skip-tiny", action="store_true", help="only the demo model")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="kiln-eval-")
+    cache = os.path.join(tmp, "cache")
+    results = {"demo": {}, "tiny": {}}
+    rows = []
+
+    qdir = os.path.join(tmp, "questions")
+    run([PY, os.path.join(MODELS, "shapes", "make_examples.py"), "--out", qdir, "--count", str(args.questions),
+         "--split", "test", "--start", "5000"])
+    for variant in [v for v in args.variants.split(",") if v]:
+        ckpt = os.path.join(args.checkpoints, variant)
+        res = {}
+        arts = {
+            "fp32": compile_(ckpt, os.path.join(tmp, f"{variant}-fp32.kiln"), "--precision", ".*=f32"),
+            "int4 RTN": compile_(ckpt, os.path.join(tmp, f"{variant}-int4.kiln"), "--precision", ".*=int4_g32"),
+            "int4 GPTQ": compile_(ckpt, os.path.join(tmp, f"{variant}-int4-gptq.kiln"), "--precision", ".*=int4_g32",
+                                  "--quantizer", "gptq"),
+            "mix 4.5 bpw": compile_(ckpt, os.path.join(tmp, f"{variant}-mix45.kiln"), "--bits-per-weight", "4.5",
+                                    "--cache-dir", cache),
+        }
+        int4_bytes, _ = weight_bytes(arts["int4 RTN"])
+        arts["mix @ int4 bytes"] = compile_(ckpt, os.path.join(tmp, f"{variant}-mixeq.kiln"), "--memory-budget",
+                                            str(int4_bytes), "--cache-dir", cache)
+        for name, art in arts.items():
+            b, bpw = weight_bytes(art)
+            acc = accuracy(art, qdir, args.threads)
+            res[name] = {"accuracy": acc, "bytes": b, "bits_per_weight": bpw}
+            rows.append(f"| demo {variant} | {name} | {b / 1e6:.2f} MB | {bpw:.2f} | {100 * acc:.1f}% |")
+        results["demo"][variant] = res
+
+    sys.path.insert(0, MODELS)
+    for preset, vlm in () if args.skip_tiny else (("tiny-llama", False), ("tiny-llava", True)):
+        ckpt = os.path.join(tmp, preset)
+        run([PY, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
+        # Calibration and evaluation prompts are different texts.
+        from kiln_models.tokenizer import corpus_text
+        sentences = [s.strip() + "." for s in corpus_text().split(".") if len(s.strip()) > 20]
+        calib = [{"prompt": s} for s in sentences[:8]]
+        held_out = sentences[20:28]
+        pixels = None
+        if vlm:
+            from PIL import Image
+            rng = np.random.default_rng(0)
+            for i in range(len(calib)):
+                Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)).resize((48, 48)).save(
+                    os.path.join(ckpt, f"calib{i}.png"))
+                calib[i]["image"] = f"calib{i}.png"
+            golden = os.path.join(tmp, preset + "-g")
+            img = os.path.join(tmp, "eval.png")
+            Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)).resize((48, 48)).save(img)
+        with open(os.path.join(ckpt, "calibration.jsonl"), "w") as f:
+            f.writelines(json.dumps(c) + "\n" for c in calib)
+        prompts = []
+        for s in held_out:
+            cmd = [PY, os.path.join(MODELS, "golden.py"), ckpt, "--out", os.path.join(tmp, "g"), "--prompt", s,
+                   "--max-new-tokens", "1"]
+            if vlm:
+                cmd += ["--image", img]
+            run(cmd)
+            prompts.append([int(t) for t in np.load(os.path.join(tmp, "g", "input_ids.npy")).reshape(-1)])
+            if vlm and pixels is None:
+                px = np.load(os.path.join(tmp, "g", "pixel_values.npy")).astype(np.float32)
+                pixels = os.path.join(tmp, preset + "-px.npy")
+                np.save(pixels, px.reshape(px.shape[-3:]))
+        ref = compile_(ckpt, os.path.join(tmp, f"{preset}-fp32.kiln"), "--precision", ".*=f32")
+        arts = {
+            "int8": compile_(ckpt, os.path.join(tmp, f"{preset}-int8.kiln"), "--precision", ".*=int8"),
+            "int4 RTN": compile_(ckpt, os.path.join(tmp, f"{preset}-int4.kiln"), "--precision", ".*=int4_g32"),
+        }
+        int4_bytes, _ = weight_bytes(arts["int4 RTN"])
+        arts["mix @ int4 bytes"] = compile_(ckpt, os.path.join(tmp, f"{preset}-mix.kiln"), "--memory-budget",
+                                            str(int4_bytes), "--cache-dir", cache)
+        res = {}
+        for name, art in arts.items():
+            b, bpw = weight_bytes(art)
+            kl = mean_kl(ref, art, prompts, pixels, tmp)
+            res[name] = {"mean_kl": kl, "bytes": b, "bits_per_weight": bpw}
+            rows.append(f"| {preset} | {name} | {b / 1e3:.1f} KB | {bpw:.2f} | KL {kl:.2e} |")
+        results["tiny"][preset] = res
+
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print("| model | precision | weights | bits/weight | result |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
