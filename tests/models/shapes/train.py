@@ -28,10 +28,13 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
-from kiln_models.safetensors_io import save_file  # noqa: E402
+from kiln_models.safetensors_io import TensorSpec, write_checkpoint  # noqa: E402
 from shapes import model as sm  # noqa: E402
 from shapes import task  # noqa: E402
 from shapes.evaluate import accuracy  # noqa: E402
+
+
+SHARD_SIZE = "6MB"
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -224,7 +227,9 @@ def main() -> int:
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
         acc, per_kind = accuracy(model, tok, pipe, "val", args.eval_samples)
     sm.write_hf_files(args.out, tok, config)
-    save_file(state, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    # Shards of at most 6 MB keep every bundled file small; HF loaders read the index.
+    write_checkpoint(args.out, [TensorSpec(k, "F16", tuple(v.shape)) for k, v in state.items()],
+                     lambda spec: state[spec.name], max_shard_size=SHARD_SIZE)
     print(f"trained {args.steps} steps in {train_minutes:.1f} min; fp16 val exact-match {acc * 100:.1f}%")
     for k, (c, n) in sorted(per_kind.items()):
         print(f"  {k:16s} {c}/{n}")
