@@ -4,6 +4,7 @@
 
 #include "formats/kiln_format.h"
 #include "model.h"
+#include "observer.h"
 #include "support/error.h"
 #include "verify.h"
 
@@ -25,13 +26,8 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for %u weight views", f->tensors()->size());
   for (uint32_t i = 0; i < f->tensors()->size(); ++i) {
     const fb::Tensor* t = f->tensors()->Get(i);
+    RestoreWeight(m, i);  // data and encoding as stored
     WeightView& w = m->weights[i];
-    w.data = m->data + t->offset();
-    w.encoding = t->encoding();
-    w.spec.id = static_cast<uint8_t>(t->encoding());
-    w.spec.group = t->group_size();
-    w.spec.symmetric = t->symmetric();
-    w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
     w.shape = t->shape();
     w.rows = t->shape()->Get(0);
     w.cols = 1;

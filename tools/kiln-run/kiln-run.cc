@@ -259,14 +259,14 @@ int main(int argc, char** argv) {
     return rc;
   };
 
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = max_new_tokens;
+  go.temperature = temperature;
+  go.top_k = top_k;
+  go.top_p = top_p;
+  go.seed = seed;
   if (!batch_path.empty()) {
-    kiln_generate_options_t go;
-    kiln_generate_options_init(&go);
-    go.max_new_tokens = max_new_tokens;
-    go.temperature = temperature;
-    go.top_k = top_k;
-    go.top_p = top_p;
-    go.seed = seed;
     rc = RunBatch(model, session, batch_path, go);
     kiln_session_release(session);
     kiln_model_release(model);
@@ -321,13 +321,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  kiln_generate_options_t go;
-  kiln_generate_options_init(&go);
-  go.max_new_tokens = max_new_tokens;
-  go.temperature = temperature;
-  go.top_k = top_k;
-  go.top_p = top_p;
-  go.seed = seed;
   go.on_token = OnToken;
   go.user = &quiet;
   kiln_status_t st = ids.empty() ? kiln_session_generate(session, prompt.c_str(), &go, &err)
