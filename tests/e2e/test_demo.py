@@ -5,7 +5,9 @@ reference's on the same image files, answer for answer."""
 
 import json
 import os
+import subprocess
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,3 +64,55 @@ def test_kiln_accuracy_equals_reference(variant, eval_set, tmp_path):
     # questions the MoE model scores 0.89 (0.902 on 500), so it is not repeated here. A model that
     # answers at chance would not be a meaningful comparison, though:
     assert ref_acc >= 0.75, f"{variant}: reference accuracy {ref_acc:.3f} on the fixed set"
+
+
+def test_score_mode(eval_set, tmp_path):
+    """kiln-run --batch --score: a line's greedy_match is exactly whether generation
+    answers it right, its log-probability is the PyTorch reference's, and the dumped
+    logits hold one row per scored token."""
+    ckpt = os.path.join(CHECKPOINTS, "dense")
+    artifact = tmp_path / "dense.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", artifact])
+    questions = [json.loads(l) for l in open(eval_set / "questions.jsonl")]
+    answers = run([tool("kiln-run"), artifact, "--batch", eval_set / "questions.jsonl", "--threads", "2"]).stdout
+    generated = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
+    logits = tmp_path / "scored.npy"
+    scores = run([tool("kiln-run"), artifact, "--batch", eval_set / "questions.jsonl", "--score", "--answer-suffix",
+                  "</s>", "--dump-logits", logits, "--threads", "2"]).stdout
+    scored = {s["id"]: s for s in map(json.loads, scores.splitlines())}
+    assert len(scored) == len(questions)
+    mismatched = [q["id"] for q in questions if scored[q["id"]]["greedy_match"] != (generated[q["id"]] == q["answer"])]
+    assert not mismatched, f"greedy_match disagrees with generation for {mismatched[:5]}"
+    assert any(not s["greedy_match"] for s in scored.values()) and any(s["greedy_match"] for s in scored.values())
+
+    rows = np.load(logits)
+    assert rows.shape[0] == sum(s["answer_tokens"] for s in scored.values())
+
+    model, _ = load_checkpoint(ckpt)
+    model.eval()
+    tok = ByteLevelBPE.load(ckpt)
+    pipe = sm.Pipeline(tok)
+    with torch.no_grad():
+        for q in questions[:12]:
+            px = torch.from_numpy(pipe.pixels(load_image(os.path.join(eval_set, q["image"]))))
+            prompt = sm.prompt_ids(tok, q["prompt"])
+            answer = sm.answer_ids(tok, q["answer"])
+            assert scored[q["id"]]["answer_tokens"] == len(answer)
+            lp = torch.log_softmax(model(torch.tensor([prompt + answer]), pixel_values=px[None])[0].double(), -1)
+            ref = sum(float(lp[len(prompt) - 1 + t, a]) for t, a in enumerate(answer))
+            assert abs(scored[q["id"]]["logprob"] - ref) < 1e-3 * max(1.0, abs(ref)), (q, scored[q["id"]], ref)
+
+
+def test_score_mode_errors(eval_set, tmp_path):
+    ckpt = os.path.join(CHECKPOINTS, "dense")
+    artifact = tmp_path / "dense.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", artifact])
+    no_answer = tmp_path / "q.jsonl"
+    no_answer.write_text(json.dumps({"id": "a", "prompt": "What colour is the circle?"}) + "\n")
+    out = tmp_path / "l.npy"
+    p = subprocess.run([tool("kiln-run"), artifact, "--batch", no_answer, "--score", "--dump-logits", out],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "q.jsonl:1: --score needs an \"answer\"" in p.stderr, p.stderr
+    assert not out.exists()
+    p = subprocess.run([tool("kiln-run"), artifact, "--prompt", "hi", "--score"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--score needs --batch" in p.stderr

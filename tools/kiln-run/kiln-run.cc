@@ -3,12 +3,14 @@
 //   kiln-run model.kiln --image photo.png --prompt "How do I install this?"
 //   kiln-run model.kiln --input-ids 1,2,3 --pixel-values pv.npy --dump-logits logits.npy
 //   kiln-run model.kiln --batch questions.jsonl > answers.jsonl
+//   kiln-run model.kiln --batch questions.jsonl --score > scores.jsonl
 //
 // Streams the answer to stdout and prints the time-to-first-token breakdown by
 // stage, decode speed and memory to stderr (or as JSON with --json).
 #include <CLI/CLI.hpp>
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -111,8 +113,84 @@ int AppendText(void* user, int32_t, const char* text, size_t length) {
 // --batch: one JSON object per line, {"prompt": "...", "image": "path"} (image
 // optional, relative to the file's directory; "id" echoed back). One session
 // answers them all; each answer is a JSON line on stdout with its timings.
+// --score: instead of generating, scores each line's "answer" as the continuation
+// of its templated prompt (teacher forcing): the continuation is delimiter +
+// answer + suffix, tokenized without BOS. Each line reports the continuation's
+// log-probability, its token count and whether greedy decoding would have
+// produced every token of it; `logits_out` (if set) receives the logits of the
+// positions that predict the continuation, every line's rows in order.
+struct ScoreOptions {
+  bool enabled = false;
+  std::string delimiter = " ";
+  std::string suffix;
+  std::vector<float>* logits_out = nullptr;
+};
+
+bool ScoreLine(kiln_model_t* model, kiln_session_t* session, int32_t vocab, const std::string& prompt,
+               const std::string& answer, const ScoreOptions& so, std::string* json, std::string* error) {
+  kiln_error_t err;
+  std::vector<int32_t> ids(1024);
+  size_t n_prompt = 0;
+  kiln_status_t st = kiln_session_prompt_ids(session, prompt.c_str(), ids.data(), ids.size(), &n_prompt, &err);
+  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
+    ids.resize(n_prompt);
+    st = kiln_session_prompt_ids(session, prompt.c_str(), ids.data(), ids.size(), &n_prompt, &err);
+  }
+  if (st != KILN_OK) {
+    *error = err.message;
+    return false;
+  }
+  ids.resize(n_prompt);
+  std::string text = so.delimiter + answer + so.suffix;
+  std::vector<int32_t> cont(text.size() + 1);
+  size_t n_cont = 0;
+  st = kiln_tokenize(model, text.data(), text.size(), 0, cont.data(), cont.size(), &n_cont, &err);
+  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
+    cont.resize(n_cont);
+    st = kiln_tokenize(model, text.data(), text.size(), 0, cont.data(), cont.size(), &n_cont, &err);
+  }
+  if (st != KILN_OK) {
+    *error = err.message;
+    return false;
+  }
+  if (n_cont == 0 || n_prompt == 0) {
+    *error = "nothing to score (empty prompt or answer)";
+    return false;
+  }
+  ids.insert(ids.end(), cont.begin(), cont.begin() + static_cast<long>(n_cont));
+  std::vector<float> logits(ids.size() * static_cast<size_t>(vocab));
+  if (kiln_session_prefill_logits(session, ids.data(), ids.size(), logits.data(), logits.size(), &err) != KILN_OK) {
+    *error = err.message;
+    return false;
+  }
+  double logprob = 0.0;
+  bool greedy = true;
+  for (size_t t = 0; t < n_cont; ++t) {
+    const float* row = logits.data() + (n_prompt - 1 + t) * static_cast<size_t>(vocab);
+    int32_t target = cont[t];
+    if (target < 0 || target >= vocab) {
+      *error = "answer token " + std::to_string(target) + " is outside the vocabulary";
+      return false;
+    }
+    float mx = row[0];
+    int32_t best = 0;
+    for (int32_t v = 1; v < vocab; ++v)
+      if (row[v] > mx) mx = row[v], best = v;
+    double sum = 0.0;
+    for (int32_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+    logprob += static_cast<double>(row[target]) - mx - std::log(sum);
+    greedy = greedy && best == target;
+    if (so.logits_out != nullptr) so.logits_out->insert(so.logits_out->end(), row, row + vocab);
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "\"answer_tokens\": %zu, \"logprob\": %.6f, \"greedy_match\": %s", n_cont, logprob,
+                greedy ? "true" : "false");
+  *json = buf;
+  return true;
+}
+
 int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path,
-             const kiln_generate_options_t& base) {
+             const kiln_generate_options_t& base, const ScoreOptions& score) {
   FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) {
     std::fprintf(stderr, "kiln-run: error: cannot open %s\n", path.c_str());
@@ -146,6 +224,24 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
         continue;
       }
     }
+    if (score.enabled) {
+      std::string expected, json, error;
+      if (!JsonString(line, "answer", &expected)) {
+        std::fprintf(stderr, "kiln-run: error: %s:%d: --score needs an \"answer\"\n", path.c_str(), line_no);
+        ++failures;
+        continue;
+      }
+      kiln_model_info_t info;
+      kiln_model_get_info(model, &info);
+      if (!ScoreLine(model, session, info.vocab_size, prompt, expected, score, &json, &error)) {
+        std::fprintf(stderr, "kiln-run: error: %s:%d: %s\n", path.c_str(), line_no, error.c_str());
+        ++failures;
+        continue;
+      }
+      std::printf("{\"id\": \"%s\", %s}\n", JsonEscape(id).c_str(), json.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     std::string answer;
     kiln_generate_options_t go = base;
     go.on_token = AppendText;
@@ -162,7 +258,6 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     std::fflush(stdout);
   }
   std::fclose(f);
-  (void)model;
   return failures == 0 ? 0 : 1;
 }
 
@@ -204,15 +299,21 @@ int main(int argc, char** argv) {
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, quiet = false;
+  ScoreOptions score;
   app.add_option("model", model_path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
   app.add_option("--image", image_path, "photo (PNG, JPEG, BMP, ...)")->check(CLI::ExistingFile);
   app.add_option("--prompt", prompt, "question (the model's prompt template is applied)");
   app.add_option("--input-ids", ids_spec, "prompt token ids: 1,2,3 or a .npy file (template bypassed)");
   app.add_option("--pixel-values", pixels_path, "preprocessed image [3,S,S] or [1,3,S,S] float32 .npy")
       ->check(CLI::ExistingFile);
-  app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy)");
+  app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy); with --score, of every scored position");
   app.add_option("--batch", batch_path, "answer every {\"prompt\", \"image\"} line of a JSONL file")
       ->check(CLI::ExistingFile);
+  app.add_flag("--score", score.enabled,
+               "with --batch: score each line's \"answer\" as the continuation of its prompt (log-probability, "
+               "greedy match) instead of generating");
+  app.add_option("--answer-delimiter", score.delimiter, "--score: text between the prompt and the answer (default: a space)");
+  app.add_option("--answer-suffix", score.suffix, "--score: text scored after the answer, e.g. '</s>'");
   app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate (default: the checkpoint's, else 128)");
   app.add_option("--temperature", temperature, "0 = greedy");
   app.add_option("--top-k", top_k, "top-k filter (0 = off)");
@@ -232,8 +333,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-run: error: give at most one of --image and --pixel-values\n");
     return 2;
   }
-  if (!logits_path.empty() && ids_spec.empty()) {
-    std::fprintf(stderr, "kiln-run: error: --dump-logits needs --input-ids\n");
+  if (score.enabled && batch_path.empty()) {
+    std::fprintf(stderr, "kiln-run: error: --score needs --batch\n");
+    return 2;
+  }
+  if (!logits_path.empty() && ids_spec.empty() && !score.enabled) {
+    std::fprintf(stderr, "kiln-run: error: --dump-logits needs --input-ids, or --batch with --score\n");
     return 2;
   }
 
@@ -267,7 +372,17 @@ int main(int argc, char** argv) {
   go.top_p = top_p;
   go.seed = seed;
   if (!batch_path.empty()) {
-    rc = RunBatch(model, session, batch_path, go);
+    std::vector<float> scored_logits;
+    if (!logits_path.empty()) score.logits_out = &scored_logits;
+    rc = RunBatch(model, session, batch_path, go, score);
+    if (!logits_path.empty() && rc == 0) {  // rows of failed lines would be missing
+      std::string error;
+      const size_t vocab = static_cast<size_t>(info.vocab_size);
+      if (!kiln::npy::WriteF32(logits_path, scored_logits.data(), {scored_logits.size() / vocab, vocab}, &error)) {
+        std::fprintf(stderr, "kiln-run: error: %s\n", error.c_str());
+        rc = 1;
+      }
+    }
     kiln_session_release(session);
     kiln_model_release(model);
     return rc;
