@@ -178,6 +178,34 @@ struct HessianCollector {
     return x;
   }
 
+  // A gated MLP's gate and up projections read x; its down projection reads
+  // act(gate(x)) * up(x), recomputed here. Weights not quantisable are skipped.
+  void gatedMlp(uint32_t gate, uint32_t up, uint32_t down, fb::ActivationKind act, const float* x, int64_t n,
+                int64_t h) {
+    auto q = [&](uint32_t t) { return (*uses)[t].quantizable; };
+    if (q(gate))
+      add(gate, x, n, h);
+    if (q(up))
+      add(up, x, n, h);
+    if (!q(down))
+      return;
+    const int64_t inter = model->tensors()->Get(gate)->shape()->Get(0);
+    const float* wg = weightF32(gate);
+    const float* wu = weightF32(up);
+    std::vector<float> mid(static_cast<size_t>(n * inter));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < inter; ++j) {
+        float a = 0, b = 0;
+        const float* xr = x + r * h;
+        for (int64_t i = 0; i < h; ++i) {
+          a += xr[i] * wg[j * h + i];
+          b += xr[i] * wu[j * h + i];
+        }
+        mid[static_cast<size_t>(r * inter + j)] = activate(act, a) * b;
+      }
+    add(down, mid.data(), n, inter);
+  }
+
   void observe(const fb::Op* op, const rt::ActView* in) {
     if (!op->weights())
       return;
@@ -188,28 +216,45 @@ struct HessianCollector {
       if (q(0))
         add(op->weights()->Get(0), in[0].f32(), in[0].rows, in[0].cols);
       break;
-    case fb::OpKind::GatedMlp: {
-      const int64_t n = in[0].rows, h = in[0].cols;
-      add(op->weights()->Get(0), in[0].f32(), n, h);
-      add(op->weights()->Get(1), in[0].f32(), n, h);
-      // The down projection reads act(gate(x)) * up(x): recompute it.
-      const fb::Tensor* g = model->tensors()->Get(op->weights()->Get(0));
-      const int64_t inter = g->shape()->Get(0);
-      const float* wg = weightF32(op->weights()->Get(0));
-      const float* wu = weightF32(op->weights()->Get(1));
-      std::vector<float> mid(static_cast<size_t>(n * inter));
-      fb::ActivationKind act = op->params_as_GatedMlpParams()->activation();
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t j = 0; j < inter; ++j) {
-          float a = 0, b = 0;
-          const float* x = in[0].f32() + r * h;
-          for (int64_t i = 0; i < h; ++i) {
-            a += x[i] * wg[j * h + i];
-            b += x[i] * wu[j * h + i];
-          }
-          mid[static_cast<size_t>(r * inter + j)] = activate(act, a) * b;
+    case fb::OpKind::GatedMlp:
+      gatedMlp(op->weights()->Get(0), op->weights()->Get(1), op->weights()->Get(2),
+               op->params_as_GatedMlpParams()->activation(), in[0].f32(), in[0].rows, in[0].cols);
+      break;
+    case fb::OpKind::Moe: {
+      // Each expert sees the rows routed to it: recompute the routing (softmax over
+      // the router's logits, top-k by probability, ties to the lower index).
+      const fb::MoeParams* p = op->params_as_MoeParams();
+      const int64_t n = in[0].rows, h = in[0].cols, experts = static_cast<int64_t>(p->expert_ids()->size());
+      const float* router = weightF32(op->weights()->Get(0));
+      std::vector<std::vector<float>> routed(static_cast<size_t>(experts));
+      std::vector<float> logit(static_cast<size_t>(experts));
+      for (int64_t r = 0; r < n; ++r) {
+        const float* x = in[0].f32() + r * h;
+        for (int64_t e = 0; e < experts; ++e) {
+          float acc = 0;
+          for (int64_t i = 0; i < h; ++i)
+            acc += x[i] * router[e * h + i];
+          logit[static_cast<size_t>(e)] = acc;
         }
-      add(op->weights()->Get(2), mid.data(), n, inter);
+        // Softmax is monotonic: the top-k of the logits are the top-k of the probabilities.
+        std::vector<bool> taken(static_cast<size_t>(experts), false);
+        for (int64_t j = 0; j < p->top_k(); ++j) {
+          int64_t best = -1;
+          for (int64_t e = 0; e < experts; ++e)
+            if (!taken[static_cast<size_t>(e)] && (best < 0 || logit[static_cast<size_t>(e)] > logit[static_cast<size_t>(best)]))
+              best = e;
+          taken[static_cast<size_t>(best)] = true;
+          routed[static_cast<size_t>(best)].insert(routed[static_cast<size_t>(best)].end(), x, x + h);
+        }
+      }
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::vector<float>& xs = routed[static_cast<size_t>(e)];
+        if (xs.empty())
+          continue;  // no calibration row reached it: round to nearest
+        gatedMlp(op->weights()->Get(1 + e), op->weights()->Get(1 + experts + e),
+                 op->weights()->Get(1 + 2 * experts + e), p->activation(), xs.data(),
+                 static_cast<int64_t>(xs.size()) / h, h);
+      }
       break;
     }
     case fb::OpKind::PatchEmbed: {
@@ -228,7 +273,7 @@ struct HessianCollector {
       break;
     }
     default:
-      break;  // MoE experts and embeddings: round-to-nearest
+      break;  // embeddings (lookups): round-to-nearest
     }
   }
 
@@ -542,7 +587,8 @@ std::string cacheKey(llvm::StringRef sourceHash, const Options& options) {
   }
   for (const std::string& c : options.candidates)
     sha.update(c);
-  sha.update(options.gptq ? "gptq" : "rtn");
+  // Bump when the measurement changes (2: GPTQ covers MoE experts).
+  sha.update(options.gptq ? "gptq-2" : "rtn");
   return llvm::toHex(sha.final(), true).substr(0, 32);
 }
 

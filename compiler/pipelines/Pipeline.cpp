@@ -16,6 +16,12 @@
 
 namespace kiln {
 
+bool usesGptq(const CompileOptions& options) {
+  if (options.quantizer == "auto")
+    return !options.memoryBudget.empty() || options.bitsPerWeight > 0;
+  return options.quantizer == "gptq";
+}
+
 const char* compilerVersion() { return "kiln-compile " KILN_COMPILER_VERSION; }
 
 namespace {
@@ -43,7 +49,7 @@ bool needsQuantizedEncodings(const CompileOptions& o) {
 mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions& options,
                                     HessianTable* hessians) {
   bool budget = !options.memoryBudget.empty() || options.bitsPerWeight > 0;
-  bool gptq = options.quantizer == "gptq";
+  bool gptq = usesGptq(options);
   if (!budget && !gptq)
     return mlir::success();
   std::string path = options.calibration;
@@ -133,9 +139,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
     mlir::emitError(mlir::UnknownLoc::get(&context)) << llvm::toString(target.takeError());
     return {};
   }
-  if (options.quantizer != "rtn" && options.quantizer != "gptq") {
+  if (options.quantizer != "auto" && options.quantizer != "rtn" && options.quantizer != "gptq") {
     mlir::emitError(mlir::UnknownLoc::get(&context))
-        << "--quantizer must be rtn or gptq, got '" << options.quantizer << "'";
+        << "--quantizer must be auto, rtn or gptq, got '" << options.quantizer << "'";
     return {};
   }
   hf::ImportOptions importOptions;
@@ -195,7 +201,7 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
   // what they use.
   artifact.requiredCpuFeatures = 0;
   artifact.compilerVersion = compilerVersion();
-  if (options.quantizer == "gptq" && hessians)
+  if (usesGptq(options) && hessians)
     artifact.hessians = *hessians;
   if (mlir::failed(writeArtifact(module, output, artifact)))
     return mlir::failure();

@@ -31,11 +31,15 @@ struct CompileOptions {
   std::vector<std::string> precision;     // "REGEX=ENCODING" overrides
   std::string calibration;                // JSONL or directory; "" = <checkpoint>/calibration.jsonl
   int calibrationSamples = 0;             // 0 = all
-  std::string quantizer = "rtn";          // "rtn" or "gptq"
+  std::string quantizer = "auto";         // "auto" (gptq under a budget, else rtn), "rtn" or "gptq"
   std::string cacheDir;                   // "" = $XDG_CACHE_HOME/kiln or ~/.cache/kiln
   std::string report;                     // precision report (.json; .svg beside it)
   int threads = 0;
 };
+
+/// Whether weights are rounded with GPTQ: --quantizer=gptq, or auto with a memory
+/// budget or bits-per-weight target (calibration runs for the budget anyway).
+bool usesGptq(const CompileOptions& options);
 
 /// The compiler's version string (recorded in artifacts).
 const char* compilerVersion();

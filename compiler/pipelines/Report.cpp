@@ -213,7 +213,7 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
       {"artifact", artifactPath.str()},
       {"memory_budget", options.memoryBudget.empty() ? llvm::json::Value(nullptr) : llvm::json::Value(options.memoryBudget)},
       {"bits_per_weight_target", options.bitsPerWeight > 0 ? llvm::json::Value(options.bitsPerWeight) : llvm::json::Value(nullptr)},
-      {"quantizer", options.quantizer},
+      {"quantizer", usesGptq(options) ? "gptq" : "rtn"},
       {"parameters", static_cast<int64_t>(params)},
       {"source_bytes", static_cast<int64_t>(source)},
       {"bytes", static_cast<int64_t>(total)},

@@ -62,9 +62,10 @@ static cl::opt<std::string> calibration(
 static cl::opt<int> calibrationSamples("calibration-samples", cl::desc("Use at most N calibration samples"),
                                        cl::init(0), cl::cat(kilnCategory));
 static cl::opt<std::string> quantizer("quantizer",
-                                      cl::desc("Rounding of quantised weights: rtn (round to nearest) or gptq "
-                                               "(error-compensated with the calibration Hessians)"),
-                                      cl::init("rtn"), cl::cat(kilnCategory));
+                                      cl::desc("Rounding of quantised weights: rtn (round to nearest), gptq "
+                                               "(error-compensated with the calibration Hessians) or auto (gptq "
+                                               "with --memory-budget or --bits-per-weight, else rtn)"),
+                                      cl::init("auto"), cl::cat(kilnCategory));
 static cl::opt<std::string> cacheDir("cache-dir", cl::desc("Where measured sensitivities are cached"),
                                      cl::init(""), cl::cat(kilnCategory));
 static cl::opt<std::string> report("report",
