@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Measures what per-layer precision buys, through Kiln (kiln-compile + kiln-run):
 
-  * the demo model (dense and MoE): exact-match accuracy on held-out questions for
-    fp32, uniform int4 (round to nearest and GPTQ), and the solved mix at about
-    4.5 bits per weight and at the bytes of uniform int4;
+  * the demo model (dense and MoE), on held-out questions: exact-match accuracy of
+    the generated answers, the questions whose correctness changed against fp32,
+    and, scoring the reference answers (kiln-run --score), the mean KL divergence
+    of every answer token's distribution from fp32's and the answers' mean
+    negative log-likelihood. For fp32, uniform int4 (round to nearest and GPTQ),
+    and the solved mix (round to nearest and GPTQ) at about 4.5 bits per weight
+    and at the bytes of uniform int4;
   * a tiny generated Llama and LLaVA: mean KL of the next-token distributions
     against fp32 for uniform int8, uniform int4 and the solved mix at the bytes of
     uniform int4.
 
 Writes JSON (and prints a Markdown table). Needs a host build (build/host/bin).
 
-    /usr/bin/python3 scripts/eval_precision.py --out build/eval-precision.json [--questions 300]
+    /usr/bin/python3 scripts/eval_precision.py --out build/eval-precision.json [--questions 1000]
 """
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,12 +52,28 @@ def compile_(ckpt, out, *flags):
     return out
 
 
-def accuracy(artifact, questions_dir, threads):
-    answers = run([f"{BIN}/kiln-run", artifact, "--batch", os.path.join(questions_dir, "questions.jsonl"),
-                   "--threads", str(threads)]).stdout
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def demo_metrics(artifact, questions_dir, threads, tmp):
+    """Generated answers (exact match per question) and the scored reference answers
+    (log-probabilities and the log-softmax of every scored position)."""
+    qfile = os.path.join(questions_dir, "questions.jsonl")
+    answers = run([f"{BIN}/kiln-run", artifact, "--batch", qfile, "--threads", str(threads)]).stdout
     got = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
-    qs = [json.loads(l) for l in open(os.path.join(questions_dir, "questions.jsonl"))]
-    return sum(got[q["id"]] == q["answer"] for q in qs) / len(qs)
+    qs = [json.loads(l) for l in open(qfile)]
+    logits = os.path.join(tmp, "scored.npy")
+    scores = run([f"{BIN}/kiln-run", artifact, "--batch", qfile, "--score", "--answer-suffix", "</s>",
+                  "--dump-logits", logits, "--threads", str(threads)]).stdout
+    scored = {s["id"]: s for s in map(json.loads, scores.splitlines())}
+    return {
+        "correct": [got[q["id"]] == q["answer"] for q in qs],
+        "nll": float(-np.mean([scored[q["id"]]["logprob"] for q in qs])),
+        "logp": log_softmax(np.load(logits)),
+    }
 
 
 def mean_kl(reference, artifact, prompts_ids, pixels, tmp):
@@ -68,10 +89,8 @@ def mean_kl(reference, artifact, prompts_ids, pixels, tmp):
             if pixels is not None:
                 cmd += ["--pixel-values", pixels]
             run(cmd)
-            outs.append(np.load(path)[0].astype(np.float64))
-        p, q = outs
-        lp = p - np.log(np.exp(p - p.max(-1, keepdims=True)).sum(-1, keepdims=True)) - p.max(-1, keepdims=True)
-        lq = q - np.log(np.exp(q - q.max(-1, keepdims=True)).sum(-1, keepdims=True)) - q.max(-1, keepdims=True)
+            outs.append(np.load(path)[0])
+        lp, lq = map(log_softmax, outs)
         kls.append((np.exp(lp) * (lp - lq)).sum(-1).mean())
     return float(np.mean(kls))
 
@@ -79,14 +98,27 @@ def mean_kl(reference, artifact, prompts_ids, pixels, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--questions", type=int, default=300)
+    ap.add_argument("--questions", type=int, default=1000)
+    ap.add_argument("--cache-dir", default=os.path.join(ROOT, "build", "eval-precision-cache"),
+                    help="sensitivity cache (kept between runs)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--checkpoints", default=os.path.join(MODELS, "shapes", "checkpoints"),
                     help="directory holding the demo model's variants")
     ap.add_argument("--variants", default="dense,moe")
     ap.add_argument("--skip-tiny", action="store_true", help="only the demo model")
+    ap.add_argument("--keep", action="store_true", help="keep the compiled artifacts (their directory is printed)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kiln-eval-")
+    try:
+        evaluate(args, tmp)
+    finally:
+        if args.keep:
+            print(f"artifacts kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def evaluate(args, tmp):
     cache = os.path.join(tmp, "cache")
     results = {"demo": {}, "tiny": {}}
     rows = []
@@ -99,20 +131,35 @@ def main():
         res = {}
         arts = {
             "fp32": compile_(ckpt, os.path.join(tmp, f"{variant}-fp32.kiln"), "--precision", ".*=f32"),
-            "int4 RTN": compile_(ckpt, os.path.join(tmp, f"{variant}-int4.kiln"), "--precision", ".*=int4_g32"),
-            "int4 GPTQ": compile_(ckpt, os.path.join(tmp, f"{variant}-int4-gptq.kiln"), "--precision", ".*=int4_g32",
-                                  "--quantizer", "gptq"),
-            "mix 4.5 bpw": compile_(ckpt, os.path.join(tmp, f"{variant}-mix45.kiln"), "--bits-per-weight", "4.5",
-                                    "--cache-dir", cache),
+            "int4 g32, round to nearest": compile_(ckpt, os.path.join(tmp, f"{variant}-int4.kiln"), "--precision",
+                                                   ".*=int4_g32"),
+            "int4 g32, GPTQ": compile_(ckpt, os.path.join(tmp, f"{variant}-int4-gptq.kiln"), "--precision",
+                                       ".*=int4_g32", "--quantizer", "gptq"),
         }
-        int4_bytes, _ = weight_bytes(arts["int4 RTN"])
-        arts["mix @ int4 bytes"] = compile_(ckpt, os.path.join(tmp, f"{variant}-mixeq.kiln"), "--memory-budget",
-                                            str(int4_bytes), "--cache-dir", cache)
+        int4_bytes, _ = weight_bytes(arts["int4 g32, round to nearest"])
+        for q in ("rtn", "gptq"):
+            label = "round to nearest" if q == "rtn" else "GPTQ"
+            arts[f"solved mix, 4.5 bits/weight, {label}"] = compile_(
+                ckpt, os.path.join(tmp, f"{variant}-mix45-{q}.kiln"), "--bits-per-weight", "4.5", "--quantizer", q,
+                "--cache-dir", args.cache_dir)
+            arts[f"solved mix at int4's bytes, {label}"] = compile_(
+                ckpt, os.path.join(tmp, f"{variant}-mixeq-{q}.kiln"), "--memory-budget", str(int4_bytes),
+                "--quantizer", q, "--cache-dir", args.cache_dir)
+        ref = None
         for name, art in arts.items():
             b, bpw = weight_bytes(art)
-            acc = accuracy(art, qdir, args.threads)
-            res[name] = {"accuracy": acc, "bytes": b, "bits_per_weight": bpw}
-            rows.append(f"| demo {variant} | {name} | {b / 1e6:.2f} MB | {bpw:.2f} | {100 * acc:.1f}% |")
+            m = demo_metrics(art, qdir, args.threads, tmp)
+            if ref is None:
+                ref = m
+            kl = float((np.exp(ref["logp"]) * (ref["logp"] - m["logp"])).sum(-1).mean())
+            lost = sum(r and not x for r, x in zip(ref["correct"], m["correct"]))
+            gained = sum(x and not r for r, x in zip(ref["correct"], m["correct"]))
+            acc = float(np.mean(m["correct"]))
+            res[name] = {"accuracy": acc, "lost_vs_fp32": lost, "gained_vs_fp32": gained, "mean_kl": kl,
+                         "answer_nll": m["nll"], "bytes": b, "bits_per_weight": bpw}
+            rows.append(f"| demo {variant} | {name} | {b / 1e6:.2f} MB | {bpw:.2f} | {100 * acc:.1f}% "
+                        f"(−{lost} +{gained}) | {kl:.2e} | {m['nll']:.4f} |")
+            print(rows[-1], file=sys.stderr, flush=True)
         results["demo"][variant] = res
 
     sys.path.insert(0, MODELS)
@@ -132,7 +179,6 @@ def main():
                 Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)).resize((48, 48)).save(
                     os.path.join(ckpt, f"calib{i}.png"))
                 calib[i]["image"] = f"calib{i}.png"
-            golden = os.path.join(tmp, preset + "-g")
             img = os.path.join(tmp, "eval.png")
             Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)).resize((48, 48)).save(img)
         with open(os.path.join(ckpt, "calibration.jsonl"), "w") as f:
@@ -155,20 +201,25 @@ def main():
             "int4 RTN": compile_(ckpt, os.path.join(tmp, f"{preset}-int4.kiln"), "--precision", ".*=int4_g32"),
         }
         int4_bytes, _ = weight_bytes(arts["int4 RTN"])
-        arts["mix @ int4 bytes"] = compile_(ckpt, os.path.join(tmp, f"{preset}-mix.kiln"), "--memory-budget",
-                                            str(int4_bytes), "--cache-dir", cache)
+        arts["int4 GPTQ"] = compile_(ckpt, os.path.join(tmp, f"{preset}-int4-gptq.kiln"), "--precision",
+                                     ".*=int4_g32", "--quantizer", "gptq")
+        for q in ("rtn", "gptq"):
+            arts[f"mix @ int4 bytes, {'RTN' if q == 'rtn' else 'GPTQ'}"] = compile_(
+                ckpt, os.path.join(tmp, f"{preset}-mix-{q}.kiln"), "--memory-budget", str(int4_bytes), "--quantizer",
+                q, "--cache-dir", cache)
         res = {}
         for name, art in arts.items():
             b, bpw = weight_bytes(art)
             kl = mean_kl(ref, art, prompts, pixels, tmp)
             res[name] = {"mean_kl": kl, "bytes": b, "bits_per_weight": bpw}
-            rows.append(f"| {preset} | {name} | {b / 1e3:.1f} KB | {bpw:.2f} | KL {kl:.2e} |")
+            rows.append(f"| {preset} | {name} | {b / 1e3:.1f} KB | {bpw:.2f} | | {kl:.2e} | |")
+            print(rows[-1], file=sys.stderr, flush=True)
         results["tiny"][preset] = res
 
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
-    print("| model | precision | weights | bits/weight | result |")
-    print("|---|---|---|---|---|")
+    print("| model | precision | weights | bits/weight | accuracy (lost, gained vs fp32) | mean KL | answer NLL |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

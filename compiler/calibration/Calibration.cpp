@@ -239,12 +239,13 @@ struct HessianCollector {
         // Softmax is monotonic: the top-k of the logits are the top-k of the probabilities.
         std::vector<bool> taken(static_cast<size_t>(experts), false);
         for (int64_t j = 0; j < p->top_k(); ++j) {
-          int64_t best = -1;
-          for (int64_t e = 0; e < experts; ++e)
-            if (!taken[static_cast<size_t>(e)] && (best < 0 || logit[static_cast<size_t>(e)] > logit[static_cast<size_t>(best)]))
-              best = e;
-          taken[static_cast<size_t>(best)] = true;
-          routed[static_cast<size_t>(best)].insert(routed[static_cast<size_t>(best)].end(), x, x + h);
+          size_t best = 0;
+          bool found = false;
+          for (size_t e = 0; e < logit.size(); ++e)
+            if (!taken[e] && (!found || logit[e] > logit[best]))
+              best = e, found = true;
+          taken[best] = true;
+          routed[best].insert(routed[best].end(), x, x + h);
         }
       }
       for (int64_t e = 0; e < experts; ++e) {
