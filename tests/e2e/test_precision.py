@@ -151,9 +151,10 @@ def demo(tmp_path_factory):
         x = np.load(logits).astype(np.float64)
         x -= x.max(-1, keepdims=True)
         x -= np.log(np.exp(x).sum(-1, keepdims=True))
+        table = _inspect(art)["precision"]
         scores[name] = {"accuracy": np.mean([l["greedy_match"] for l in lines]), "logp": x,
-                        "params": sum(int(np.prod(r["shape"])) for r in _inspect(art)["precision"]),
-                        "bytes": sum(r["bytes"] for r in _inspect(art)["precision"])}
+                        "params": sum(int(np.prod(r["shape"])) for r in table),
+                        "bytes": sum(r["bytes"] for r in table)}
     return scores
 
 
