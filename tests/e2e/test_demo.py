@@ -116,3 +116,6 @@ def test_score_mode_errors(eval_set, tmp_path):
     assert not out.exists()
     p = subprocess.run([tool("kiln-run"), artifact, "--prompt", "hi", "--score"], capture_output=True, text=True)
     assert p.returncode == 2 and "--score needs --batch" in p.stderr
+    p = subprocess.run([tool("kiln-run"), artifact, "--batch", no_answer, "--answer-suffix", "</s>"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "--answer-suffix requires --score" in p.stderr + p.stdout

@@ -309,11 +309,13 @@ int main(int argc, char** argv) {
   app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy); with --score, of every scored position");
   app.add_option("--batch", batch_path, "answer every {\"prompt\", \"image\"} line of a JSONL file")
       ->check(CLI::ExistingFile);
-  app.add_flag("--score", score.enabled,
+  CLI::Option* score_flag = app.add_flag("--score", score.enabled,
                "with --batch: score each line's \"answer\" as the continuation of its prompt (log-probability, "
                "greedy match) instead of generating");
-  app.add_option("--answer-delimiter", score.delimiter, "--score: text between the prompt and the answer (default: a space)");
-  app.add_option("--answer-suffix", score.suffix, "--score: text scored after the answer, e.g. '</s>'");
+  app.add_option("--answer-delimiter", score.delimiter, "--score: text between the prompt and the answer (default: a space)")
+      ->needs(score_flag);
+  app.add_option("--answer-suffix", score.suffix, "--score: text scored after the answer, e.g. '</s>'")
+      ->needs(score_flag);
   app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate (default: the checkpoint's, else 128)");
   app.add_option("--temperature", temperature, "0 = greedy");
   app.add_option("--top-k", top_k, "top-k filter (0 = off)");
