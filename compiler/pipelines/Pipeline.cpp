@@ -16,9 +16,16 @@
 
 namespace kiln {
 
+namespace {
+
+// A memory budget or a bits-per-weight target: the solver chooses the encodings.
+bool hasBudget(const CompileOptions& o) { return !o.memoryBudget.empty() || o.bitsPerWeight > 0; }
+
+} // namespace
+
 bool usesGptq(const CompileOptions& options) {
   if (options.quantizer == "auto")
-    return !options.memoryBudget.empty() || options.bitsPerWeight > 0;
+    return hasBudget(options);
   return options.quantizer == "gptq";
 }
 
@@ -35,7 +42,7 @@ std::string defaultCacheDir() {
 }
 
 bool needsQuantizedEncodings(const CompileOptions& o) {
-  if (!o.memoryBudget.empty() || o.bitsPerWeight > 0)
+  if (hasBudget(o))
     return true;
   for (const std::string& p : o.precision) {
     llvm::StringRef label = llvm::StringRef(p).rsplit('=').second;
@@ -48,7 +55,7 @@ bool needsQuantizedEncodings(const CompileOptions& o) {
 // Measures sensitivities (and Hessians for GPTQ) and attaches them to the weights.
 mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions& options,
                                     HessianTable* hessians) {
-  bool budget = !options.memoryBudget.empty() || options.bitsPerWeight > 0;
+  bool budget = hasBudget(options);
   bool gptq = usesGptq(options);
   if (!budget && !gptq)
     return mlir::success();

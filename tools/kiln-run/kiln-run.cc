@@ -126,38 +126,46 @@ struct ScoreOptions {
   std::vector<float>* logits_out = nullptr;
 };
 
+// Calls `fill(data, capacity, &count)`, an API that writes token ids and reports
+// KILN_ERROR_BUFFER_TOO_SMALL with the full count, growing `ids` once if needed;
+// `ids` ends at the count.
+template <typename Fill>
+kiln_status_t FillIds(std::vector<int32_t>* ids, Fill fill) {
+  size_t count = 0;
+  kiln_status_t st = fill(ids->data(), ids->size(), &count);
+  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
+    ids->resize(count);
+    st = fill(ids->data(), ids->size(), &count);
+  }
+  if (st == KILN_OK) ids->resize(count);
+  return st;
+}
+
 bool ScoreLine(kiln_model_t* model, kiln_session_t* session, int32_t vocab, const std::string& prompt,
                const std::string& answer, const ScoreOptions& so, std::string* json, std::string* error) {
   kiln_error_t err;
   std::vector<int32_t> ids(1024);
-  size_t n_prompt = 0;
-  kiln_status_t st = kiln_session_prompt_ids(session, prompt.c_str(), ids.data(), ids.size(), &n_prompt, &err);
-  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
-    ids.resize(n_prompt);
-    st = kiln_session_prompt_ids(session, prompt.c_str(), ids.data(), ids.size(), &n_prompt, &err);
-  }
-  if (st != KILN_OK) {
+  if (FillIds(&ids, [&](int32_t* out, size_t cap, size_t* n) {
+        return kiln_session_prompt_ids(session, prompt.c_str(), out, cap, n, &err);
+      }) != KILN_OK) {
     *error = err.message;
     return false;
   }
-  ids.resize(n_prompt);
+  const size_t n_prompt = ids.size();
   std::string text = so.delimiter + answer + so.suffix;
   std::vector<int32_t> cont(text.size() + 1);
-  size_t n_cont = 0;
-  st = kiln_tokenize(model, text.data(), text.size(), 0, cont.data(), cont.size(), &n_cont, &err);
-  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
-    cont.resize(n_cont);
-    st = kiln_tokenize(model, text.data(), text.size(), 0, cont.data(), cont.size(), &n_cont, &err);
-  }
-  if (st != KILN_OK) {
+  if (FillIds(&cont, [&](int32_t* out, size_t cap, size_t* n) {
+        return kiln_tokenize(model, text.data(), text.size(), 0, out, cap, n, &err);
+      }) != KILN_OK) {
     *error = err.message;
     return false;
   }
+  const size_t n_cont = cont.size();
   if (n_cont == 0 || n_prompt == 0) {
     *error = "nothing to score (empty prompt or answer)";
     return false;
   }
-  ids.insert(ids.end(), cont.begin(), cont.begin() + static_cast<long>(n_cont));
+  ids.insert(ids.end(), cont.begin(), cont.end());
   std::vector<float> logits(ids.size() * static_cast<size_t>(vocab));
   if (kiln_session_prefill_logits(session, ids.data(), ids.size(), logits.data(), logits.size(), &err) != KILN_OK) {
     *error = err.message;
@@ -197,6 +205,8 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     return 1;
   }
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  kiln_model_info_t info;
+  kiln_model_get_info(model, &info);
   char buf[1 << 16];
   int line_no = 0, failures = 0;
   while (std::fgets(buf, sizeof(buf), f) != nullptr) {
@@ -231,8 +241,6 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
         ++failures;
         continue;
       }
-      kiln_model_info_t info;
-      kiln_model_get_info(model, &info);
       if (!ScoreLine(model, session, info.vocab_size, prompt, expected, score, &json, &error)) {
         std::fprintf(stderr, "kiln-run: error: %s:%d: %s\n", path.c_str(), line_no, error.c_str());
         ++failures;
@@ -306,13 +314,15 @@ int main(int argc, char** argv) {
   app.add_option("--input-ids", ids_spec, "prompt token ids: 1,2,3 or a .npy file (template bypassed)");
   app.add_option("--pixel-values", pixels_path, "preprocessed image [3,S,S] or [1,3,S,S] float32 .npy")
       ->check(CLI::ExistingFile);
-  app.add_option("--dump-logits", logits_path, "write the logits of every prompt position here (.npy); with --score, of every scored position");
+  app.add_option("--dump-logits", logits_path,
+                 "write the logits of every prompt position here (.npy); with --score, of every scored position");
   app.add_option("--batch", batch_path, "answer every {\"prompt\", \"image\"} line of a JSONL file")
       ->check(CLI::ExistingFile);
   CLI::Option* score_flag = app.add_flag("--score", score.enabled,
                "with --batch: score each line's \"answer\" as the continuation of its prompt (log-probability, "
                "greedy match) instead of generating");
-  app.add_option("--answer-delimiter", score.delimiter, "--score: text between the prompt and the answer (default: a space)")
+  app.add_option("--answer-delimiter", score.delimiter,
+                 "--score: text between the prompt and the answer (default: a space)")
       ->needs(score_flag);
   app.add_option("--answer-suffix", score.suffix, "--score: text scored after the answer, e.g. '</s>'")
       ->needs(score_flag);
