@@ -58,6 +58,11 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
 
 
+def mean_kl_rows(logp_ref, logp):
+    """Mean over rows of KL(ref || other), both given as log-probabilities."""
+    return float((np.exp(logp_ref) * (logp_ref - logp)).sum(-1).mean())
+
+
 def demo_metrics(artifact, questions_dir, threads, tmp):
     """Generated answers (exact match per question) and the scored reference answers
     (log-probabilities and the log-softmax of every scored position)."""
@@ -90,8 +95,7 @@ def mean_kl(reference, artifact, prompts_ids, pixels, tmp):
                 cmd += ["--pixel-values", pixels]
             run(cmd)
             outs.append(np.load(path)[0])
-        lp, lq = map(log_softmax, outs)
-        kls.append((np.exp(lp) * (lp - lq)).sum(-1).mean())
+        kls.append(mean_kl_rows(*map(log_softmax, outs)))
     return float(np.mean(kls))
 
 
@@ -151,7 +155,7 @@ def evaluate(args, tmp):
             m = demo_metrics(art, qdir, args.threads, tmp)
             if ref is None:
                 ref = m
-            kl = float((np.exp(ref["logp"]) * (ref["logp"] - m["logp"])).sum(-1).mean())
+            kl = mean_kl_rows(ref["logp"], m["logp"])
             lost = sum(r and not x for r, x in zip(ref["correct"], m["correct"]))
             gained = sum(x and not r for r, x in zip(ref["correct"], m["correct"]))
             acc = float(np.mean(m["correct"]))

@@ -31,29 +31,59 @@ def eval_set(tmp_path_factory):
     return d
 
 
-def reference_answers(ckpt, eval_dir):
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """Each demo variant compiled once (default options), by variant name."""
+    d = tmp_path_factory.mktemp("shapes-artifacts")
+    compiled = {}
+
+    def get(variant):
+        if variant not in compiled:
+            compiled[variant] = d / f"{variant}.kiln"
+            run([tool("kiln-compile"), os.path.join(CHECKPOINTS, variant), "-o", compiled[variant]])
+        return compiled[variant]
+    return get
+
+
+def questions_of(eval_dir):
+    return [json.loads(l) for l in open(os.path.join(eval_dir, "questions.jsonl"))]
+
+
+def kiln_answers(artifact, eval_dir):
+    """Generated answers by question id (kiln-run --batch, 2 threads)."""
+    out = run([tool("kiln-run"), artifact, "--batch", os.path.join(eval_dir, "questions.jsonl"), "--threads",
+               "2"]).stdout
+    return {a["id"]: a["answer"].strip() for a in map(json.loads, out.splitlines())}
+
+
+def reference(ckpt):
+    """The PyTorch reference model, its tokenizer and its image pipeline."""
     model, _ = load_checkpoint(ckpt)
     model.eval()
     tok = ByteLevelBPE.load(ckpt)
-    pipe = sm.Pipeline(tok)
+    return model, tok, sm.Pipeline(tok)
+
+
+def reference_pixels(pipe, eval_dir, q):
+    return torch.from_numpy(pipe.pixels(load_image(os.path.join(eval_dir, q["image"]))))
+
+
+def reference_answers(ckpt, eval_dir):
+    model, tok, pipe = reference(ckpt)
     out = {}
     with torch.no_grad():
-        for line in open(os.path.join(eval_dir, "questions.jsonl")):
-            q = json.loads(line)
-            px = torch.from_numpy(pipe.pixels(load_image(os.path.join(eval_dir, q["image"]))))
+        for q in questions_of(eval_dir):
             ids = sm.prompt_ids(tok, q["prompt"])
-            out[q["id"]] = tok.decode(generate(model, px, ids, sm.SPECIALS["</s>"])).strip()
+            out[q["id"]] = tok.decode(generate(model, reference_pixels(pipe, eval_dir, q), ids,
+                                               sm.SPECIALS["</s>"])).strip()
     return out
 
 
 @pytest.mark.parametrize("variant", ["dense", "moe"])
-def test_kiln_accuracy_equals_reference(variant, eval_set, tmp_path):
+def test_kiln_accuracy_equals_reference(variant, eval_set, artifacts):
     ckpt = os.path.join(CHECKPOINTS, variant)
-    artifact = tmp_path / f"{variant}.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", artifact])
-    answers = run([tool("kiln-run"), artifact, "--batch", eval_set / "questions.jsonl", "--threads", "2"]).stdout
-    kiln = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
-    questions = [json.loads(l) for l in open(eval_set / "questions.jsonl")]
+    kiln = kiln_answers(artifacts(variant), eval_set)
+    questions = questions_of(eval_set)
     ref = reference_answers(ckpt, eval_set)
     kiln_acc = sum(kiln[q["id"]] == q["answer"] for q in questions) / len(questions)
     ref_acc = sum(ref[q["id"]] == q["answer"] for q in questions) / len(questions)
@@ -66,16 +96,13 @@ def test_kiln_accuracy_equals_reference(variant, eval_set, tmp_path):
     assert ref_acc >= 0.75, f"{variant}: reference accuracy {ref_acc:.3f} on the fixed set"
 
 
-def test_score_mode(eval_set, tmp_path):
+def test_score_mode(eval_set, artifacts, tmp_path):
     """kiln-run --batch --score: a line's greedy_match is exactly whether generation
     answers it right, its log-probability is the PyTorch reference's, and the dumped
     logits hold one row per scored token."""
-    ckpt = os.path.join(CHECKPOINTS, "dense")
-    artifact = tmp_path / "dense.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", artifact])
-    questions = [json.loads(l) for l in open(eval_set / "questions.jsonl")]
-    answers = run([tool("kiln-run"), artifact, "--batch", eval_set / "questions.jsonl", "--threads", "2"]).stdout
-    generated = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
+    artifact = artifacts("dense")
+    questions = questions_of(eval_set)
+    generated = kiln_answers(artifact, eval_set)
     logits = tmp_path / "scored.npy"
     scores = run([tool("kiln-run"), artifact, "--batch", eval_set / "questions.jsonl", "--score", "--answer-suffix",
                   "</s>", "--dump-logits", logits, "--threads", "2"]).stdout
@@ -88,13 +115,10 @@ def test_score_mode(eval_set, tmp_path):
     rows = np.load(logits)
     assert rows.shape[0] == sum(s["answer_tokens"] for s in scored.values())
 
-    model, _ = load_checkpoint(ckpt)
-    model.eval()
-    tok = ByteLevelBPE.load(ckpt)
-    pipe = sm.Pipeline(tok)
+    model, tok, pipe = reference(os.path.join(CHECKPOINTS, "dense"))
     with torch.no_grad():
         for q in questions[:12]:
-            px = torch.from_numpy(pipe.pixels(load_image(os.path.join(eval_set, q["image"]))))
+            px = reference_pixels(pipe, eval_set, q)
             prompt = sm.prompt_ids(tok, q["prompt"])
             answer = sm.answer_ids(tok, q["answer"])
             assert scored[q["id"]]["answer_tokens"] == len(answer)
@@ -103,10 +127,8 @@ def test_score_mode(eval_set, tmp_path):
             assert abs(scored[q["id"]]["logprob"] - ref) < 1e-3 * max(1.0, abs(ref)), (q, scored[q["id"]], ref)
 
 
-def test_score_mode_errors(eval_set, tmp_path):
-    ckpt = os.path.join(CHECKPOINTS, "dense")
-    artifact = tmp_path / "dense.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", artifact])
+def test_score_mode_errors(artifacts, tmp_path):
+    artifact = artifacts("dense")
     no_answer = tmp_path / "q.jsonl"
     no_answer.write_text(json.dumps({"id": "a", "prompt": "What colour is the circle?"}) + "\n")
     out = tmp_path / "l.npy"

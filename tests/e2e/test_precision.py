@@ -19,6 +19,17 @@ def _inspect(artifact):
     return json.loads(run([tool("kiln-inspect"), artifact, "--json"]).stdout)
 
 
+def _log_softmax(logits):
+    x = logits.astype(np.float64)
+    x -= x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _mean_kl(logp_ref, logp):
+    """Mean over rows of KL(ref || other), both given as log-probabilities."""
+    return float((np.exp(logp_ref) * (logp_ref - logp)).sum(-1).mean())
+
+
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     d = tmp_path_factory.mktemp("precision") / "tiny-llama"
@@ -148,19 +159,15 @@ def demo(tmp_path_factory):
         out = run([tool("kiln-run"), art, "--batch", d / "q" / "questions.jsonl", "--score", "--answer-suffix", "</s>",
                    "--dump-logits", logits, "--threads", "2"]).stdout
         lines = [json.loads(l) for l in out.splitlines()]
-        x = np.load(logits).astype(np.float64)
-        x -= x.max(-1, keepdims=True)
-        x -= np.log(np.exp(x).sum(-1, keepdims=True))
         table = _inspect(art)["precision"]
-        scores[name] = {"accuracy": np.mean([l["greedy_match"] for l in lines]), "logp": x,
+        scores[name] = {"accuracy": np.mean([l["greedy_match"] for l in lines]), "logp": _log_softmax(np.load(logits)),
                         "params": sum(int(np.prod(r["shape"])) for r in table),
                         "bytes": sum(r["bytes"] for r in table)}
     return scores
 
 
 def _kl(demo, name):
-    p = demo["fp32"]["logp"]
-    return float((np.exp(p) * (p - demo[name]["logp"])).sum(-1).mean())
+    return _mean_kl(demo["fp32"]["logp"], demo[name]["logp"])
 
 
 def test_demo_at_4_5_bits_answers_like_fp32(demo):
@@ -215,9 +222,7 @@ def test_gptq_covers_moe_experts(tmp_path):
         for a in (f32, rtn, gptq):
             out = tmp_path / "logits.npy"
             run([tool("kiln-run"), a, "--input-ids", ids, "--dump-logits", out, "--max-new-tokens", "1", "--quiet"])
-            x = np.load(out)[0].astype(np.float64)
-            x -= x.max(-1, keepdims=True)
-            logp[a] = x - np.log(np.exp(x).sum(-1, keepdims=True))
+            logp[a] = _log_softmax(np.load(out)[0])
         for a in (rtn, gptq):
-            kl[a].append(float((np.exp(logp[f32]) * (logp[f32] - logp[a])).sum(-1).mean()))
+            kl[a].append(_mean_kl(logp[f32], logp[a]))
     assert np.mean(kl[gptq]) < np.mean(kl[rtn]), (np.mean(kl[gptq]), np.mean(kl[rtn]))
