@@ -19,17 +19,31 @@
 
 namespace kiln::format {
 
-// Mirrors kiln::fb::Encoding (formats/kiln.fbs); kept as plain integers here so that
-// this header needs no generated code.
+// The encoding ids of formats/encodings.def (kEncF32, kEncINT4, ...), kept as plain
+// integers here so that this header needs no generated code.
 enum EncodingId : uint8_t {
-  kEncF32 = 0,
-  kEncF16 = 1,
-  kEncBF16 = 2,
-  kEncFp8E4M3 = 3,
-  kEncFp8E5M2 = 4,
-  kEncInt8 = 5,
-  kEncInt4 = 6,
+#define KILN_ENCODING(name, id, label, bits, quantized) kEnc##name = id,
+#include "formats/encodings.def"
+#undef KILN_ENCODING
 };
+constexpr uint8_t kNumEncodings = 0
+#define KILN_ENCODING(name, id, label, bits, quantized) +1
+#include "formats/encodings.def"
+#undef KILN_ENCODING
+    ;
+// The label of an encoding id ("f32", "int4", ...), or null.
+inline const char* EncodingName(uint8_t id) {
+  switch (id) {
+#define KILN_ENCODING(name, id, label, bits, quantized) \
+  case id: return #label;
+#include "formats/encodings.def"
+#undef KILN_ENCODING
+    default: return nullptr;
+  }
+}
+
+// Bit of an encoding in the kernel tables' sets of accepted weight encodings.
+constexpr uint32_t EncodingBit(uint8_t id) { return 1u << id; }
 
 struct EncodingSpec {
   uint8_t id = kEncF32;
@@ -37,7 +51,21 @@ struct EncodingSpec {
   bool symmetric = true;  // int4 only
 };
 
-inline bool IsQuantized(uint8_t id) { return id >= kEncFp8E4M3; }
+inline bool IsQuantized(uint8_t id) {
+  switch (id) {
+#define KILN_ENCODING(name, id, label, bits, quantized) \
+  case id: return quantized != 0;
+#include "formats/encodings.def"
+#undef KILN_ENCODING
+    default: return false;
+  }
+}
+
+// Byte offsets of an int4 weight's scales and zero points (see Int4View).
+inline uint64_t Int4ScalesOffset(uint64_t rows, uint64_t cols) { return rows * cols / 2; }
+inline uint64_t Int4ZerosOffset(uint64_t rows, uint64_t cols, uint64_t group) {
+  return Int4ScalesOffset(rows, cols) + 2 * rows * (cols / group);
+}
 
 // Bytes of a [rows, cols] weight; 0 when the encoding cannot hold that shape
 // (int4 needs cols divisible by the group size). Overflow is the caller's concern
@@ -48,13 +76,13 @@ inline uint64_t StorageBytes(const EncodingSpec& e, uint64_t rows, uint64_t cols
     case kEncF32: return 4 * n;
     case kEncF16:
     case kEncBF16: return 2 * n;
-    case kEncFp8E4M3:
-    case kEncFp8E5M2:
-    case kEncInt8: return n + 4 * rows;
-    case kEncInt4: {
+    case kEncFP8_E4M3:
+    case kEncFP8_E5M2:
+    case kEncINT8: return n + 4 * rows;
+    case kEncINT4: {
       if (e.group == 0 || cols % e.group != 0) return 0;
       uint64_t groups = rows * (cols / e.group);
-      return n / 2 + 2 * groups + (e.symmetric ? 0 : groups);
+      return Int4ZerosOffset(rows, cols, e.group) + (e.symmetric ? 0 : groups);
     }
     default: return 0;
   }
@@ -102,6 +130,90 @@ inline uint8_t F32ToFp8(float x, bool e4m3) {
   return (x < 0 && code != 0) ? static_cast<uint8_t>(code | 0x80) : code;
 }
 
+// ---- float encodings ----
+
+// n elements of a float encoding (f32, f16, bf16), starting at element `first`, as
+// f32. Other encodings give zeros.
+inline void DecodeFloatElements(uint8_t id, const uint8_t* data, uint64_t first, uint64_t n, float* out) {
+  switch (id) {
+    case kEncF32:
+      std::memcpy(out, data + 4 * first, 4 * n);
+      return;
+    case kEncF16:
+    case kEncBF16:
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, data + 2 * (first + i), 2);
+        out[i] = id == kEncF16 ? numeric::F16ToF32(h) : numeric::Bf16ToF32(h);
+      }
+      return;
+    default:
+      std::memset(out, 0, 4 * n);
+      return;
+  }
+}
+
+// n f32 values stored in a float encoding (round to nearest even). False for the
+// quantised encodings (compiler/quantization owns those).
+inline bool EncodeFloatElements(uint8_t id, const float* in, uint64_t n, uint8_t* out) {
+  switch (id) {
+    case kEncF32:
+      std::memcpy(out, in, 4 * n);
+      return true;
+    case kEncF16:
+    case kEncBF16:
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h = id == kEncF16 ? numeric::F32ToF16(in[i]) : numeric::F32ToBf16(in[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ---- int4: the byte layout, written once ----
+//
+// [codes: rows*cols/2 bytes, element i (row-major) in byte i/2, the low nibble for
+// even i, the high nibble for odd i][scales: f16 per (row, group), row-major]
+// [zeros: u8 per (row, group), asymmetric only]. A code c stands for (c - z) * s,
+// z = 8 when symmetric.
+struct Int4View {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint8_t* zeros = nullptr;  // null when symmetric
+  uint64_t cols = 0;
+  uint64_t group = 0;
+  uint64_t groups_per_row = 0;
+
+  // `data` holds a [rows, cols] int4 weight of `spec` (group divides cols).
+  static Int4View Of(const EncodingSpec& spec, const uint8_t* data, uint64_t rows, uint64_t cols) {
+    Int4View v;
+    v.codes = data;
+    v.scales = data + Int4ScalesOffset(rows, cols);
+    v.zeros = spec.symmetric ? nullptr : data + Int4ZerosOffset(rows, cols, spec.group);
+    v.cols = cols;
+    v.group = spec.group;
+    v.groups_per_row = cols / spec.group;
+    return v;
+  }
+  static uint8_t Code(const uint8_t* codes, uint64_t index) {
+    uint8_t b = codes[index >> 1];
+    return (index & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+  }
+  static void SetCode(uint8_t* codes, uint64_t index, uint8_t c) {
+    uint8_t& b = codes[index >> 1];
+    b = (index & 1) ? static_cast<uint8_t>((b & 0x0F) | ((c & 0xF) << 4)) : static_cast<uint8_t>((b & 0xF0) | (c & 0xF));
+  }
+  uint8_t code(uint64_t row, uint64_t col) const { return Code(codes, row * cols + col); }
+  float scale(uint64_t row, uint64_t g) const {
+    uint16_t h;
+    std::memcpy(&h, scales + 2 * (row * groups_per_row + g), 2);
+    return numeric::F16ToF32(h);
+  }
+  int32_t zero(uint64_t row, uint64_t g) const { return zeros ? zeros[row * groups_per_row + g] : 8; }
+};
+
 // ---- dequantisation ----
 
 // Decodes row `row` of a [rows, cols] weight stored as `e` at `data` into out[cols].
@@ -109,58 +221,33 @@ inline void DecodeRow(const EncodingSpec& e, const uint8_t* data, uint64_t rows,
                       float* out) {
   switch (e.id) {
     case kEncF32:
-      std::memcpy(out, data + 4 * row * cols, 4 * cols);
+    case kEncF16:
+    case kEncBF16:
+      DecodeFloatElements(e.id, data, row * cols, cols, out);
       return;
-    case kEncF16: {
-      const uint8_t* p = data + 2 * row * cols;
-      for (uint64_t i = 0; i < cols; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = numeric::F16ToF32(h);
-      }
-      return;
-    }
-    case kEncBF16: {
-      const uint8_t* p = data + 2 * row * cols;
-      for (uint64_t i = 0; i < cols; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = numeric::Bf16ToF32(h);
-      }
-      return;
-    }
-    case kEncFp8E4M3:
-    case kEncFp8E5M2: {
-      const bool e4m3 = e.id == kEncFp8E4M3;
+    case kEncFP8_E4M3:
+    case kEncFP8_E5M2: {
+      const bool e4m3 = e.id == kEncFP8_E4M3;
       float scale;
       std::memcpy(&scale, data + rows * cols + 4 * row, 4);
       const uint8_t* c = data + row * cols;
       for (uint64_t i = 0; i < cols; ++i) out[i] = Fp8ToF32(c[i], e4m3) * scale;
       return;
     }
-    case kEncInt8: {
+    case kEncINT8: {
       float scale;
       std::memcpy(&scale, data + rows * cols + 4 * row, 4);
       const int8_t* q = reinterpret_cast<const int8_t*>(data + row * cols);
       for (uint64_t i = 0; i < cols; ++i) out[i] = static_cast<float>(q[i]) * scale;
       return;
     }
-    case kEncInt4: {
-      const uint64_t groups_per_row = cols / e.group;
-      const uint8_t* codes = data;  // packed over the whole matrix
-      const uint8_t* scales = data + rows * cols / 2;
-      const uint8_t* zeros = scales + 2 * rows * groups_per_row;
-      for (uint64_t g = 0; g < groups_per_row; ++g) {
-        uint16_t sh;
-        std::memcpy(&sh, scales + 2 * (row * groups_per_row + g), 2);
-        const float s = numeric::F16ToF32(sh);
-        const float z = e.symmetric ? 8.0f : static_cast<float>(zeros[row * groups_per_row + g]);
-        for (uint64_t i = g * e.group; i < (g + 1) * e.group; ++i) {
-          uint64_t idx = row * cols + i;
-          uint8_t byte = codes[idx / 2];
-          uint8_t c = (idx & 1) ? (byte >> 4) : (byte & 0xF);
-          out[i] = (static_cast<float>(c) - z) * s;
-        }
+    case kEncINT4: {
+      const Int4View v = Int4View::Of(e, data, rows, cols);
+      for (uint64_t g = 0; g < v.groups_per_row; ++g) {
+        const float s = v.scale(row, g);
+        const float z = static_cast<float>(v.zero(row, g));
+        for (uint64_t i = g * e.group; i < (g + 1) * e.group; ++i)
+          out[i] = (static_cast<float>(v.code(row, i)) - z) * s;
       }
       return;
     }

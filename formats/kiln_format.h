@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "formats/encoding.h"
+
 namespace kiln::format {
 
 // Schema version: major * 1000 + minor. A runtime reads every minor version of its
@@ -58,17 +60,79 @@ inline const char* CpuFeatureName(uint64_t bit) {
 
 // Kernel ids (formats/kernels.def).
 enum KernelId : uint32_t {
-#define KILN_KERNEL(id, name, op, encodings) kKernel_##name = id,
+#define KILN_KERNEL(id, name, op, encodings, isa, features) kKernel_##name = id,
 #include "formats/kernels.def"
 #undef KILN_KERNEL
 };
 
+// The executable ops of formats/ops.def.
+enum OpKindId : uint16_t {
+#define KILN_OP(kind, id, mlir, in_min, in_max, w_min, w_max, params, in_place, quant, act8) kOp##kind = id,
+#include "formats/ops.def"
+#undef KILN_OP
+};
+
+struct OpInfo {
+  uint16_t kind;
+  const char* name;        // "Linear"
+  const char* mlir_name;   // "kiln.linear"
+  int inputs_min, inputs_max;
+  int weights_min, weights_max;
+  bool in_place;
+  uint64_t quantizable_weights;  // bit set of weight slots
+  uint64_t int8_act_weights;     // bit set of weight slots
+};
+
+// Every row of ops.def, in id order.
+inline const OpInfo* AllOps(size_t* count) {
+  static const OpInfo kOps[] = {
+#define KILN_OP(kind, id, mlir, in_min, in_max, w_min, w_max, params, in_place, quant, act8) \
+  {id, #kind, mlir, in_min, in_max, w_min, w_max, in_place != 0, quant, act8},
+#include "formats/ops.def"
+#undef KILN_OP
+  };
+  *count = sizeof(kOps) / sizeof(kOps[0]);
+  return kOps;
+}
+
+// The row of an op kind id, or null.
+inline const OpInfo* FindOp(uint32_t kind) {
+  size_t n;
+  const OpInfo* ops = AllOps(&n);
+  return kind < n && ops[kind].kind == kind ? &ops[kind] : nullptr;
+}
+
+// Whether weight slot `slot` is in a bit set of slots.
+inline bool HasSlot(uint64_t slots, uint32_t slot) { return slot < 64 && ((slots >> slot) & 1) != 0; }
+
 struct KernelInfo {
   uint32_t id;
   const char* name;
-  uint16_t op_kind;      // kiln::fb::OpKind value
-  uint32_t encodings;    // bit set of accepted weight encodings
+  uint16_t op_kind;      // formats/ops.def kind id
+  uint32_t encodings;    // bit set of accepted weight encodings (EncodingBit)
+  const char* isa;       // "portable", ...
+  uint64_t cpu_features; // CpuFeature bits the kernel needs
 };
+
+// Every row of kernels.def.
+inline const KernelInfo* AllKernels(size_t* count) {
+  static const KernelInfo kKernels[] = {
+#define KILN_KERNEL(id, name, op, encodings, isa, features) {id, #name, kOp##op, encodings, #isa, features},
+#include "formats/kernels.def"
+#undef KILN_KERNEL
+  };
+  *count = sizeof(kKernels) / sizeof(kKernels[0]);
+  return kKernels;
+}
+
+// The row of a kernel id, or null.
+inline const KernelInfo* FindKernelInfo(uint32_t id) {
+  size_t n;
+  const KernelInfo* k = AllKernels(&n);
+  for (size_t i = 0; i < n; ++i)
+    if (k[i].id == id) return &k[i];
+  return nullptr;
+}
 
 }  // namespace kiln::format
 

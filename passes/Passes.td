@@ -16,9 +16,12 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
     the kernel (formats/kernels.def) that runs it on the target. The choice is made
     at compile time, so that no op falls back silently at run time: an op whose
     weight encoding no kernel of the target accepts is an error naming the op.
-    Today every op binds to a portable reference kernel; target-specific kernels
-    take precedence once they exist, and binding an op to a reference kernel on a
-    target that has faster ones is reported as a remark.
+    The first kernel of formats/kernels.def that runs the op's kind, reads its
+    weights' encodings and needs no CPU feature the target lacks is chosen; every
+    binding is reported as a remark (kernel, ISA, features), and a binding to a
+    portable reference kernel says so. The artifact's required CPU features are
+    derived from the bound kernels. Today every op binds to a portable reference
+    kernel.
 
     Example:
 
@@ -28,7 +31,9 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"\"",
-           "Target triple (default: the host)">,
+           "Target triple (default: the host); an unknown triple is an error">,
+    Option<"cpuFeatures", "cpu-features", "std::string", /*default=*/"\"\"",
+           "CPU features the target has, e.g. +avx2,+fma or +dotprod,+i8mm">,
   ];
 }
 

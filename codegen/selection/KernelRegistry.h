@@ -21,9 +21,6 @@ const format::KernelInfo* kernelByName(llvm::StringRef name);
 /// as kiln.weight_ref).
 std::optional<fb::OpKind> opKindOf(mlir::Operation* op);
 
-/// The artifact encoding of a dialect encoding kind.
-fb::Encoding toFbEncoding(unsigned encodingKind);
-
 } // namespace kiln
 
 #endif // KILN_CODEGEN_SELECTION_KERNELREGISTRY_H

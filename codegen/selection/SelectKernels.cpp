@@ -1,8 +1,11 @@
 //===- SelectKernels.cpp - bind ops to kernels -------------------*- C++ -*-===//
 #include "codegen/selection/KernelRegistry.h"
+#include "codegen/targets/Target.h"
 #include "dialects/kiln/KilnOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "passes/Encoding.h"
+#include "passes/OpTable.h"
 #include "passes/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -17,6 +20,18 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
+    // The kernel table and the dialect must agree before anything is bound.
+    if (std::string mismatch = checkOpTable(module.getContext()); !mismatch.empty()) {
+      module.emitError("kiln-select-kernels: ") << mismatch;
+      return signalPassFailure();
+    }
+    auto parsed = parseTarget(target, cpuFeatures);
+    if (!parsed) {
+      module.emitError("kiln-select-kernels: ") << llvm::toString(parsed.takeError());
+      return signalPassFailure();
+    }
+    const Target& tgt = *parsed;
+    const std::string targetName = tgt.triple + (tgt.features ? " (" + featureList(tgt.features) + ")" : "");
     mlir::SymbolTable symbols(module);
     bool failedAny = false;
     module.walk([&](mlir::func::FuncOp fn) {
@@ -37,26 +52,32 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
           if (!weight)
             continue; // the verifier reports dangling references
           EncodingAttr enc = weight.getEncoding();
-          needed |= 1u << static_cast<unsigned>(toFbEncoding(static_cast<unsigned>(enc.getKind())));
+          needed |= format::EncodingBit(encodingSpec(enc).id);
           encodingNames.push_back(stringifyEncodingKind(enc.getKind()).str());
         }
+        // The first kernel of the table that runs this op kind, reads these
+        // encodings and needs no CPU feature the target lacks.
         const format::KernelInfo* chosen = nullptr;
         for (const format::KernelInfo& k : allKernels()) {
-          if (k.op_kind != static_cast<uint16_t>(*kind))
-            continue;
-          if ((needed & ~k.encodings) != 0)
+          if (k.op_kind != static_cast<uint16_t>(*kind) || (needed & ~k.encodings) != 0 ||
+              (k.cpu_features & ~tgt.features) != 0)
             continue;
           chosen = &k;
           break;
         }
         if (!chosen) {
           op->emitOpError("has no kernel for weight encoding(s) ")
-              << llvm::join(encodingNames, ", ") << " on target '"
-              << (target.empty() ? std::string("host") : target) << "'";
+              << llvm::join(encodingNames, ", ") << " on target '" << targetName << "'";
           failedAny = true;
           return;
         }
         op->setAttr("kiln.kernel", mlir::StringAttr::get(op->getContext(), chosen->name));
+        mlir::InFlightDiagnostic remark = op->emitRemark("bound to ") << chosen->name << " (" << chosen->isa;
+        if (chosen->cpu_features)
+          remark << ", needs " << featureList(chosen->cpu_features);
+        remark << ")";
+        if (llvm::StringRef(chosen->isa) == "portable")
+          remark << ": portable reference kernel, no generated kernel for " << targetName;
       });
     });
     if (failedAny)

@@ -10,12 +10,14 @@
 #include "compiler/quantization/Quantize.h"
 #include "dialects/kiln/KilnOps.h"
 #include "formats/encoding.h"
+#include "passes/Encoding.h"
+#include "formats/contract.h"
 #include "formats/kiln_generated.h"
-#include "formats/writer/ArtifactWriter.h"
+#include "compiler/serialize/ArtifactWriter.h"
 #include "kiln/kiln.h"
 #include "model.h"
 #include "observer.h"
-#include "tools/common/image_file.h"
+#include "support/image_file.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
@@ -95,6 +97,7 @@ void logSoftmax(const float* logits, int64_t n, std::vector<double>* out) {
 // MoE router), and whether a tensor only matters to the decoder.
 struct TensorUse {
   bool quantizable = false;
+  bool int8Activations = false;  // a matrix product: int8 activations apply
   bool visionSide = false;  // read by the vision encoder or projector
   fb::OpKind kind = fb::OpKind::Linear;
 };
@@ -106,30 +109,16 @@ std::vector<TensorUse> tensorUses(const fb::Model* m) {
     for (const fb::Op* op : *s->ops()) {
       if (!op->weights())
         continue;
+      const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(op->kind()));
       for (uint32_t i = 0; i < op->weights()->size(); ++i) {
         uint32_t t = op->weights()->Get(i);
         TensorUse& u = uses[t];
         u.visionSide |= vision;
         u.kind = op->kind();
-        bool matrixWeight = false;
-        switch (op->kind()) {
-        case fb::OpKind::Linear:
-        case fb::OpKind::PatchEmbed:
-          matrixWeight = i == 0;  // not the bias
-          break;
-        case fb::OpKind::LmHead:
-        case fb::OpKind::GatedMlp:
-        case fb::OpKind::Embedding:
-          matrixWeight = true;
-          break;
-        case fb::OpKind::Moe:
-          matrixWeight = i > 0;  // the router stays float
-          break;
-        default:
-          break;
-        }
-        if (matrixWeight && m->tensors()->Get(t)->shape()->size() >= 2)
+        if (info && format::HasSlot(info->quantizable_weights, i) && m->tensors()->Get(t)->shape()->size() >= 2)
           u.quantizable = true;
+        if (info && format::HasSlot(info->int8_act_weights, i))
+          u.int8Activations = true;
       }
     }
   }
@@ -477,10 +466,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     EncodingAttr enc = EncodingAttr::fromLabel(ctx, label, &error);
     if (!enc)
       return module.emitError("calibration: ") << error;
-    format::EncodingSpec spec;
-    spec.id = static_cast<uint8_t>(enc.getKind());
-    spec.group = static_cast<uint32_t>(enc.getGroupSize());
-    spec.symmetric = enc.getSymmetric();
+    format::EncodingSpec spec = encodingSpec(enc);
     uint64_t rows = static_cast<uint64_t>(tensor->shape()->Get(0));
     uint64_t cols = 1;
     for (uint32_t k = 1; k < tensor->shape()->size(); ++k)
@@ -488,7 +474,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     if (format::StorageBytes(spec, rows, cols) == 0)
       continue;  // e.g. int4 groups that do not divide the input dimension
     bool act8 = enc.getActivation() == ActivationMode::Int8PerToken;
-    if (act8 && (uses[t].kind == fb::OpKind::Embedding || uses[t].kind == fb::OpKind::PatchEmbed))
+    if (act8 && !uses[t].int8Activations)
       continue;  // int8 activations apply to matrix products only
     const float* w = reinterpret_cast<const float*>(buffer.data + tensor->offset());
     auto h = result->hessians.find(name);

@@ -9,7 +9,7 @@
 #include "compiler/importers/hf/HFImporter.h"
 #include "compiler/pipelines/Report.h"
 #include "dialects/kiln/KilnOps.h"
-#include "formats/writer/ArtifactWriter.h"
+#include "compiler/serialize/ArtifactWriter.h"
 #include "passes/Passes.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -132,6 +132,7 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
 void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
   KilnSelectKernelsOptions select;
   select.target = options.target;
+  select.cpuFeatures = options.cpuFeatures;
   pm.addPass(createKilnSelectKernels(select));
   KilnPlanMemoryOptions plan;
   plan.maxPrefillTokens = options.maxPrefillTokens;
@@ -204,8 +205,7 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
     return module.emitError() << llvm::toString(target.takeError());
   ArtifactOptions artifact;
   artifact.targetTriple = target->triple;
-  // The portable reference kernels need no CPU feature; generated kernels will add
-  // what they use.
+  // The writer derives the required CPU features from the bound kernels.
   artifact.requiredCpuFeatures = 0;
   artifact.compilerVersion = compilerVersion();
   if (usesGptq(options) && hessians)

@@ -7,6 +7,7 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "formats/encoding.h"
+#include "passes/Encoding.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/Support/FileSystem.h"
@@ -22,11 +23,7 @@ uint64_t bytesOf(WeightOp w, EncodingAttr e) {
   auto type = w.getTensorType();
   uint64_t rows = static_cast<uint64_t>(type.getDimSize(0));
   uint64_t cols = rows ? static_cast<uint64_t>(type.getNumElements()) / rows : 0;
-  format::EncodingSpec s;
-  s.id = static_cast<uint8_t>(e.getKind());
-  s.group = static_cast<uint32_t>(e.getGroupSize());
-  s.symmetric = e.getSymmetric();
-  return format::StorageBytes(s, rows, cols);
+  return storageBytes(e, rows, cols);
 }
 
 struct Row {

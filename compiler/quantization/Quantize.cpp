@@ -28,13 +28,13 @@ Params paramsFor(const float* v, uint64_t n, const EncodingSpec& spec) {
     hi = i == 0 ? v[i] : std::max(hi, v[i]);
   }
   switch (spec.id) {
-  case format::kEncFp8E4M3:
+  case format::kEncFP8_E4M3:
     return {absmax > 0.0f ? absmax / 448.0f : 1.0f, 0.0f};
-  case format::kEncFp8E5M2:
+  case format::kEncFP8_E5M2:
     return {absmax > 0.0f ? absmax / 57344.0f : 1.0f, 0.0f};
-  case format::kEncInt8:
+  case format::kEncINT8:
     return {absmax > 0.0f ? absmax / 127.0f : 1.0f, 0.0f};
-  case format::kEncInt4:
+  case format::kEncINT4:
     if (spec.symmetric) {
       float s = absmax > 0.0f ? absmax / 7.0f : 1.0f;
       return {numeric::F16ToF32(numeric::F32ToF16(s)), 0.0f};
@@ -52,19 +52,19 @@ Params paramsFor(const float* v, uint64_t n, const EncodingSpec& spec) {
 // The code of one value, and the value it stands for.
 uint8_t encodeValue(float v, const Params& p, const EncodingSpec& spec, float* deq) {
   switch (spec.id) {
-  case format::kEncFp8E4M3:
-  case format::kEncFp8E5M2: {
-    bool e4m3 = spec.id == format::kEncFp8E4M3;
+  case format::kEncFP8_E4M3:
+  case format::kEncFP8_E5M2: {
+    bool e4m3 = spec.id == format::kEncFP8_E4M3;
     uint8_t c = format::F32ToFp8(v / p.scale, e4m3);
     *deq = format::Fp8ToF32(c, e4m3) * p.scale;
     return c;
   }
-  case format::kEncInt8: {
+  case format::kEncINT8: {
     float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(v / p.scale)));
     *deq = q * p.scale;
     return static_cast<uint8_t>(static_cast<int8_t>(q));
   }
-  case format::kEncInt4: {
+  case format::kEncINT4: {
     float c;
     if (spec.symmetric) {
       c = std::min(7.0f, std::max(-8.0f, std::nearbyint(v / p.scale))) + 8.0f;
@@ -86,15 +86,16 @@ std::vector<uint8_t> pack(const std::vector<uint8_t>& codes, const std::vector<P
                           uint64_t cols, const EncodingSpec& spec) {
   std::vector<uint8_t> out(format::StorageBytes(spec, rows, cols), 0);
   uint64_t n = rows * cols;
-  if (spec.id == format::kEncInt4) {
-    for (uint64_t i = 0; i < n; i += 2)
-      out[i / 2] = static_cast<uint8_t>((codes[i] & 0xF) | ((codes[i + 1] & 0xF) << 4));
+  if (spec.id == format::kEncINT4) {
+    for (uint64_t i = 0; i < n; ++i)
+      format::Int4View::SetCode(out.data(), i, codes[i]);
     uint64_t groups = params.size();
+    const uint64_t scales = format::Int4ScalesOffset(rows, cols), zeros = format::Int4ZerosOffset(rows, cols, spec.group);
     for (uint64_t g = 0; g < groups; ++g) {
       uint16_t h = numeric::F32ToF16(params[g].scale);
-      std::memcpy(out.data() + n / 2 + 2 * g, &h, 2);
+      std::memcpy(out.data() + scales + 2 * g, &h, 2);
       if (!spec.symmetric)
-        out[n / 2 + 2 * groups + g] = static_cast<uint8_t>(params[g].zero);
+        out[zeros + g] = static_cast<uint8_t>(params[g].zero);
     }
   } else {
     std::memcpy(out.data(), codes.data(), n);
@@ -105,15 +106,8 @@ std::vector<uint8_t> pack(const std::vector<uint8_t>& codes, const std::vector<P
 }
 
 std::vector<uint8_t> convertFloat(const float* w, uint64_t n, uint8_t id) {
-  std::vector<uint8_t> out(id == format::kEncF32 ? 4 * n : 2 * n);
-  if (id == format::kEncF32) {
-    std::memcpy(out.data(), w, 4 * n);
-    return out;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    uint16_t h = id == format::kEncF16 ? numeric::F32ToF16(w[i]) : numeric::F32ToBf16(w[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
+  std::vector<uint8_t> out(format::StorageBytes(EncodingSpec{id, 0, true}, 1, n));
+  format::EncodeFloatElements(id, w, n, out.data());
   return out;
 }
 
@@ -125,7 +119,7 @@ std::vector<uint8_t> quantizeRtn(const float* w, uint64_t rows, uint64_t cols, c
   std::vector<uint8_t> codes(rows * cols);
   std::vector<Params> params;
   float deq;
-  if (spec.id == format::kEncInt4) {
+  if (spec.id == format::kEncINT4) {
     uint64_t g = spec.group;
     for (uint64_t r = 0; r < rows; ++r)
       for (uint64_t c0 = 0; c0 < cols; c0 += g) {
@@ -174,11 +168,11 @@ std::vector<uint8_t> quantizeGptq(const float* w, uint64_t rows, uint64_t cols, 
   Eigen::MatrixXd U = llt2.matrixU();
 
   std::vector<uint8_t> codes(rows * cols);
-  const uint64_t groupsPerRow = spec.id == format::kEncInt4 ? cols / spec.group : 1;
+  const uint64_t groupsPerRow = spec.id == format::kEncINT4 ? cols / spec.group : 1;
   std::vector<Params> params(rows * groupsPerRow);
   std::vector<float> tmp(std::max<uint64_t>(cols, 1));
   // Per-row parameters of fp8/int8 come from the original weights.
-  if (spec.id != format::kEncInt4)
+  if (spec.id != format::kEncINT4)
     for (uint64_t r = 0; r < rows; ++r) {
       for (uint64_t c = 0; c < cols; ++c) tmp[c] = static_cast<float>(W(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)));
       params[r] = paramsFor(tmp.data(), cols, spec);
@@ -187,7 +181,7 @@ std::vector<uint8_t> quantizeGptq(const float* w, uint64_t rows, uint64_t cols, 
     Eigen::Index b1 = std::min<Eigen::Index>(b0 + block, n), count = b1 - b0;
     Eigen::MatrixXd Err(rows, count);
     for (Eigen::Index i = b0; i < b1; ++i) {
-      if (spec.id == format::kEncInt4 && static_cast<uint64_t>(i) % spec.group == 0) {
+      if (spec.id == format::kEncINT4 && static_cast<uint64_t>(i) % spec.group == 0) {
         // Group parameters from the current (error-updated) weights of the group.
         for (uint64_t r = 0; r < rows; ++r) {
           for (uint64_t k = 0; k < spec.group; ++k)
@@ -197,7 +191,7 @@ std::vector<uint8_t> quantizeGptq(const float* w, uint64_t rows, uint64_t cols, 
       }
       double d = U(i, i);
       for (uint64_t r = 0; r < rows; ++r) {
-        const Params& p = params[spec.id == format::kEncInt4 ? r * groupsPerRow + static_cast<uint64_t>(i) / spec.group : r];
+        const Params& p = params[spec.id == format::kEncINT4 ? r * groupsPerRow + static_cast<uint64_t>(i) / spec.group : r];
         float deq;
         float v = static_cast<float>(W(static_cast<Eigen::Index>(r), i));
         codes[r * cols + static_cast<uint64_t>(i)] = encodeValue(v, p, spec, &deq);

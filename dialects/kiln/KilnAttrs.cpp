@@ -98,56 +98,6 @@ LogicalResult EncodingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-unsigned EncodingAttr::getElementBits() const {
-  switch (getKind()) {
-  case EncodingKind::f32:
-    return 32;
-  case EncodingKind::f16:
-  case EncodingKind::bf16:
-    return 16;
-  case EncodingKind::fp8_e4m3:
-  case EncodingKind::fp8_e5m2:
-  case EncodingKind::int8:
-    return 8;
-  case EncodingKind::int4:
-    return 4;
-  }
-  llvm_unreachable("unknown encoding kind");
-}
-
-bool EncodingAttr::isQuantized() const {
-  switch (getKind()) {
-  case EncodingKind::f32:
-  case EncodingKind::f16:
-  case EncodingKind::bf16:
-    return false;
-  default:
-    return true;
-  }
-}
-
-uint64_t EncodingAttr::getStorageBytes(int64_t rows, int64_t cols) const {
-  uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
-  switch (getKind()) {
-  case EncodingKind::f32:
-    return r * c * 4;
-  case EncodingKind::f16:
-  case EncodingKind::bf16:
-    return r * c * 2;
-  case EncodingKind::fp8_e4m3:
-  case EncodingKind::fp8_e5m2:
-  case EncodingKind::int8:
-    return r * c + r * 4; // one f32 scale per output channel
-  case EncodingKind::int4: {
-    uint64_t g = static_cast<uint64_t>(getGroupSize());
-    uint64_t groups = (c + g - 1) / g;
-    uint64_t perGroupMeta = getSymmetric() ? 2 : 3; // f16 scale (+ u8 zero point)
-    return r * ((c + 1) / 2) + r * groups * perGroupMeta;
-  }
-  }
-  llvm_unreachable("unknown encoding kind");
-}
-
 std::string EncodingAttr::getLabel() const {
   std::string label = stringifyEncodingKind(getKind()).str();
   if (getKind() == EncodingKind::int4)

@@ -105,18 +105,14 @@ def Kiln_EncodingAttr : Kiln_Attr<"Encoding", "encoding"> {
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// Bits per stored element, not counting scales and zero points.
-    unsigned getElementBits() const;
     /// Short name used on command lines and in reports: "bf16", "fp8_e4m3",
     /// "int8", "int8_a8" (int8 activations), "int4_g32", "int4_g64_asym", ...
     std::string getLabel() const;
     /// The encoding a label names, or null (with *error set) for a malformed label.
     static EncodingAttr fromLabel(::mlir::MLIRContext* context, ::llvm::StringRef label,
                                   std::string* error);
-    /// Bytes this encoding needs for a [rows x cols] matrix (or a vector when
-    /// rows == 1), scales and zero points included.
-    uint64_t getStorageBytes(int64_t rows, int64_t cols) const;
-    bool isQuantized() const;
+    // Sizes and byte layouts are the artifact contract's (formats/encoding.h,
+    // reached through passes/Encoding.h), not the dialect's.
   }];
 }
 

@@ -42,6 +42,9 @@ def Kiln_Dialect : Dialect {
     request at a time.
   }];
   let useDefaultAttributePrinterParser = 1;
+  // Every discardable `kiln.*` attribute is checked: its type, where it may appear
+  // and its values (KilnDialect.cpp); an unknown `kiln.*` name is an error.
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerAttributes();
   }];

@@ -9,6 +9,7 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/OpTable.h"
 #include "passes/Passes.h"
 
 namespace kiln {
@@ -29,10 +30,10 @@ struct Buffer {
   llvm::SmallVector<mlir::Operation*> writers;
 };
 
-// Ops whose kernel may write its result over its first operand.
+// Ops whose kernel may write its result over its first operand (formats/ops.def).
 bool canRunInPlace(mlir::Operation* op) {
-  return llvm::isa<AddOp, MulOp, ActivationOp, RopeOp, RmsNormOp, LayerNormOp,
-                   PositionEmbeddingOp>(op);
+  const format::OpInfo* info = opInfo(op);
+  return info && info->in_place;
 }
 
 struct PlanMemoryPass : impl::KilnPlanMemoryBase<PlanMemoryPass> {

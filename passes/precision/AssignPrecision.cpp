@@ -5,6 +5,8 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "formats/encoding.h"
+#include "passes/Encoding.h"
+#include "passes/OpTable.h"
 #include "passes/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -30,19 +32,11 @@ struct Item {
   bool forced = false;         // fixed by a --precision override
 };
 
-format::EncodingSpec specOf(EncodingAttr e) {
-  format::EncodingSpec s;
-  s.id = static_cast<uint8_t>(e.getKind());
-  s.group = static_cast<uint32_t>(e.getGroupSize());
-  s.symmetric = e.getSymmetric();
-  return s;
-}
-
 uint64_t bytesOf(WeightOp w, EncodingAttr e) {
   auto type = w.getTensorType();
   uint64_t rows = static_cast<uint64_t>(type.getDimSize(0));
   uint64_t cols = rows ? static_cast<uint64_t>(type.getNumElements()) / rows : 0;
-  return format::StorageBytes(specOf(e), rows, cols);
+  return storageBytes(e, rows, cols);
 }
 
 std::string human(uint64_t bytes) {
@@ -92,12 +86,7 @@ bool quantizable(WeightOp w, llvm::DenseMap<mlir::Operation*, bool>& memo) {
       return;
     for (mlir::OpOperand& use : ref->getUses()) {
       used = true;
-      mlir::Operation* user = use.getOwner();
-      unsigned i = use.getOperandNumber();
-      bool allowed = llvm::isa<LmHeadOp, GatedMlpOp, EmbeddingOp>(user) ||
-                     (llvm::isa<LinearOp>(user) && i == 1) || (llvm::isa<PatchEmbedOp>(user) && i == 1) ||
-                     (llvm::isa<MoeOp>(user) && i > 1);
-      ok &= allowed;
+      ok &= isQuantizableWeightOperand(use.getOwner(), use.getOperandNumber());
     }
   });
   memo[w] = ok && used;
@@ -152,7 +141,7 @@ struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> 
       const Override* forced = nullptr;
       bool canQuantize = !overrides.empty() && quantizable(w, memo);
       for (const Override& o : overrides)
-        if (o.regex.match(w.getSymName()) && (canQuantize || !o.encoding.isQuantized())) {
+        if (o.regex.match(w.getSymName()) && (canQuantize || !format::IsQuantized(encodingSpec(o.encoding).id))) {
           forced = &o;
           break;
         }

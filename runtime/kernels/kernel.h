@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "formats/encoding.h"
+#include "formats/contract.h"
 #include "formats/kiln_generated.h"
 #include "kiln/kiln.h"
 
@@ -64,7 +65,8 @@ struct KernelEntry {
   uint32_t id;
   const char* name;
   fb::OpKind op_kind;
-  uint32_t encodings;  // accepted weight encodings, bit set of 1 << fb::Encoding
+  uint32_t encodings;  // accepted weight encodings, bit set of format::EncodingBit
+  uint64_t cpu_features;  // format::CpuFeature bits the kernel needs
   KernelFn fn;
   ScratchFn scratch;   // may be null: no scratch
 };

@@ -28,7 +28,8 @@ namespace {
 #define KILN_IMPL_ref_pixel_shuffle ref::PixelShuffle, nullptr
 
 const KernelEntry kKernels[] = {
-#define KILN_KERNEL(id, name, op, encodings) {id, #name, fb::OpKind::op, encodings, KILN_IMPL_##name},
+#define KILN_KERNEL(id, name, op, encodings, isa, features) \
+  {id, #name, fb::OpKind::op, encodings, features, KILN_IMPL_##name},
 #include "formats/kernels.def"
 #undef KILN_KERNEL
 };

@@ -45,20 +45,14 @@ const char* S(const flatbuffers::String* s) { return s ? s->c_str() : ""; }
 
 // The name of a kernel id of formats/kernels.def ("ref_linear").
 const char* KernelName(uint32_t id) {
-  switch (id) {
-#define KILN_KERNEL(id, name, op, encodings) \
-  case id: return #name;
-#include "formats/kernels.def"
-#undef KILN_KERNEL
-    default: return "unknown";
-  }
+  const kiln::format::KernelInfo* k = kiln::format::FindKernelInfo(id);
+  return k != nullptr ? k->name : "unknown";
 }
 
 // The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
 std::string Label(const fb::Tensor* t) {
-  static const char* names[] = {"f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"};
-  unsigned e = static_cast<unsigned>(t->encoding());
-  std::string s = e < 7 ? names[e] : "unknown";
+  const char* name = kiln::format::EncodingName(static_cast<uint8_t>(t->encoding()));
+  std::string s = name != nullptr ? name : "unknown";
   if (t->encoding() == fb::Encoding::INT4) s += "_g" + std::to_string(t->group_size());
   if (!t->symmetric()) s += "_asym";
   if (t->activation() == fb::ActivationMode::Int8PerToken) s += "_a8";

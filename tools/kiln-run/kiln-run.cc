@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "tools/common/image_file.h"
-#include "tools/common/npy.h"
+#include "support/image_file.h"
+#include "support/npy.h"
 
 namespace {
 

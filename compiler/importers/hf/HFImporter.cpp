@@ -14,7 +14,7 @@
 
 #include "compiler/importers/hf/HFConfig.h"
 #include "dialects/kiln/KilnOps.h"
-#include "formats/safetensors/Safetensors.h"
+#include "compiler/importers/safetensors/Safetensors.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"

@@ -17,27 +17,7 @@ namespace kiln::rt::ref {
 // element `first`: for 1-D weights and tables the kernels read in part. The verifier
 // admits only the encodings a kernel lists, and these kernels list floats only.
 inline void DecodeElements(const WeightView& w, int64_t first, int64_t n, float* out) {
-  switch (w.encoding) {
-    case fb::Encoding::F32:
-      std::memcpy(out, reinterpret_cast<const float*>(w.data) + first, static_cast<size_t>(n) * 4);
-      return;
-    case fb::Encoding::F16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data) + first;
-      for (int64_t i = 0; i < n; ++i) out[i] = numeric::F16ToF32(p[i]);
-      return;
-    }
-    case fb::Encoding::BF16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data) + first;
-      for (int64_t i = 0; i < n; ++i) {
-        uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-        std::memcpy(&out[i], &bits, 4);
-      }
-      return;
-    }
-    default:
-      std::memset(out, 0, static_cast<size_t>(n) * 4);
-      return;
-  }
+  format::DecodeFloatElements(w.spec.id, w.data, static_cast<uint64_t>(first), static_cast<uint64_t>(n), out);
 }
 
 // Row `row` of a [rows, cols] weight as f32, in any encoding: in place for f32

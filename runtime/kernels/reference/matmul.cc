@@ -14,7 +14,7 @@ namespace kiln::rt::ref {
 // float(acc_g) * s_g, groups in order (docs/precision.md).
 static float DotInt8(const int8_t* xq, float sx, const WeightView& w, int64_t n) {
   const int64_t k = w.cols;
-  if (w.spec.id == format::kEncInt8) {
+  if (w.spec.id == format::kEncINT8) {
     const int8_t* q = reinterpret_cast<const int8_t*>(w.data) + n * k;
     int32_t acc = 0;
     for (int64_t i = 0; i < k; ++i) acc += static_cast<int32_t>(xq[i]) * static_cast<int32_t>(q[i]);
@@ -23,23 +23,16 @@ static float DotInt8(const int8_t* xq, float sx, const WeightView& w, int64_t n)
     return static_cast<float>(acc) * sx * sw;
   }
   // int4
+  const format::Int4View v =
+      format::Int4View::Of(w.spec, w.data, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(k));
   const int64_t group = w.spec.group, groups = k / group;
-  const uint8_t* codes = w.data;
-  const uint8_t* scales = w.data + w.rows * k / 2;
-  const uint8_t* zeros = scales + 2 * w.rows * groups;
   float sum = 0.0f;
   for (int64_t g = 0; g < groups; ++g) {
-    const int32_t z = w.spec.symmetric ? 8 : zeros[n * groups + g];
+    const int32_t z = v.zero(n, g);
     int32_t acc = 0;
-    for (int64_t i = g * group; i < (g + 1) * group; ++i) {
-      int64_t idx = n * k + i;
-      uint8_t byte = codes[idx / 2];
-      int32_t c = (idx & 1) ? (byte >> 4) : (byte & 0xF);
-      acc += static_cast<int32_t>(xq[i]) * (c - z);
-    }
-    uint16_t sh;
-    std::memcpy(&sh, scales + 2 * (n * groups + g), 2);
-    sum += static_cast<float>(acc) * numeric::F16ToF32(sh);
+    for (int64_t i = g * group; i < (g + 1) * group; ++i)
+      acc += static_cast<int32_t>(xq[i]) * (static_cast<int32_t>(v.code(n, i)) - z);
+    sum += static_cast<float>(acc) * v.scale(n, g);
   }
   return sum * sx;
 }

@@ -1,11 +1,27 @@
-// RUN: kiln-opt %s --kiln-select-kernels -verify-diagnostics
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels='target=x86_64-linux-gnu' -verify-diagnostics
+// RUN: not kiln-opt %s -split-input-file --kiln-select-kernels='target=banana' 2>&1 | FileCheck %s --check-prefix=TARGET
+// RUN: not kiln-opt %s -split-input-file --kiln-select-kernels='target=x86_64-linux-gnu cpu-features=+sme2' 2>&1 | FileCheck %s --check-prefix=FEATURE
+
+// An unknown target is an error, not silently the host.
+// TARGET: error: kiln-select-kernels: unsupported target 'banana'
+// FEATURE: error: kiln-select-kernels: unknown CPU feature 'sme2' for x86_64-linux-gnu
 
 // Normalisation kernels read float weights only: an int8 norm weight has no kernel,
 // and the compiler says so instead of falling back at run time.
 kiln.weight @n : tensor<16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 64, dtype = "F32"> as #kiln.encoding<int8>
 func.func @stage(%x: tensor<?x16xf32>) -> tensor<?x16xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
   %n = kiln.weight_ref @n : tensor<16xf32>
-  // expected-error @+1 {{'kiln.rms_norm' op has no kernel for weight encoding(s) int8 on target 'host'}}
+  // expected-error @+1 {{'kiln.rms_norm' op has no kernel for weight encoding(s) int8 on target}}
   %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<16xf32> -> tensor<?x16xf32>
   return %h : tensor<?x16xf32>
+}
+
+// -----
+
+// Every binding is a remark naming the kernel, its ISA and, for the portable
+// reference kernels, that nothing faster exists for the target.
+func.func @stage2(%a: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {kiln.stage = #kiln.stage<projector>} {
+  // expected-remark @+1 {{bound to ref_add (portable): portable reference kernel, no generated kernel for x86_64-linux-gnu}}
+  %y = kiln.add %a, %a : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
 }

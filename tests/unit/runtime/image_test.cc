@@ -18,7 +18,7 @@
 
 #include "image/preprocess.h"
 #include "kiln/kiln.h"
-#include "tools/common/npy.h"
+#include "support/npy.h"
 #include "support/allocator.h"
 
 namespace kiln::rt {

@@ -13,7 +13,7 @@
 #include "kernels/reference/common.h"
 #include "support/allocator.h"
 #include "thread_pool.h"
-#include "tools/common/npy.h"
+#include "support/npy.h"
 
 namespace {
 
@@ -34,10 +34,10 @@ struct Case {
 };
 
 uint8_t EncodingId(const std::string& e) {
-  if (e == "fp8_e4m3") return kiln::format::kEncFp8E4M3;
-  if (e == "fp8_e5m2") return kiln::format::kEncFp8E5M2;
-  if (e == "int8") return kiln::format::kEncInt8;
-  return kiln::format::kEncInt4;
+  if (e == "fp8_e4m3") return kiln::format::kEncFP8_E4M3;
+  if (e == "fp8_e5m2") return kiln::format::kEncFP8_E5M2;
+  if (e == "int8") return kiln::format::kEncINT8;
+  return kiln::format::kEncINT4;
 }
 
 std::vector<Case> Cases(const std::string& dir) {
@@ -124,10 +124,10 @@ TEST(Encodings, Fp8RoundTripsEveryCode) {
 
 TEST(Encodings, StorageBytes) {
   using kiln::format::EncodingSpec;
-  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncInt4, 32, true}, 4, 64), 4u * 32 + 2 * 8);
-  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncInt4, 32, false}, 4, 64), 4u * 32 + 3 * 8);
-  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncInt4, 32, true}, 4, 48), 0u);
-  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncInt8, 0, true}, 4, 64), 4u * 64 + 16);
+  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT4, 32, true}, 4, 64), 4u * 32 + 2 * 8);
+  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT4, 32, false}, 4, 64), 4u * 32 + 3 * 8);
+  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT4, 32, true}, 4, 48), 0u);
+  EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT8, 0, true}, 4, 64), 4u * 64 + 16);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 //===- ArtifactWriter.cpp - kiln IR to a .kiln artifact ----------*- C++ -*-===//
-#include "formats/writer/ArtifactWriter.h"
+#include "compiler/serialize/ArtifactWriter.h"
 
 #include <map>
 
 #include "codegen/selection/KernelRegistry.h"
+#include "compiler/importers/tokenizer/TokenizerJson.h"
 #include "compiler/quantization/Quantize.h"
+#include "formats/contract.h"
 #include "formats/encoding.h"
+#include "passes/Encoding.h"
 #include "dialects/kiln/KilnOps.h"
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
@@ -34,194 +37,6 @@ uint64_t alignUp(uint64_t v) {
 }
 
 //===----------------------------------------------------------------------===//
-// tokenizer.json -> the artifact's tokenizer
-//===----------------------------------------------------------------------===//
-
-struct TokenizerData {
-  fb::PreTokenizer pretokenizer = fb::PreTokenizer::Gpt2;
-  std::string pattern;
-  std::vector<std::string> vocab;
-  std::vector<std::pair<uint32_t, uint32_t>> merges;
-  struct Added {
-    int32_t id;
-    std::string content;
-    bool special;
-  };
-  std::vector<Added> added;
-  int32_t bosId = -1;
-  bool addBos = false;
-  bool ignoreMerges = false;
-};
-
-// Finds the BOS of a TemplateProcessing post-processor ("single": [SpecialToken, A]).
-void readTemplate(const llvm::json::Object& post, TokenizerData& tok,
-                  const std::map<std::string, int32_t>& ids) {
-  const llvm::json::Array* single = post.getArray("single");
-  if (!single || single->empty())
-    return;
-  const llvm::json::Object* first = (*single)[0].getAsObject();
-  const llvm::json::Object* special = first ? first->getObject("SpecialToken") : nullptr;
-  if (!special)
-    return;
-  auto name = special->getString("id");
-  if (!name)
-    return;
-  // The special_tokens map gives the ids; fall back to the vocabulary.
-  int32_t id = -1;
-  if (const llvm::json::Object* table = post.getObject("special_tokens"))
-    if (const llvm::json::Object* entry = table->getObject(*name))
-      if (const llvm::json::Array* list = entry->getArray("ids"))
-        if (!list->empty() && (*list)[0].getAsInteger())
-          id = static_cast<int32_t>(*(*list)[0].getAsInteger());
-  if (id < 0) {
-    auto it = ids.find(name->str());
-    if (it != ids.end())
-      id = it->second;
-  }
-  if (id >= 0) {
-    tok.bosId = id;
-    tok.addBos = true;
-  }
-}
-
-std::optional<std::string> convertTokenizer(llvm::StringRef path, TokenizerData& tok) {
-  auto fail = [](const llvm::Twine& msg) -> std::optional<std::string> {
-    return ("tokenizer.json: " + msg).str();
-  };
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return fail("cannot read: " + buffer.getError().message());
-  auto parsed = llvm::json::parse((*buffer)->getBuffer());
-  if (!parsed)
-    return fail("not valid JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object* root = parsed->getAsObject();
-  const llvm::json::Object* model = root ? root->getObject("model") : nullptr;
-  if (!model || model->getString("type") != std::optional<llvm::StringRef>("BPE"))
-    return fail("model.type must be \"BPE\" (byte-level BPE tokenizers are supported)");
-  if (model->getBoolean("byte_fallback").value_or(false))
-    return fail("byte_fallback BPE (SentencePiece style) is not supported");
-  for (llvm::StringRef key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (const llvm::json::Value* v = model->get(key); v && v->kind() != llvm::json::Value::Null)
-      return fail("model." + key + " is not supported");
-  if (const llvm::json::Value* n = root->get("normalizer"); n && n->kind() != llvm::json::Value::Null)
-    return fail("a normalizer is not supported (byte-level BPE tokenizers have none)");
-  tok.ignoreMerges = model->getBoolean("ignore_merges").value_or(false);
-
-  const llvm::json::Object* vocab = model->getObject("vocab");
-  if (!vocab)
-    return fail("model.vocab is missing");
-  std::map<std::string, int32_t> ids;
-  int64_t maxId = -1;
-  for (const auto& [token, idValue] : *vocab) {
-    auto id = idValue.getAsInteger();
-    if (!id || *id < 0 || *id > (1 << 24))
-      return fail("model.vocab['" + llvm::StringRef(token) + "'] is not a valid id");
-    ids[token.str()] = static_cast<int32_t>(*id);
-    maxId = std::max(maxId, *id);
-  }
-  if (const llvm::json::Array* added = root->getArray("added_tokens")) {
-    for (const llvm::json::Value& v : *added) {
-      const llvm::json::Object* t = v.getAsObject();
-      auto id = t ? t->getInteger("id") : std::nullopt;
-      auto content = t ? t->getString("content") : std::nullopt;
-      if (!id || !content || *id < 0 || *id > (1 << 24) || content->empty())
-        return fail("malformed entry in added_tokens");
-      for (llvm::StringRef flag : {"lstrip", "rstrip", "single_word"})
-        if (t->getBoolean(flag).value_or(false))
-          return fail("added token '" + *content + "' uses " + flag + ", which is not supported");
-      tok.added.push_back({static_cast<int32_t>(*id), content->str(),
-                           t->getBoolean("special").value_or(false)});
-      maxId = std::max(maxId, *id);
-    }
-  }
-  tok.vocab.assign(static_cast<size_t>(maxId + 1), std::string());
-  for (const auto& [token, id] : ids) {
-    if (!tok.vocab[id].empty())
-      return fail("id " + llvm::Twine(id) + " is given to two tokens");
-    tok.vocab[id] = token;
-  }
-
-  if (const llvm::json::Array* merges = model->getArray("merges")) {
-    for (const llvm::json::Value& m : *merges) {
-      std::string left, right;
-      if (auto s = m.getAsString()) {
-        auto [l, r] = s->split(' ');
-        left = l.str();
-        right = r.str();
-      } else if (const llvm::json::Array* pair = m.getAsArray();
-                 pair && pair->size() == 2 && (*pair)[0].getAsString() && (*pair)[1].getAsString()) {
-        left = (*pair)[0].getAsString()->str();
-        right = (*pair)[1].getAsString()->str();
-      } else {
-        return fail("malformed merge entry");
-      }
-      auto l = ids.find(left), r = ids.find(right), res = ids.find(left + right);
-      if (l == ids.end() || r == ids.end() || res == ids.end())
-        return fail("merge '" + left + " " + right + "' refers to tokens not in the vocabulary");
-      tok.merges.push_back({static_cast<uint32_t>(l->second), static_cast<uint32_t>(r->second)});
-    }
-  }
-
-  // Pre-tokenizer: GPT-2's ByteLevel, or Split(regex) + ByteLevel (Llama-3, Qwen2).
-  const llvm::json::Object* pre = root->getObject("pre_tokenizer");
-  if (!pre)
-    return fail("pre_tokenizer is missing");
-  auto checkByteLevel = [&](const llvm::json::Object& bl, bool useRegex) -> std::optional<std::string> {
-    if (bl.getBoolean("add_prefix_space").value_or(false))
-      return fail("ByteLevel add_prefix_space = true is not supported");
-    if (bl.getBoolean("use_regex").value_or(true) != useRegex)
-      return fail("unsupported ByteLevel use_regex setting");
-    return std::nullopt;
-  };
-  if (pre->getString("type") == std::optional<llvm::StringRef>("ByteLevel")) {
-    if (auto err = checkByteLevel(*pre, true))
-      return err;
-    tok.pretokenizer = fb::PreTokenizer::Gpt2;
-  } else if (pre->getString("type") == std::optional<llvm::StringRef>("Sequence")) {
-    const llvm::json::Array* parts = pre->getArray("pretokenizers");
-    const llvm::json::Object* split = parts && parts->size() == 2 ? (*parts)[0].getAsObject() : nullptr;
-    const llvm::json::Object* bl = parts && parts->size() == 2 ? (*parts)[1].getAsObject() : nullptr;
-    if (!split || !bl || split->getString("type") != std::optional<llvm::StringRef>("Split") ||
-        bl->getString("type") != std::optional<llvm::StringRef>("ByteLevel"))
-      return fail("pre_tokenizer Sequence must be [Split, ByteLevel]");
-    const llvm::json::Object* pattern = split->getObject("pattern");
-    auto regex = pattern ? pattern->getString("Regex") : std::nullopt;
-    if (!regex)
-      return fail("Split pre-tokenizer needs a Regex pattern");
-    if (split->getString("behavior") != std::optional<llvm::StringRef>("Isolated") ||
-        split->getBoolean("invert").value_or(false))
-      return fail("Split pre-tokenizer must be behavior Isolated, invert false");
-    if (auto err = checkByteLevel(*bl, false))
-      return err;
-    tok.pretokenizer = fb::PreTokenizer::Split;
-    tok.pattern = regex->str();
-  } else {
-    return fail("unsupported pre_tokenizer type");
-  }
-
-  if (const llvm::json::Object* post = root->getObject("post_processor")) {
-    auto type = post->getString("type");
-    if (type == std::optional<llvm::StringRef>("TemplateProcessing")) {
-      readTemplate(*post, tok, ids);
-    } else if (type == std::optional<llvm::StringRef>("Sequence")) {
-      if (const llvm::json::Array* procs = post->getArray("processors"))
-        for (const llvm::json::Value& p : *procs)
-          if (const llvm::json::Object* o = p.getAsObject())
-            if (o->getString("type") == std::optional<llvm::StringRef>("TemplateProcessing"))
-              readTemplate(*o, tok, ids);
-    }
-    if (tok.addBos) {
-      bool known = false;
-      for (const auto& a : tok.added)
-        known |= a.id == tok.bosId;
-      if (!known && (tok.bosId >= static_cast<int32_t>(tok.vocab.size()) || tok.vocab[tok.bosId].empty()))
-        return fail("the post-processor's BOS token is not in the vocabulary");
-    }
-  }
-  return std::nullopt;
-}
-
-//===----------------------------------------------------------------------===//
 // Weights
 //===----------------------------------------------------------------------===//
 
@@ -237,75 +52,25 @@ struct WeightEntry {
   int stage = -1;     // first stage that reads it
 };
 
-unsigned encodingElementBytes(fb::Encoding e) {
-  switch (e) {
-  case fb::Encoding::F32: return 4;
-  case fb::Encoding::F16:
-  case fb::Encoding::BF16: return 2;
-  default: return 0;
-  }
-}
-
-// Converts `n` source elements of safetensors dtype `dtype` to `dst` encoding.
-bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, fb::Encoding dst,
-                   uint8_t* out) {
-  auto load = [&](uint64_t i) -> float {
-    if (dtype == "F32") {
-      float f;
-      std::memcpy(&f, src + 4 * i, 4);
-      return f;
-    }
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    return dtype == "F16" ? numeric::F16ToF32(h) : numeric::Bf16ToF32(h);
-  };
-  // Same format: copy the bytes (exact, and fast).
-  if ((dtype == "F32" && dst == fb::Encoding::F32) || (dtype == "F16" && dst == fb::Encoding::F16) ||
-      (dtype == "BF16" && dst == fb::Encoding::BF16)) {
-    std::memcpy(out, src, n * encodingElementBytes(dst));
-    return true;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    float f = load(i);
-    switch (dst) {
-    case fb::Encoding::F32: std::memcpy(out + 4 * i, &f, 4); break;
-    case fb::Encoding::F16: {
-      uint16_t h = numeric::F32ToF16(f);
-      std::memcpy(out + 2 * i, &h, 2);
-      break;
-    }
-    case fb::Encoding::BF16: {
-      uint16_t h = numeric::F32ToBf16(f);
-      std::memcpy(out + 2 * i, &h, 2);
-      break;
-    }
-    default: return false;
-    }
-  }
-  return true;
-}
-
-format::EncodingSpec specOf(WeightOp w) {
-  EncodingAttr enc = w.getEncoding();
-  format::EncodingSpec spec;
-  spec.id = static_cast<uint8_t>(toFbEncoding(static_cast<unsigned>(enc.getKind())));
-  spec.group = static_cast<uint32_t>(enc.getGroupSize());
-  spec.symmetric = enc.getSymmetric();
-  return spec;
-}
-
 // Source elements as f32.
 void sourceToF32(const uint8_t* src, llvm::StringRef dtype, uint64_t n, float* out) {
-  for (uint64_t i = 0; i < n; ++i) {
-    if (dtype == "F32") {
-      std::memcpy(&out[i], src + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = dtype == "F16" ? numeric::F16ToF32(h) : numeric::Bf16ToF32(h);
-    }
-  }
+  uint8_t id = dtype == "F32" ? format::kEncF32 : dtype == "F16" ? format::kEncF16 : format::kEncBF16;
+  format::DecodeFloatElements(id, src, 0, n, out);
 }
+
+// Converts `n` source elements of safetensors dtype `dtype` to the float encoding
+// `dst` (bytes copied when the format is the same: exact, and fast).
+bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_t dst, uint8_t* out) {
+  uint8_t id = dtype == "F32" ? format::kEncF32 : dtype == "F16" ? format::kEncF16 : format::kEncBF16;
+  if (id == dst) {
+    std::memcpy(out, src, format::StorageBytes(format::EncodingSpec{dst, 0, true}, 1, n));
+    return true;
+  }
+  std::vector<float> f32(n);
+  format::DecodeFloatElements(id, src, 0, n, f32.data());
+  return format::EncodeFloatElements(dst, f32.data(), n, out);
+}
+
 
 //===----------------------------------------------------------------------===//
 // The writer
@@ -380,6 +145,7 @@ private:
   int64_t maxPrefill_ = 0;
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};
   uint64_t weightBytes_ = 0;
+  uint64_t kernelFeatures_ = 0; // CPU features of the bound kernels
   uint64_t dataStart_ = 0;
   std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files_; // mapped source files
 };
@@ -412,9 +178,9 @@ LogicalResult Writer::collect() {
     WeightEntry e;
     e.op = w;
     e.index = static_cast<uint32_t>(weights_.size());
-    e.encoding = toFbEncoding(static_cast<unsigned>(w.getEncoding().getKind()));
+    e.spec = encodingSpec(w.getEncoding());
+    e.encoding = static_cast<fb::Encoding>(e.spec.id);
     e.numElements = static_cast<uint64_t>(w.getTensorType().getNumElements());
-    e.spec = specOf(w);
     e.rows = static_cast<uint64_t>(w.getTensorType().getDimSize(0));
     e.cols = e.rows ? e.numElements / e.rows : 0;
     e.bytes = format::StorageBytes(e.spec, e.rows, e.cols);
@@ -431,13 +197,14 @@ LogicalResult Writer::collect() {
   // Tokenizer.
   llvm::SmallString<256> tokPath(checkpoint_);
   llvm::sys::path::append(tokPath, "tokenizer.json");
-  if (auto err = convertTokenizer(tokPath, tokenizer_))
+  if (auto err = readTokenizerJson(tokPath, tokenizer_))
     return error() << *err;
   return success();
 }
 
 LogicalResult Writer::buildHeader(uint64_t dataStart) {
   fbb_.Clear();
+  kernelFeatures_ = 0;
   fbb_.ForceDefaults(true);
   auto& b = fbb_;
   mlir::MLIRContext* ctx = module_.getContext();
@@ -606,6 +373,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         ptype = fb::OpParams::PixelShuffleParams;
         params = fb::CreatePixelShuffleParams(b, static_cast<uint32_t>(p.getScaleFactor())).Union();
       }
+      kernelFeatures_ |= kernel->cpu_features;
       ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, ptype,
                                        params));
     }
@@ -676,7 +444,8 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   for (const auto& a : tokenizer_.added)
     added.push_back(fb::CreateAddedTokenDirect(b, a.id, a.content.c_str(), a.special));
   auto tokenizer = fb::CreateTokenizer(
-      b, tokenizer_.pretokenizer, b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
+      b, tokenizer_.pretokenizer == TokenizerData::PreTokenizer::Split ? fb::PreTokenizer::Split : fb::PreTokenizer::Gpt2,
+      b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
       b.CreateVectorOfStructs(merges), b.CreateVector(added), tokenizer_.bosId, tokenizer_.addBos,
       tokenizer_.ignoreMerges);
 
@@ -727,7 +496,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
                                            options_.targetTriple.c_str(),
                                            str("kiln.prompt_template").c_str());
   auto model = fb::CreateModel(
-      b, format::kSchemaVersion, metadata, options_.requiredCpuFeatures,
+      b, format::kSchemaVersion, metadata, options_.requiredCpuFeatures | kernelFeatures_,
       b.CreateVectorOfStructs(segments), b.CreateVector(tensors), b.CreateVector(values),
       b.CreateVector(stages), memoryPlan, textConfig, imageConfig, preprocess, tokenizer, generation,
       b.CreateVector(precision));
@@ -828,7 +597,7 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       continue;
     }
     scratch.resize(w.bytes);
-    if (!convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.encoding, scratch.data()))
+    if (!convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.spec.id, scratch.data()))
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
     write(scratch.data(), scratch.size());
   }

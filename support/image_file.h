@@ -1,7 +1,7 @@
 // Image files for the tools (the runtime itself takes pixels): decoded with
 // stb_image to 8-bit RGB.
-#ifndef KILN_TOOLS_COMMON_IMAGE_FILE_H_
-#define KILN_TOOLS_COMMON_IMAGE_FILE_H_
+#ifndef KILN_SUPPORT_IMAGE_FILE_H_
+#define KILN_SUPPORT_IMAGE_FILE_H_
 
 #include <cstdint>
 #include <string>
@@ -21,4 +21,4 @@ bool LoadRgbImage(const std::string& path, RgbImage* out, std::string* error);
 
 }  // namespace kiln::tools
 
-#endif  // KILN_TOOLS_COMMON_IMAGE_FILE_H_
+#endif  // KILN_SUPPORT_IMAGE_FILE_H_

@@ -7,8 +7,8 @@
 // written atomically: it appears complete or not at all.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_FORMATS_WRITER_ARTIFACTWRITER_H
-#define KILN_FORMATS_WRITER_ARTIFACTWRITER_H
+#ifndef KILN_COMPILER_SERIALIZE_ARTIFACTWRITER_H
+#define KILN_COMPILER_SERIALIZE_ARTIFACTWRITER_H
 
 #include <cstdint>
 #include <map>
@@ -22,6 +22,8 @@ namespace kiln {
 
 struct ArtifactOptions {
   std::string targetTriple;     // recorded in the metadata
+  /// CPU features the artifact requires beyond those of its bound kernels (which
+  /// the writer adds itself).
   uint64_t requiredCpuFeatures = 0;
   std::string compilerVersion;
   /// Quantised weights: GPTQ when a calibration Hessian ([cols, cols], row-major) is
@@ -41,4 +43,4 @@ mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,
 
 } // namespace kiln
 
-#endif // KILN_FORMATS_WRITER_ARTIFACTWRITER_H
+#endif // KILN_COMPILER_SERIALIZE_ARTIFACTWRITER_H

@@ -1,4 +1,4 @@
-#include "tools/common/npy.h"
+#include "support/npy.h"
 
 #include <cstdio>
 #include <cstring>

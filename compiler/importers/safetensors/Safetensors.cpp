@@ -1,5 +1,5 @@
 //===- Safetensors.cpp - safetensors header reader ---------------*- C++ -*-===//
-#include "formats/safetensors/Safetensors.h"
+#include "compiler/importers/safetensors/Safetensors.h"
 
 #include <algorithm>
 #include <fcntl.h>

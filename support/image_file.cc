@@ -1,4 +1,4 @@
-#include "tools/common/image_file.h"
+#include "support/image_file.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG

@@ -8,8 +8,8 @@
 // tensor.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_FORMATS_SAFETENSORS_SAFETENSORS_H
-#define KILN_FORMATS_SAFETENSORS_SAFETENSORS_H
+#ifndef KILN_COMPILER_IMPORTERS_SAFETENSORS_SAFETENSORS_H
+#define KILN_COMPILER_IMPORTERS_SAFETENSORS_SAFETENSORS_H
 
 #include <cstdint>
 #include <map>
@@ -69,4 +69,4 @@ llvm::Expected<Checkpoint> openCheckpoint(llvm::StringRef directory);
 
 } // namespace kiln::safetensors
 
-#endif // KILN_FORMATS_SAFETENSORS_SAFETENSORS_H
+#endif // KILN_COMPILER_IMPORTERS_SAFETENSORS_SAFETENSORS_H

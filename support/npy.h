@@ -1,8 +1,8 @@
 // NumPy .npy files for the tools and tests: read (format 1.0-3.0, C order,
 // little-endian u1, i4, i8, f4) and write (f4, i4). Anything else is rejected with a
 // message naming the file; a truncated or malformed file never reads out of bounds.
-#ifndef KILN_TOOLS_COMMON_NPY_H_
-#define KILN_TOOLS_COMMON_NPY_H_
+#ifndef KILN_SUPPORT_NPY_H_
+#define KILN_SUPPORT_NPY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -30,4 +30,4 @@ bool WriteI32(const std::string& path, const int32_t* data, const std::vector<si
 
 }  // namespace kiln::npy
 
-#endif  // KILN_TOOLS_COMMON_NPY_H_
+#endif  // KILN_SUPPORT_NPY_H_
