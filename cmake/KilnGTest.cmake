@@ -25,14 +25,19 @@ endif()
 # are registered with ctest one by one (run under the cross emulator when set).
 # Cases that read vectors made by a ctest fixture name it in FIXTURES (one name:
 # gtest_discover_tests flattens lists in PROPERTIES).
+# LABEL adds a ctest label beside "unit" (e.g. kernels-diff).
 function(kiln_add_gtest name)
-  cmake_parse_arguments(ARG "" "FIXTURES" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "FIXTURES;LABEL" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main)
+  set(labels unit)
+  if(ARG_LABEL)
+    set(labels "unit;${ARG_LABEL}")
+  endif()
   if(ARG_FIXTURES)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES
-      LABELS unit FIXTURES_REQUIRED "${ARG_FIXTURES}")
+      LABELS "${labels}" FIXTURES_REQUIRED "${ARG_FIXTURES}")
   else()
-    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS unit)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS "${labels}")
   endif()
 endfunction()

@@ -15,8 +15,7 @@
 #include "formats/kiln_generated.h"
 #include "compiler/serialize/ArtifactWriter.h"
 #include "kiln/kiln.h"
-#include "model.h"
-#include "observer.h"
+#include "kiln/kiln_calibration.h"
 #include "support/image_file.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -125,20 +124,20 @@ std::vector<TensorUse> tensorUses(const fb::Model* m) {
   return uses;
 }
 
-// Accumulates X^T X of the inputs of every quantisable weight (GPTQ's Hessian).
+// Accumulates X^T X of the inputs of every quantisable weight (GPTQ's Hessian), from
+// the activations the runtime's kernels multiply each weight by
+// (kiln_calib_set_weight_observer): nothing about the model is recomputed here.
 struct HessianCollector {
-  const fb::Model* model = nullptr;
-  const uint8_t* data = nullptr;
   std::map<uint32_t, std::vector<double>> sums;
   std::map<uint32_t, int64_t> rows;
   std::vector<TensorUse>* uses = nullptr;
 
-  void add(uint32_t tensor, const float* x, int64_t n, int64_t k) {
+  void add(uint32_t tensor, const float* x, int64_t n, int64_t ld, int64_t k) {
     std::vector<double>& h = sums[tensor];
     if (h.empty())
       h.assign(static_cast<size_t>(k * k), 0.0);
     for (int64_t r = 0; r < n; ++r) {
-      const float* xr = x + r * k;
+      const float* xr = x + r * ld;
       for (int64_t i = 0; i < k; ++i) {
         double xi = xr[i];
         if (xi == 0.0)
@@ -151,125 +150,10 @@ struct HessianCollector {
     rows[tensor] += n;
   }
 
-  const float* weightF32(uint32_t t) const {
-    return reinterpret_cast<const float*>(data + model->tensors()->Get(t)->offset());
-  }
-
-  static float activate(fb::ActivationKind kind, float x) {
-    switch (kind) {
-    case fb::ActivationKind::Silu: return x / (1.0f + std::exp(-x));
-    case fb::ActivationKind::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));
-    case fb::ActivationKind::GeluTanh:
-      return 0.5f * x * (1.0f + std::tanh(0.79788456f * (x + 0.044715f * x * x * x)));
-    case fb::ActivationKind::QuickGelu: return x / (1.0f + std::exp(-1.702f * x));
-    case fb::ActivationKind::Relu: return x > 0 ? x : 0;
-    }
-    return x;
-  }
-
-  // A gated MLP's gate and up projections read x; its down projection reads
-  // act(gate(x)) * up(x), recomputed here. Weights not quantisable are skipped.
-  void gatedMlp(uint32_t gate, uint32_t up, uint32_t down, fb::ActivationKind act, const float* x, int64_t n,
-                int64_t h) {
-    auto q = [&](uint32_t t) { return (*uses)[t].quantizable; };
-    if (q(gate))
-      add(gate, x, n, h);
-    if (q(up))
-      add(up, x, n, h);
-    if (!q(down))
-      return;
-    const int64_t inter = model->tensors()->Get(gate)->shape()->Get(0);
-    const float* wg = weightF32(gate);
-    const float* wu = weightF32(up);
-    std::vector<float> mid(static_cast<size_t>(n * inter));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < inter; ++j) {
-        float a = 0, b = 0;
-        const float* xr = x + r * h;
-        for (int64_t i = 0; i < h; ++i) {
-          a += xr[i] * wg[j * h + i];
-          b += xr[i] * wu[j * h + i];
-        }
-        mid[static_cast<size_t>(r * inter + j)] = activate(act, a) * b;
-      }
-    add(down, mid.data(), n, inter);
-  }
-
-  void observe(const fb::Op* op, const rt::ActView* in) {
-    if (!op->weights())
-      return;
-    auto q = [&](uint32_t i) { return (*uses)[op->weights()->Get(i)].quantizable; };
-    switch (op->kind()) {
-    case fb::OpKind::Linear:
-    case fb::OpKind::LmHead:
-      if (q(0))
-        add(op->weights()->Get(0), in[0].f32(), in[0].rows, in[0].cols);
-      break;
-    case fb::OpKind::GatedMlp:
-      gatedMlp(op->weights()->Get(0), op->weights()->Get(1), op->weights()->Get(2),
-               op->params_as_GatedMlpParams()->activation(), in[0].f32(), in[0].rows, in[0].cols);
-      break;
-    case fb::OpKind::Moe: {
-      // Each expert sees the rows routed to it: recompute the routing (softmax over
-      // the router's logits, top-k by probability, ties to the lower index).
-      const fb::MoeParams* p = op->params_as_MoeParams();
-      const int64_t n = in[0].rows, h = in[0].cols, experts = static_cast<int64_t>(p->expert_ids()->size());
-      const float* router = weightF32(op->weights()->Get(0));
-      std::vector<std::vector<float>> routed(static_cast<size_t>(experts));
-      std::vector<float> logit(static_cast<size_t>(experts));
-      for (int64_t r = 0; r < n; ++r) {
-        const float* x = in[0].f32() + r * h;
-        for (int64_t e = 0; e < experts; ++e) {
-          float acc = 0;
-          for (int64_t i = 0; i < h; ++i)
-            acc += x[i] * router[e * h + i];
-          logit[static_cast<size_t>(e)] = acc;
-        }
-        // Softmax is monotonic: the top-k of the logits are the top-k of the probabilities.
-        std::vector<bool> taken(static_cast<size_t>(experts), false);
-        for (int64_t j = 0; j < p->top_k(); ++j) {
-          size_t best = 0;
-          bool found = false;
-          for (size_t e = 0; e < logit.size(); ++e)
-            if (!taken[e] && (!found || logit[e] > logit[best]))
-              best = e, found = true;
-          taken[best] = true;
-          routed[best].insert(routed[best].end(), x, x + h);
-        }
-      }
-      for (int64_t e = 0; e < experts; ++e) {
-        const std::vector<float>& xs = routed[static_cast<size_t>(e)];
-        if (xs.empty())
-          continue;  // no calibration row reached it: round to nearest
-        gatedMlp(op->weights()->Get(1 + e), op->weights()->Get(1 + experts + e),
-                 op->weights()->Get(1 + 2 * experts + e), p->activation(), xs.data(),
-                 static_cast<int64_t>(xs.size()) / h, h);
-      }
-      break;
-    }
-    case fb::OpKind::PatchEmbed: {
-      // im2col: one row per patch, (c, ky, kx) order.
-      const int64_t p = op->params_as_PatchEmbedParams()->patch_size();
-      const int64_t channels = in[0].rows, width = in[0].extra, height = in[0].cols / width;
-      const int64_t gw = width / p, patches = (height / p) * gw, k = channels * p * p;
-      std::vector<float> cols(static_cast<size_t>(patches * k));
-      for (int64_t q2 = 0; q2 < patches; ++q2)
-        for (int64_t c = 0; c < channels; ++c)
-          for (int64_t ky = 0; ky < p; ++ky)
-            for (int64_t kx = 0; kx < p; ++kx)
-              cols[static_cast<size_t>(q2 * k + (c * p + ky) * p + kx)] =
-                  in[0].f32()[c * in[0].cols + ((q2 / gw) * p + ky) * width + (q2 % gw) * p + kx];
-      add(op->weights()->Get(0), cols.data(), patches, k);
-      break;
-    }
-    default:
-      break;  // embeddings (lookups): round-to-nearest
-    }
-  }
-
-  static void callback(void* user, const fb::Stage*, const fb::Op* op, const rt::ActView* inputs, int,
-                       const rt::ActView&) {
-    static_cast<HessianCollector*>(user)->observe(op, inputs);
+  static void callback(void* user, uint32_t tensor, const float* x, int64_t n, int64_t ld, int64_t k) {
+    auto* self = static_cast<HessianCollector*>(user);
+    if (tensor < self->uses->size() && (*self->uses)[tensor].quantizable)
+      self->add(tensor, x, n, ld, k);
   }
 };
 
@@ -368,18 +252,16 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     return module.emitError("calibration: ") << err.message;
   auto releaseSession = llvm::make_scope_exit([&] { kiln_session_release(session); });
 
-  const fb::Model* fbm = model->fb;
+  const fb::Model* fbm = fb::GetSizePrefixedModel(buffer.data);  // verified by the load above
   std::vector<TensorUse> uses = tensorUses(fbm);
   const int64_t vocab = info.vocab_size;
   const size_t imageFloats = static_cast<size_t>(info.image_tokens) * static_cast<size_t>(info.hidden_size);
 
   // Baseline: the unquantised model's next-token distributions (and the Hessians).
   HessianCollector collector;
-  collector.model = fbm;
-  collector.data = buffer.data;
   collector.uses = &uses;
   if (options.collectHessians)
-    rt::SetOpObserver(session, HessianCollector::callback, &collector);
+    kiln_calib_set_weight_observer(session, HessianCollector::callback, &collector);
   std::vector<Prepared> prepared(options.samples.size());
   {
     Progress progress(options.progress, "calibration", options.samples.size());
@@ -399,7 +281,9 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
                                        &err) != KILN_OK)
           return module.emitError("calibration: ") << s.image << ": " << err.message;
         int64_t size = fbm->image()->image_size();
-        p.pixels.assign(session->pixels, session->pixels + 3 * size * size);
+        p.pixels.resize(static_cast<size_t>(3 * size * size));
+        if (kiln_calib_get_pixel_values(session, p.pixels.data(), p.pixels.size(), &err) != KILN_OK)
+          return module.emitError("calibration: ") << err.message;
       }
       size_t count = 0;
       std::vector<int32_t> ids(4096);
@@ -433,14 +317,14 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
       }
       if (!p.pixels.empty()) {
         p.imageFeatures.resize(imageFloats);
-        if (rt::GetImageFeatures(session, p.imageFeatures.data(), p.imageFeatures.size(), &err) != KILN_OK)
+        if (kiln_calib_get_image_features(session, p.imageFeatures.data(), p.imageFeatures.size(), &err) != KILN_OK)
           return module.emitError("calibration: ") << err.message;
       }
       result->scoredPositions += static_cast<int>(p.scored.size());
       progress.update(i + 1);
     }
   }
-  rt::SetOpObserver(session, nullptr, nullptr);
+  kiln_calib_set_weight_observer(session, nullptr, nullptr);
   if (options.collectHessians)
     for (auto& [tensor, h] : collector.sums) {
       double n = static_cast<double>(std::max<int64_t>(1, collector.rows[tensor]));
@@ -481,7 +365,8 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     std::vector<uint8_t> q = options.gptq && h != result->hessians.end() && h->second.size() == cols * cols
                                  ? quant::quantizeGptq(w, rows, cols, spec, h->second.data())
                                  : quant::quantizeRtn(w, rows, cols, spec);
-    if (rt::OverrideWeight(model, t, q.data(), spec, act8, &err) != KILN_OK)
+    kiln_calib_encoding_t candidate = {spec.id, spec.group, spec.symmetric ? 1 : 0, act8 ? 1 : 0};
+    if (kiln_calib_override_weight(model, t, q.data(), &candidate, &err) != KILN_OK)
       return module.emitError("calibration: ") << err.message;
     double kl = 0;
     int positions = 0;
@@ -491,7 +376,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
       if (!p.pixels.empty()) {
         kiln_status_t st = uses[t].visionSide
                                ? kiln_session_set_pixel_values(session, p.pixels.data(), p.pixels.size(), &err)
-                               : rt::SetImageFeatures(session, p.imageFeatures.data(), p.imageFeatures.size(), &err);
+                               : kiln_calib_set_image_features(session, p.imageFeatures.data(), p.imageFeatures.size(), &err);
         if (st != KILN_OK)
           return module.emitError("calibration: ") << err.message;
       }
@@ -510,7 +395,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
         ++positions;
       }
     }
-    rt::RestoreWeight(model, t);
+    kiln_calib_restore_weight(model, t);
     result->sensitivity[name][label] = positions > 0 ? kl / positions : 0.0;
   }
   return mlir::success();

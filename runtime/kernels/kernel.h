@@ -1,14 +1,18 @@
-// The kernel interface: what every kernel (reference or generated) receives, and
-// the table the runtime dispatches through.
+// The kernel table of the runtime: for every kernel id of formats/kernels.def, the
+// op runner that executes ops bound to it and the micro-kernels (kernels/ukernel.h)
+// that runner calls. Runners (runtime/src/ops) read the op's parameters from the
+// artifact, check the operands, split the work into tile ranges across the thread
+// pool and hand each micro-kernel a plain-C parameter struct.
 #ifndef KILN_RUNTIME_KERNELS_KERNEL_H_
 #define KILN_RUNTIME_KERNELS_KERNEL_H_
 
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/encoding.h"
 #include "formats/contract.h"
+#include "formats/encoding.h"
 #include "formats/kiln_generated.h"
+#include "kernels/ukernel.h"
 #include "kiln/kiln.h"
 
 namespace kiln::rt {
@@ -25,6 +29,19 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const flatbuffers::Vector<int64_t>* shape = nullptr;
+
+  kiln_uk_weight_t uk() const {
+    kiln_uk_weight_t w;
+    w.data = data;
+    w.rows = rows;
+    w.cols = cols;
+    w.encoding = spec.id;
+    w.symmetric = spec.symmetric ? 1 : 0;
+    w.int8_activations = int8_activations ? 1 : 0;
+    w.layout = 0;
+    w.group = spec.group;
+    return w;
+  }
 };
 
 // An activation: [rows, cols] (rank-1 values have cols = 1; the pixel input of a
@@ -38,7 +55,33 @@ struct ActView {
   int32_t* i32() const { return static_cast<int32_t*>(data); }
 };
 
-struct KernelArgs {
+// The micro-kernels one kernel id runs with (null: the family is not used by the
+// kernel's op kind).
+struct UkernelSet {
+  kiln_uk_matmul_fn matmul_f32 = nullptr;
+  kiln_uk_matmul_fn matmul_a8 = nullptr;
+  size_t (*matmul_scratch)(int64_t k) = nullptr;  // floats per thread
+  void (*quant_rows)(const kiln_uk_quant_rows_params_t*, int64_t, int64_t) = nullptr;
+  void (*rms_norm)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) = nullptr;
+  void (*layer_norm)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) = nullptr;
+  void (*add)(const kiln_uk_eltwise_params_t*, int64_t, int64_t) = nullptr;
+  void (*mul)(const kiln_uk_eltwise_params_t*, int64_t, int64_t) = nullptr;
+  void (*act)(const kiln_uk_eltwise_params_t*, int64_t, int64_t) = nullptr;
+  void (*gated_act)(const kiln_uk_eltwise_params_t*, int64_t, int64_t) = nullptr;
+  void (*rope)(const kiln_uk_rope_params_t*, int64_t, int64_t) = nullptr;
+  void (*attention)(const kiln_uk_attention_params_t*, int64_t, int64_t, float*) = nullptr;
+  void (*gather)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*) = nullptr;
+  void (*im2col)(const kiln_uk_im2col_params_t*, int64_t, int64_t) = nullptr;
+};
+
+// Called with the exact activations a matrix product multiplies by weight `tensor`
+// ([rows, k], row stride ld), before it runs: the calibration seam
+// (kiln/kiln_calibration.h). Float activations only.
+using WeightInputObserver = void (*)(void* user, uint32_t tensor, const float* x, int64_t rows, int64_t ld,
+                                     int64_t k);
+
+// What an op runner receives.
+struct OpContext {
   const fb::Op* op = nullptr;
   const ActView* inputs = nullptr;
   int num_inputs = 0;
@@ -46,29 +89,32 @@ struct KernelArgs {
   int num_weights = 0;
   ActView output;
   ThreadPool* pool = nullptr;
-  // Scratch for the op (sized by ScratchFloats at session creation), split by the
-  // kernel among threads as it sees fit.
+  // Scratch for the op, sized by the runner's scratch function at session creation.
   float* scratch = nullptr;
   size_t scratch_floats = 0;
   KvCache* kv = nullptr;
+  const UkernelSet* uk = nullptr;
+  WeightInputObserver observer = nullptr;
+  void* observer_user = nullptr;
   kiln_error_t* error = nullptr;
 };
 
-using KernelFn = kiln_status_t (*)(const KernelArgs& args);
+using OpRunner = kiln_status_t (*)(const OpContext& c);
 
 // Scratch an op needs, in floats, for `rows` rows, a KV context of `context`
 // positions and `threads` threads.
-using ScratchFn = size_t (*)(const fb::Op* op, const WeightView* weights, int num_weights,
-                             int64_t rows, int64_t context, int threads);
+using ScratchFn = size_t (*)(const fb::Op* op, const WeightView* weights, int num_weights, int64_t rows,
+                             int64_t context, int threads);
 
 struct KernelEntry {
   uint32_t id;
   const char* name;
   fb::OpKind op_kind;
-  uint32_t encodings;  // accepted weight encodings, bit set of format::EncodingBit
+  uint32_t encodings;     // accepted weight encodings, bit set of format::EncodingBit
   uint64_t cpu_features;  // format::CpuFeature bits the kernel needs
-  KernelFn fn;
-  ScratchFn scratch;   // may be null: no scratch
+  OpRunner run;
+  ScratchFn scratch;
+  const UkernelSet* uk;
 };
 
 // The kernel with this id, or null.

@@ -1,35 +1,40 @@
-// The kernel table: every kernel id of formats/kernels.def this runtime implements.
+// The kernel table: every kernel id of formats/kernels.def this runtime implements,
+// with the runner of its op kind (runtime/src/ops, one per row of formats/ops.def)
+// and its micro-kernels.
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
-#include "kernels/reference/kernels.h"
+#include "ops/ops.h"
 
 namespace kiln::rt {
 namespace {
 
-// Implementation of each kernel named in kernels.def.
-#define KILN_IMPL_ref_embedding ref::Embedding, nullptr
-#define KILN_IMPL_ref_merge_image_tokens ref::MergeImageTokens, nullptr
-#define KILN_IMPL_ref_linear ref::Linear, ref::LinearScratch
-#define KILN_IMPL_ref_lm_head ref::Linear, ref::LinearScratch
-#define KILN_IMPL_ref_add ref::Add, nullptr
-#define KILN_IMPL_ref_mul ref::Mul, nullptr
-#define KILN_IMPL_ref_activation ref::Activation, nullptr
-#define KILN_IMPL_ref_gated_mlp ref::GatedMlp, ref::GatedMlpScratch
-#define KILN_IMPL_ref_moe ref::Moe, ref::MoeScratch
-#define KILN_IMPL_ref_rms_norm ref::RmsNorm, ref::NormScratch
-#define KILN_IMPL_ref_layer_norm ref::LayerNorm, ref::NormScratch
-#define KILN_IMPL_ref_rope ref::Rope, ref::RopeScratch
-#define KILN_IMPL_ref_attention ref::Attention, ref::AttentionScratch
-#define KILN_IMPL_ref_patch_embed ref::PatchEmbed, ref::PatchEmbedScratch
-#define KILN_IMPL_ref_class_token ref::ClassToken, nullptr
-#define KILN_IMPL_ref_position_embedding ref::PositionEmbedding, ref::PositionEmbeddingScratch
-#define KILN_IMPL_ref_slice_rows ref::SliceRows, nullptr
-#define KILN_IMPL_ref_concat ref::Concat, nullptr
-#define KILN_IMPL_ref_pixel_shuffle ref::PixelShuffle, nullptr
+// The portable reference micro-kernels: every op, every encoding, every CPU.
+UkernelSet MakePortable() {
+  UkernelSet u;
+  u.matmul_f32 = kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable;
+  u.matmul_a8 = kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable;
+  u.matmul_scratch = kiln_uk_matmul_scratch_ref;
+  u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_ref_portable;
+  u.rms_norm = kiln_uk_rmsnorm_f32_f32_wfloat_ref_portable;
+  u.layer_norm = kiln_uk_layernorm_f32_f32_wfloat_ref_portable;
+  u.add = kiln_uk_add_f32_f32_f32_ref_portable;
+  u.mul = kiln_uk_mul_f32_f32_f32_ref_portable;
+  u.act = kiln_uk_act_f32_f32_ref_portable;
+  u.gated_act = kiln_uk_gatedact_f32_f32_f32_ref_portable;
+  u.rope = kiln_uk_rope_f32_f32_ref_portable;
+  u.attention = kiln_uk_attention_f32_f32_f32_ref_portable;
+  u.gather = kiln_uk_gather_f32_wany_ref_portable;
+  u.im2col = kiln_uk_im2col_f32_f32_ref_portable;
+  return u;
+}
+const UkernelSet kPortable = MakePortable();
+
+// Micro-kernels by the ISA column of kernels.def.
+#define KILN_UKERNELS_portable (&kPortable)
 
 const KernelEntry kKernels[] = {
-#define KILN_KERNEL(id, name, op, encodings, isa, features) \
-  {id, #name, fb::OpKind::op, encodings, features, KILN_IMPL_##name},
+#define KILN_KERNEL(id, name, op, encodings, isa, features)                                                 \
+  {id, #name, fb::OpKind::op, encodings, features, ops::Run##op, ops::Scratch##op, KILN_UKERNELS_##isa},
 #include "formats/kernels.def"
 #undef KILN_KERNEL
 };

@@ -20,6 +20,8 @@ int64_t OutputRows(const fb::Op* op, const fb::Value* out, const int64_t* rows) 
   return rows[first];
 }
 
+const char* OpName(const fb::Op* op) { return op->name() != nullptr ? op->name()->c_str() : "<unnamed>"; }
+
 }  // namespace
 
 kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding* inputs, int num_inputs,
@@ -70,38 +72,36 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     const fb::Value* out = values->Get(op->output());
     int64_t out_rows = OutputRows(op, out, rows);
     if (out_rows > out->max_rows())
-      return Fail(error, KILN_ERROR_INTERNAL, "op '%s': %lld rows exceed the planned %lld", op->name()->c_str(),
+      return Fail(error, KILN_ERROR_INTERNAL, "op '%s': %lld rows exceed the planned %lld", OpName(op),
                   static_cast<long long>(out_rows), static_cast<long long>(out->max_rows()));
+    // The stage output is a session buffer of output.rows rows (the verifier gives a
+    // dynamic stage output the stage's token rows): never write more.
+    if (op->output() == out_value && out_rows > output.rows)
+      return Fail(error, KILN_ERROR_INTERNAL, "op '%s': %lld rows exceed the %lld-row stage output buffer",
+                  OpName(op), static_cast<long long>(out_rows), static_cast<long long>(output.rows));
     rows[op->output()] = out_rows;
-    KernelArgs args;
-    args.op = op;
-    args.inputs = in_views;
-    args.num_inputs = ni;
+    OpContext ctx;
+    ctx.op = op;
+    ctx.inputs = in_views;
+    ctx.num_inputs = ni;
     int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
     WeightView wv[1 + 3 * 64];
-    const WeightView* weights = nullptr;
-    if (nw > 0) {
-      if (nw <= static_cast<int>(sizeof(wv) / sizeof(wv[0]))) {
-        for (int i = 0; i < nw; ++i) wv[i] = s->model->weights[op->weights()->Get(i)];
-        weights = wv;
-      } else {
-        return Fail(error, KILN_ERROR_UNSUPPORTED, "op '%s' has more weights than this runtime supports",
-                    op->name()->c_str());
-      }
-    }
-    args.weights = weights;
-    args.num_weights = nw;
-    args.output = view_of(op->output());
-    args.pool = s->pool;
-    args.scratch = s->scratch;
-    args.scratch_floats = s->scratch_floats;
-    args.kv = &s->kv;
-    args.error = error;
-    kiln_status_t st = kernel->fn(args);
-    if (st != KILN_OK) return st;
-    if (s->observer != nullptr) s->observer(s->observer_user, stage, op, in_views, ni, args.output);
+    if (nw > static_cast<int>(sizeof(wv) / sizeof(wv[0])))
+      return Fail(error, KILN_ERROR_UNSUPPORTED, "op '%s' has more weights than this runtime supports", OpName(op));
+    for (int i = 0; i < nw; ++i) wv[i] = s->model->weights[op->weights()->Get(i)];
+    ctx.weights = nw > 0 ? wv : nullptr;
+    ctx.num_weights = nw;
+    ctx.output = view_of(op->output());
+    ctx.pool = s->pool;
+    ctx.scratch = s->scratch;
+    ctx.scratch_floats = s->scratch_floats;
+    ctx.kv = &s->kv;
+    ctx.uk = kernel->uk;
+    ctx.observer = s->observer;
+    ctx.observer_user = s->observer_user;
+    ctx.error = error;
+    if (kiln_status_t st = kernel->run(ctx); st != KILN_OK) return st;
   }
-  (void)out_value;
   return KILN_OK;
 }
 

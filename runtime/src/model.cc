@@ -4,12 +4,13 @@
 
 #include "formats/kiln_format.h"
 #include "model.h"
-#include "observer.h"
+#include "kiln/kiln_calibration.h"
 #include "support/error.h"
 #include "verify.h"
 
 using namespace kiln::rt;
 namespace fb = kiln::fb;
+namespace format = kiln::format;
 
 namespace {
 
@@ -145,19 +146,6 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
 
 namespace kiln::rt {
 
-kiln_status_t OverrideWeight(kiln_model_t* m, uint32_t tensor, const uint8_t* data, const format::EncodingSpec& spec,
-                             bool int8_activations, kiln_error_t* error) {
-  if (tensor >= m->weights.size()) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no tensor %u", tensor);
-  WeightView& w = m->weights[tensor];
-  if (format::StorageBytes(spec, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(w.cols)) == 0)
-    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encoding cannot hold tensor %u", tensor);
-  w.data = data;
-  w.spec = spec;
-  w.encoding = static_cast<fb::Encoding>(spec.id);
-  w.int8_activations = int8_activations;
-  return KILN_OK;
-}
-
 void RestoreWeight(kiln_model_t* m, uint32_t tensor) {
   const fb::Tensor* t = m->fb->tensors()->Get(tensor);
   WeightView& w = m->weights[tensor];
@@ -169,17 +157,34 @@ void RestoreWeight(kiln_model_t* m, uint32_t tensor) {
   w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
 }
 
-int64_t FindTensor(const kiln_model_t* m, const char* name) {
-  for (uint32_t i = 0; i < m->fb->tensors()->size(); ++i) {
-    const flatbuffers::String* n = m->fb->tensors()->Get(i)->name();
-    if (n != nullptr && std::strcmp(n->c_str(), name) == 0) return i;
-  }
-  return -1;
-}
-
 }  // namespace kiln::rt
 
 extern "C" {
+
+kiln_status_t kiln_calib_override_weight(kiln_model_t* m, uint32_t tensor, const uint8_t* data,
+                                         const kiln_calib_encoding_t* encoding, kiln_error_t* error) {
+  ClearError(error);
+  if (m == nullptr || data == nullptr || encoding == nullptr)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
+  if (tensor >= m->weights.size()) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no tensor %u", tensor);
+  format::EncodingSpec spec;
+  spec.id = encoding->encoding;
+  spec.group = encoding->group;
+  spec.symmetric = encoding->symmetric != 0;
+  WeightView& w = m->weights[tensor];
+  if (spec.id >= format::kNumEncodings ||
+      format::StorageBytes(spec, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(w.cols)) == 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encoding cannot hold tensor %u", tensor);
+  w.data = data;
+  w.spec = spec;
+  w.encoding = static_cast<fb::Encoding>(spec.id);
+  w.int8_activations = encoding->int8_activations != 0;
+  return KILN_OK;
+}
+
+void kiln_calib_restore_weight(kiln_model_t* m, uint32_t tensor) {
+  if (m != nullptr && tensor < m->weights.size()) RestoreWeight(m, tensor);
+}
 
 kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* options, kiln_model_t** out_model,
                               kiln_error_t* out_error) {

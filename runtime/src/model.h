@@ -9,7 +9,6 @@
 #include "kernels/kernel.h"
 #include "kiln/kiln.h"
 #include "kv_cache.h"
-#include "observer.h"
 #include "platform/platform.h"
 #include "support/allocator.h"
 #include "support/vec.h"
@@ -84,7 +83,7 @@ struct kiln_session_t {
 
   kiln::rt::Vec<int32_t> prompt;
   kiln::rt::Vec<int32_t> output;
-  kiln::rt::OpObserver observer = nullptr;  // calibration hook (observer.h)
+  kiln::rt::WeightInputObserver observer = nullptr;  // calibration seam (kiln/kiln_calibration.h)
   void* observer_user = nullptr;
   kiln::rt::Vec<char> text;      // bytes of generated tokens not yet emitted
   kiln::rt::Vec<char> text_out;  // the UTF-8 handed to the token callback
@@ -92,6 +91,9 @@ struct kiln_session_t {
 };
 
 namespace kiln::rt {
+
+// Restores the bytes and encoding the kernels read for `tensor` to the artifact's.
+void RestoreWeight(kiln_model_t* model, uint32_t tensor);
 
 // Runs one stage with its inputs bound; outputs go to `output`.
 kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding* inputs, int num_inputs,

@@ -2,10 +2,12 @@
 // the decode loop with sampling and streaming, and the stage timings.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
 #include "formats/kiln_format.h"
+#include "kiln/kiln_calibration.h"
 #include "model.h"
 #include "support/error.h"
 
@@ -72,6 +74,17 @@ int32_t Sample(const float* logits, int64_t n, const kiln_generate_options_t& o,
     if (u <= 0) return order[i];
   }
   return order[keep - 1];
+}
+
+// a * b * c * d bytes, false on overflow: every session buffer size comes from
+// artifact fields, so none is computed unchecked.
+bool SizeOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, size_t* out) {
+  uint64_t n;
+  if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) || __builtin_mul_overflow(n, d, &n) ||
+      n > static_cast<uint64_t>(SIZE_MAX))
+    return false;
+  *out = static_cast<size_t>(n);
+  return true;
 }
 
 kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* error, const char* what) {
@@ -169,6 +182,10 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, float
     Binding in[3] = {{s->ids, n}, {s->positions, n}, {nullptr, 0}};
     int num_in = 2;
     if (mm) {
+      // The image_features input has its own row count (the verifier's image-row
+      // symbol): this chunk's image tokens, taken in order from the encoded image.
+      if (image_used + chunk_images > static_cast<int64_t>(m->image()->image_tokens()))
+        return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has more image tokens than one image gives");
       in[2] = {s->image_features + image_used * hidden, chunk_images};
       num_in = 3;
     }
@@ -357,14 +374,30 @@ kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* o
 
 }  // namespace
 
-namespace kiln::rt {
+// The calibration seam (kiln/kiln_calibration.h).
+extern "C" {
 
-void SetOpObserver(kiln_session_t* session, OpObserver observer, void* user) {
+kiln_status_t kiln_calib_set_weight_observer(kiln_session_t* session, kiln_weight_input_observer_t observer,
+                                             void* user) {
+  if (session == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
   session->observer = observer;
   session->observer_user = user;
+  return KILN_OK;
 }
 
-kiln_status_t GetImageFeatures(kiln_session_t* s, float* out, size_t capacity, kiln_error_t* error) {
+kiln_status_t kiln_calib_get_pixel_values(kiln_session_t* s, float* out, size_t capacity, kiln_error_t* error) {
+  ClearError(error);
+  if (s == nullptr || out == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
+  if (!s->model->multimodal || !s->has_image) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no image set");
+  size_t n = 3 * static_cast<size_t>(s->model->fb->image()->image_size()) * s->model->fb->image()->image_size();
+  if (capacity < n) return Fail(error, KILN_ERROR_BUFFER_TOO_SMALL, "pixel values need %zu floats", n);
+  std::memcpy(out, s->pixels, n * 4);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_calib_get_image_features(kiln_session_t* s, float* out, size_t capacity, kiln_error_t* error) {
+  ClearError(error);
+  if (s == nullptr || out == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
   if (!s->model->multimodal || !s->has_image) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no image set");
   if (!s->image_encoded)
     if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
@@ -374,7 +407,10 @@ kiln_status_t GetImageFeatures(kiln_session_t* s, float* out, size_t capacity, k
   return KILN_OK;
 }
 
-kiln_status_t SetImageFeatures(kiln_session_t* s, const float* features, size_t count, kiln_error_t* error) {
+kiln_status_t kiln_calib_set_image_features(kiln_session_t* s, const float* features, size_t count,
+                                            kiln_error_t* error) {
+  ClearError(error);
+  if (s == nullptr || features == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
   if (!s->model->multimodal) return Fail(error, KILN_ERROR_INPUT_NOT_MULTIMODAL, "model takes no images");
   size_t n = static_cast<size_t>(s->model->fb->image()->image_tokens()) * s->model->fb->text()->hidden_size();
   if (count != n) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image features need %zu floats, got %zu", n, count);
@@ -385,7 +421,7 @@ kiln_status_t SetImageFeatures(kiln_session_t* s, const float* features, size_t 
   return KILN_OK;
 }
 
-}  // namespace kiln::rt
+}  // extern "C"
 
 extern "C" {
 
@@ -435,28 +471,51 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   auto alloc = [&](size_t bytes, void** out, const char* what) {
     if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what);
   };
+  // Sizes in bytes, each checked: the KV cache (keys, then values again), the arena,
+  // ids and positions, hidden states and logits, and the image buffers.
   s->kv.layers = m->text()->num_layers();
   s->kv.context = context;
   s->kv.width = static_cast<int64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
-  size_t kv_half = static_cast<size_t>(s->kv.layers * s->kv.context * s->kv.width) * 4;
+  size_t kv_half = 0, kv_total = 0, tokens_bytes = 0, hidden_bytes = 0, logits_bytes = 0;
+  size_t pixel_bytes = 0, image_bytes = 0;
+  bool sized = SizeOf(static_cast<uint64_t>(s->kv.layers), static_cast<uint64_t>(s->kv.context),
+                      static_cast<uint64_t>(s->kv.width), sizeof(float), &kv_half) &&
+               SizeOf(kv_half, 2, 1, 1, &kv_total) && kv_total <= static_cast<uint64_t>(INT64_MAX) &&
+               SizeOf(static_cast<uint64_t>(s->max_prefill), sizeof(int32_t), 1, 1, &tokens_bytes) &&
+               SizeOf(static_cast<uint64_t>(s->max_prefill), static_cast<uint64_t>(hidden), sizeof(float), 1,
+                      &hidden_bytes) &&
+               SizeOf(static_cast<uint64_t>(vocab), sizeof(float), 1, 1, &logits_bytes);
+  if (sized && model->multimodal) {
+    uint64_t size = m->image()->image_size();
+    sized = SizeOf(3, size, size, sizeof(float), &pixel_bytes) &&
+            SizeOf(m->image()->image_tokens(), static_cast<uint64_t>(hidden), sizeof(float), 1, &image_bytes);
+  }
+  if (st == KILN_OK && !sized)
+    st = Fail(out_error, KILN_ERROR_ARTIFACT_MALFORMED,
+              "the session's buffers for a %lld-token context overflow (num_layers %u, num_kv_heads %u, head_dim %u)",
+              static_cast<long long>(context), m->text()->num_layers(), m->text()->num_kv_heads(),
+              m->text()->head_dim());
   alloc(kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
   alloc(kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
   alloc(m->memory_plan()->arena_bytes(), reinterpret_cast<void**>(&s->arena), "activation arena");
-  alloc(static_cast<size_t>(s->max_prefill) * 4, reinterpret_cast<void**>(&s->ids), "token buffer");
-  alloc(static_cast<size_t>(s->max_prefill) * 4, reinterpret_cast<void**>(&s->positions), "position buffer");
-  alloc(static_cast<size_t>(s->max_prefill * hidden) * 4, reinterpret_cast<void**>(&s->hidden), "hidden states");
-  alloc(static_cast<size_t>(vocab) * 4, reinterpret_cast<void**>(&s->logits), "logits");
+  alloc(tokens_bytes, reinterpret_cast<void**>(&s->ids), "token buffer");
+  alloc(tokens_bytes, reinterpret_cast<void**>(&s->positions), "position buffer");
+  alloc(hidden_bytes, reinterpret_cast<void**>(&s->hidden), "hidden states");
+  alloc(logits_bytes, reinterpret_cast<void**>(&s->logits), "logits");
   if (model->multimodal) {
-    int64_t size = m->image()->image_size();
+    // The verifier checked that the projector reads exactly the vision encoder's
+    // output and writes [image_tokens, hidden]: these buffers are what they bind.
     const fb::Value* vout = m->values()->Get(model->stages[kVision]->outputs()->Get(0));
-    alloc(static_cast<size_t>(3 * size * size) * 4, reinterpret_cast<void**>(&s->pixels), "pixel values");
+    alloc(pixel_bytes, reinterpret_cast<void**>(&s->pixels), "pixel values");
     alloc(vout->size(), reinterpret_cast<void**>(&s->vision_features), "vision features");
-    alloc(static_cast<size_t>(m->image()->image_tokens() * hidden) * 4, reinterpret_cast<void**>(&s->image_features),
-          "image features");
+    alloc(image_bytes, reinterpret_cast<void**>(&s->image_features), "image features");
   }
   if (st == KILN_OK) {
     s->scratch_floats = std::max<size_t>(ScratchFloats(s), static_cast<size_t>(2 * vocab));
-    alloc(s->scratch_floats * 4, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
+    size_t scratch_bytes = 0;
+    if (!SizeOf(s->scratch_floats, sizeof(float), 1, 1, &scratch_bytes))
+      st = Fail(out_error, KILN_ERROR_ARTIFACT_MALFORMED, "kernel scratch of %zu floats overflows", s->scratch_floats);
+    alloc(scratch_bytes, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
   }
   s->value_rows.set_allocator(&s->allocator);
   s->prompt.set_allocator(&s->allocator);

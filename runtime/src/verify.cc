@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "formats/contract.h"
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
@@ -21,13 +22,49 @@ constexpr int kNumStageKinds = 5;
 bool AddOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
-uint64_t AlignUp(uint64_t v) { return (v + format::kAlignment - 1) / format::kAlignment * format::kAlignment; }
+// Rounds v up to the artifact alignment; false if that overflows.
+bool AlignUp(uint64_t v, uint64_t* out) {
+  uint64_t sum;
+  if (__builtin_add_overflow(v, format::kAlignment - 1, &sum)) return false;
+  *out = sum / format::kAlignment * format::kAlignment;
+  return true;
+}
 
-// Shape of a value as the verifier reasons about it: dims, -1 = dynamic tokens.
+// Row symbols: which run-time row count a dynamic (-1) first dimension stands for.
+// Two dynamic row counts are equal only when they carry the same symbol.
+constexpr int kSymStatic = 0;    // d[0] is the static row count
+constexpr int kSymTokens = 1;    // the tokens of a prefill chunk (input_ids, positions, hidden states)
+constexpr int kSymImage = 2;     // the image-feature rows of a prefill chunk (its image tokens)
+constexpr int kSymFirstFree = 3;
+
+// Shape of a value as the verifier reasons about it: dims, -1 = dynamic rows whose
+// run-time count is named by `sym`.
 struct Dims {
   int rank = 0;
   int64_t d[4] = {0, 0, 0, 0};
+  int sym = kSymStatic;
 };
+
+// Same number of rows at run time: equal static counts, or the same symbol.
+bool SameRows(const Dims& a, const Dims& b) { return a.d[0] == b.d[0] && a.sym == b.sym; }
+
+// "12", "tokens", "image rows", "dynamic #3": for messages.
+const char* RowsName(const Dims& d, char* buf, size_t n) {
+  if (d.sym == kSymStatic) snprintf(buf, n, "%lld", static_cast<long long>(d.d[0]));
+  else if (d.sym == kSymTokens) snprintf(buf, n, "tokens");
+  else if (d.sym == kSymImage) snprintf(buf, n, "image rows");
+  else snprintf(buf, n, "dynamic #%d", d.sym);
+  return buf;
+}
+
+const char* ValueName(const fb::Value* v) { return v->name() != nullptr ? v->name()->c_str() : "<unnamed>"; }
+
+// flatbuffers 2.0.8's verifier checks only the 4-byte alignment of a vector's
+// length, not that 8-byte elements are 8-byte aligned.
+template <typename T>
+bool Aligned8(const Vector<T>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
+}
 
 
 const char* OpName(const fb::Op* op) {
@@ -43,18 +80,22 @@ class Verifier {
 
  private:
   kiln_status_t Header();
+  kiln_status_t VectorAlignment();
   kiln_status_t Segments();
   kiln_status_t Tensors();
   kiln_status_t Values();
   kiln_status_t Stages();
   kiln_status_t StageIo(const fb::Stage* stage);
   kiln_status_t Op(const fb::Stage* stage, const fb::Op* op, bool* defined);
-  kiln_status_t OpShapes(const fb::Op* op);
+  kiln_status_t OpShapes(const fb::Op* op, const Dims& o);
   kiln_status_t Configs();
   kiln_status_t TokenizerData();
 
-  // Dims of value `i` (already range-checked).
-  const Dims& V(uint32_t i) const { return value_dims_[i]; }
+  // Declared dims of value `i` (already range-checked).
+  const Dims& D(uint32_t i) const { return value_dims_[i]; }
+  // Dims of value `i` where the current op of the current stage reads it: the row
+  // symbol it was bound or written with.
+  const Dims& V(uint32_t i) const { return stage_dims_[i]; }
   Dims W(uint32_t i) const;
 
   kiln_status_t Bad(kiln_status_t status, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -74,6 +115,7 @@ class Verifier {
   const fb::Model* model_ = nullptr;
   uint64_t header_end_ = 0;
   Dims* value_dims_ = nullptr;
+  Dims* stage_dims_ = nullptr;
   size_t num_values_ = 0;
   int64_t hidden_ = 0, vocab_ = 0, layers_ = 0, kv_heads_ = 0, head_dim_ = 0;
   bool multimodal_ = false;
@@ -145,9 +187,28 @@ kiln_status_t Verifier::Header() {
   return KILN_OK;
 }
 
+// Every vector of 8-byte elements the runtime reads, before anything reads them.
+kiln_status_t Verifier::VectorAlignment() {
+  if (!Aligned8(model_->segments()))
+    return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "the segments vector is not 8-byte aligned");
+  for (uint32_t i = 0; i < model_->tensors()->size(); ++i) {
+    const fb::Tensor* t = model_->tensors()->Get(i);
+    if (!Aligned8(t->shape()))
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "tensor '%s': shape vector is not 8-byte aligned",
+                 t->name() ? t->name()->c_str() : "<unnamed>");
+  }
+  for (uint32_t i = 0; i < model_->values()->size(); ++i) {
+    const fb::Value* v = model_->values()->Get(i);
+    if (!Aligned8(v->shape()))
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "value '%s': shape vector is not 8-byte aligned", ValueName(v));
+  }
+  return KILN_OK;
+}
+
 kiln_status_t Verifier::Segments() {
   const auto* segs = model_->segments();
-  uint64_t prev_end = AlignUp(header_end_);
+  uint64_t prev_end;
+  if (!AlignUp(header_end_, &prev_end)) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "header size overflows");
   for (uint32_t i = 0; i < segs->size(); ++i) {
     const fb::Segment* s = segs->Get(i);
     uint64_t end;
@@ -186,12 +247,12 @@ kiln_status_t Verifier::Tensors() {
     spec.id = static_cast<uint8_t>(t->encoding());
     spec.group = t->group_size();
     spec.symmetric = t->symmetric();
-    if (spec.id == format::kEncInt4 && spec.group != 32 && spec.group != 64 && spec.group != 128)
+    if (spec.id == format::kEncINT4 && spec.group != 32 && spec.group != 64 && spec.group != 128)
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int4 group size %u is not 32, 64 or 128", name, spec.group);
     if (t->activation() > fb::ActivationMode::MAX)
       return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown activation mode", name);
-    if (t->activation() == fb::ActivationMode::Int8PerToken && spec.id != format::kEncInt8 &&
-        spec.id != format::kEncInt4)
+    if (t->activation() == fb::ActivationMode::Int8PerToken && spec.id != format::kEncINT8 &&
+        spec.id != format::kEncINT4)
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int8 activations need int8 or int4 weights", name);
     if (t->layout() != fb::Layout::RowMajor)
       return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown layout", name);
@@ -245,11 +306,14 @@ kiln_status_t Verifier::Values() {
       if (MulOverflows(row_elems, static_cast<uint64_t>(d), &row_elems))
         return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': size overflows", name);
     }
-    uint64_t bytes;
+    uint64_t bytes, aligned;
     if (MulOverflows(row_elems, static_cast<uint64_t>(v->max_rows()), &bytes) || MulOverflows(bytes, 4, &bytes) ||
-        AlignUp(bytes) != v->size())
+        !AlignUp(bytes, &aligned) || aligned != v->size())
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': size %llu does not match its shape", name,
                  static_cast<unsigned long long>(v->size()));
+    if (bytes > kMaxArenaBytes)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "value '%s': %llu bytes is more than this runtime accepts", name,
+                 static_cast<unsigned long long>(bytes));
     if (v->kind() == fb::ValueKind::Arena && v->arena_offset() % format::kAlignment != 0)
       return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "value '%s': arena offset is not 64-byte aligned", name);
   }
@@ -269,6 +333,23 @@ kiln_status_t Verifier::Configs() {
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "text config out of range (vocab %lld, hidden %lld, layers %lld, "
                "heads %u/%lld, head_dim %lld)", static_cast<long long>(vocab_), static_cast<long long>(hidden_),
                static_cast<long long>(layers_), t->num_heads(), static_cast<long long>(kv_heads_),
+               static_cast<long long>(head_dim_));
+  // The session sizes the KV cache, layers x positions x (num_kv_heads * head_dim)
+  // floats for keys and again for values, from these fields whether or not an op
+  // uses the cache: bound them here, not only through cached attention ops.
+  const uint64_t kv_width = static_cast<uint64_t>(kv_heads_) * static_cast<uint64_t>(head_dim_);
+  if (kv_width > static_cast<uint64_t>(kMaxDim) ||
+      static_cast<uint64_t>(t->num_heads()) * static_cast<uint64_t>(head_dim_) > static_cast<uint64_t>(kMaxDim))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED,
+               "text config: num_heads %u / num_kv_heads %u with head_dim %lld give widths beyond %lld",
+               t->num_heads(), t->num_kv_heads(), static_cast<long long>(head_dim_), static_cast<long long>(kMaxDim));
+  uint64_t kv_bytes;
+  if (MulOverflows(static_cast<uint64_t>(layers_), t->max_position_embeddings(), &kv_bytes) ||
+      MulOverflows(kv_bytes, kv_width, &kv_bytes) || MulOverflows(kv_bytes, 2 * sizeof(float), &kv_bytes) ||
+      kv_bytes > (uint64_t{1} << 62))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED,
+               "text config: a KV cache of %u positions (num_layers %lld, num_kv_heads %u, head_dim %lld) overflows",
+               t->max_position_embeddings(), static_cast<long long>(layers_), t->num_kv_heads(),
                static_cast<long long>(head_dim_));
   const fb::MemoryPlan* mp = model_->memory_plan();
   if (mp->arena_bytes() > kMaxArenaBytes || mp->max_prefill_tokens() < 1 || mp->max_prefill_tokens() > kMaxRows)
@@ -331,14 +412,20 @@ kiln_status_t Verifier::StageIo(const fb::Stage* s) {
   if (in == nullptr || out == nullptr || out->size() != 1)
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s': needs inputs and exactly one output",
                fb::EnumNameStageKind(s->kind()));
-  for (uint32_t v : *in)
+  for (uint32_t i = 0; i < in->size(); ++i) {
+    uint32_t v = in->Get(i);
     if (v >= num_values_ || model_->values()->Get(v)->kind() != fb::ValueKind::StageInput)
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "stage '%s': input %u is not a stage input value",
                  fb::EnumNameStageKind(s->kind()), v);
+    for (uint32_t j = 0; j < i; ++j)
+      if (in->Get(j) == v)
+        return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s': input '%s' is bound twice",
+                   fb::EnumNameStageKind(s->kind()), ValueName(model_->values()->Get(v)));
+  }
   if (out->Get(0) >= num_values_ || model_->values()->Get(out->Get(0))->kind() != fb::ValueKind::StageOutput)
     return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "stage '%s': output is not a stage output value",
                fb::EnumNameStageKind(s->kind()));
-  auto dims = [&](uint32_t v) { return V(v); };
+  auto dims = [&](uint32_t v) -> const Dims& { return D(v); };
   auto is = [&](uint32_t v, int rank, int64_t a, int64_t b, int64_t c, fb::DType dt) {
     const Dims& d = dims(v);
     if (d.rank != rank || model_->values()->Get(v)->dtype() != dt) return false;
@@ -353,13 +440,34 @@ kiln_status_t Verifier::StageIo(const fb::Stage* s) {
     case fb::StageKind::VisionEncoder: {
       if (!multimodal_) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "vision encoder in a text-only model");
       int64_t sz = model_->image()->image_size();
-      ok = in->size() == 1 && is(in->Get(0), 3, 3, sz, sz, fb::DType::F32) && o.rank == 2 && o.d[0] > 0;
+      ok = in->size() == 1 && is(in->Get(0), 3, 3, sz, sz, fb::DType::F32) && o.rank == 2 && o.d[0] > 0 &&
+           model_->values()->Get(out->Get(0))->dtype() == fb::DType::F32;
       break;
     }
-    case fb::StageKind::Projector:
-      ok = in->size() == 1 && V(in->Get(0)).rank == 2 && V(in->Get(0)).d[0] > 0 &&
+    case fb::StageKind::Projector: {
+      if (!multimodal_) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "projector in a text-only model");
+      ok = in->size() == 1 && D(in->Get(0)).rank == 2 && D(in->Get(0)).d[0] > 0 &&
            is(out->Get(0), 2, model_->image()->image_tokens(), hidden_, 0, fb::DType::F32);
+      if (!ok) break;
+      // The session binds the vision encoder's output buffer (sized from that value)
+      // as the projector's input: the two must have the same shape.
+      const fb::Stage* vision = nullptr;
+      for (const fb::Stage* other : *model_->stages())
+        if (other->kind() == fb::StageKind::VisionEncoder) vision = other;
+      if (vision == nullptr || vision->outputs() == nullptr || vision->outputs()->size() != 1 ||
+          vision->outputs()->Get(0) >= num_values_)
+        return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "an image model needs vision_encoder and projector stages");
+      uint32_t pv = in->Get(0), vv = vision->outputs()->Get(0);
+      const Dims &p = D(pv), &v = D(vv);
+      if (!is(pv, v.rank, v.d[0], v.d[1], 0, fb::DType::F32) || v.rank != 2 || v.d[0] <= 0 ||
+          model_->values()->Get(vv)->dtype() != fb::DType::F32)
+        return Bad(KILN_ERROR_ARTIFACT_SHAPE,
+                   "stage 'Projector': input '%s' [%lld, %lld] does not match the vision encoder's output '%s' "
+                   "[%lld, %lld]", ValueName(model_->values()->Get(pv)), static_cast<long long>(p.d[0]),
+                   static_cast<long long>(p.d[1]), ValueName(model_->values()->Get(vv)),
+                   static_cast<long long>(v.d[0]), static_cast<long long>(v.d[1]));
       break;
+    }
     case fb::StageKind::DecoderPrefill:
       ok = in->size() == (multimodal_ ? 3u : 2u) && is(in->Get(0), 1, -1, 0, 0, fb::DType::I32) &&
            is(in->Get(1), 1, -1, 0, 0, fb::DType::I32) && is(out->Get(0), 2, -1, hidden_, 0, fb::DType::F32) &&
@@ -399,7 +507,22 @@ kiln_status_t Verifier::Stages() {
     bool* defined = allocator_->AllocArray<bool>(num_values_ > 0 ? num_values_ : 1);
     if (defined == nullptr) return Bad(KILN_ERROR_OUT_OF_MEMORY, "out of memory while verifying");
     std::memset(defined, 0, num_values_ > 0 ? num_values_ : 1);
-    for (uint32_t v : *s->inputs()) defined[v] = true;
+    // Row symbols of the stage inputs as the session binds them: decoder prefill's
+    // input_ids and positions get the chunk's token count, its image_features the
+    // chunk's image-token count (another number); the LM head gets the tokens too.
+    for (size_t v = 0; v < num_values_; ++v) stage_dims_[v] = value_dims_[v];
+    int next_sym = kSymFirstFree;
+    for (uint32_t j = 0; j < s->inputs()->size(); ++j) {
+      uint32_t v = s->inputs()->Get(j);
+      defined[v] = true;
+      if (stage_dims_[v].d[0] != -1) continue;
+      if (s->kind() == fb::StageKind::LmHead || (s->kind() == fb::StageKind::DecoderPrefill && j < 2))
+        stage_dims_[v].sym = kSymTokens;
+      else if (s->kind() == fb::StageKind::DecoderPrefill && j == 2)
+        stage_dims_[v].sym = kSymImage;
+      else
+        stage_dims_[v].sym = next_sym++;
+    }
     kiln_status_t st = KILN_OK;
     for (uint32_t j = 0; j < s->ops()->size() && st == KILN_OK; ++j) st = Op(s, s->ops()->Get(j), defined);
     if (st == KILN_OK && !defined[s->outputs()->Get(0)])
@@ -420,29 +543,11 @@ struct Arity {
   fb::OpParams params;
 };
 
+// Arity and parameter table of an op kind, from formats/ops.def.
 Arity ArityOf(fb::OpKind k) {
-  switch (k) {
-    case fb::OpKind::Embedding: return {1, 1, 1, 1, fb::OpParams::EmbeddingParams};
-    case fb::OpKind::MergeImageTokens: return {3, 3, 0, 0, fb::OpParams::MergeImageTokensParams};
-    case fb::OpKind::Linear: return {1, 1, 1, 2, fb::OpParams::NONE};
-    case fb::OpKind::LmHead: return {1, 1, 1, 1, fb::OpParams::NONE};
-    case fb::OpKind::Add:
-    case fb::OpKind::Mul: return {2, 2, 0, 0, fb::OpParams::NONE};
-    case fb::OpKind::Activation: return {1, 1, 0, 0, fb::OpParams::ActivationParams};
-    case fb::OpKind::GatedMlp: return {1, 1, 3, 3, fb::OpParams::GatedMlpParams};
-    case fb::OpKind::Moe: return {1, 1, 4, 1 + 3 * 64, fb::OpParams::MoeParams};
-    case fb::OpKind::RmsNorm: return {1, 1, 1, 1, fb::OpParams::NormParams};
-    case fb::OpKind::LayerNorm: return {1, 1, 2, 2, fb::OpParams::NormParams};
-    case fb::OpKind::Rope: return {2, 2, 0, 0, fb::OpParams::RopeParams};
-    case fb::OpKind::Attention: return {3, 4, 0, 0, fb::OpParams::AttentionParams};
-    case fb::OpKind::PatchEmbed: return {1, 1, 1, 2, fb::OpParams::PatchEmbedParams};
-    case fb::OpKind::ClassToken: return {1, 1, 1, 1, fb::OpParams::NONE};
-    case fb::OpKind::PositionEmbedding: return {1, 1, 1, 1, fb::OpParams::NONE};
-    case fb::OpKind::SliceRows: return {1, 1, 0, 0, fb::OpParams::SliceRowsParams};
-    case fb::OpKind::Concat: return {1, 64, 0, 0, fb::OpParams::NONE};
-    case fb::OpKind::PixelShuffle: return {1, 1, 0, 0, fb::OpParams::PixelShuffleParams};
-  }
-  return {-1, -1, -1, -1, fb::OpParams::NONE};
+  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(k));
+  if (info == nullptr) return {-1, -1, -1, -1, fb::OpParams::NONE};
+  return {info->inputs_min, info->inputs_max, info->weights_min, info->weights_max, format::ParamsOf(k)};
 }
 
 kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defined) {
@@ -455,6 +560,12 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   if (kernel->op_kind != op->kind())
     return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s does not run %s ops", OpName(op), kernel->name,
                fb::EnumNameOpKind(op->kind()));
+  if (uint64_t missing = kernel->cpu_features & ~cpu_; missing != 0)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs %s, which this CPU lacks", OpName(op),
+               kernel->name, format::CpuFeatureName(missing & (~missing + 1)));
+  if ((kernel->cpu_features & ~model_->required_cpu_features()) != 0)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs CPU features the artifact does not declare",
+               OpName(op), kernel->name);
   Arity a = ArityOf(op->kind());
   int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
   int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
@@ -496,16 +607,39 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
         return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': input lies outside the stage's arena", OpName(op));
     }
   }
-  if (kiln_status_t st = OpShapes(op); st != KILN_OK) return st;
+  // The rows the executor gives the output (executor.cc OutputRows): its static
+  // count, else those of the op's first input, symbol included.
+  Dims o = D(out);
+  if (o.d[0] == -1) {
+    const Dims& first = V(op->inputs()->Get(0));
+    o.d[0] = first.d[0];
+    o.sym = first.sym;
+  }
+  if (o.sym == kSymStatic && o.d[0] > ov->max_rows())
+    return Bad(KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): output '%s' gets %lld rows; its max_rows is %lld", OpName(op),
+               fb::EnumNameOpKind(op->kind()), ValueName(ov), static_cast<long long>(o.d[0]),
+               static_cast<long long>(ov->max_rows()));
+  // A dynamic stage output (decoder prefill's hidden states, the LM head's logits)
+  // lives in a session buffer of the stage's token rows: every write must have them.
+  if (ov->kind() == fb::ValueKind::StageOutput && D(out).d[0] == -1 && o.sym != kSymTokens) {
+    char rows[32];
+    return Bad(KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): writes %s rows to the stage output '%s', which has the "
+               "stage's token rows", OpName(op), fb::EnumNameOpKind(op->kind()), RowsName(o, rows, sizeof(rows)),
+               ValueName(ov));
+  }
+  if (kiln_status_t st = OpShapes(op, o); st != KILN_OK) return st;
+  stage_dims_[out] = o;
   defined[out] = true;
   return KILN_OK;
 }
 
-kiln_status_t Verifier::OpShapes(const fb::Op* op) {
+kiln_status_t Verifier::OpShapes(const fb::Op* op, const Dims& o) {
   auto in = [&](int i) -> const Dims& { return V(op->inputs()->Get(i)); };
   auto indt = [&](int i) { return model_->values()->Get(op->inputs()->Get(i))->dtype(); };
   auto w = [&](int i) { return W(op->weights()->Get(i)); };
-  const Dims& o = V(op->output());
+  // Same rows at run time: equal static counts or the same row symbol (-1 == -1
+  // alone says nothing: prefill's tokens and image rows are different numbers).
+  auto rows_eq = [&](const Dims& a, const Dims& b) { return SameRows(a, b); };
   int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
   int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
   // Every op but the patch embedding reads 1-D ids or 2-D activations.
@@ -514,21 +648,21 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
   switch (op->kind()) {
     case fb::OpKind::Embedding: {
       Dims t = w(0);
-      if (in(0).rank != 1 || indt(0) != fb::DType::I32 || t.rank != 2 || !mat(o) || o.d[0] != in(0).d[0] ||
+      if (in(0).rank != 1 || indt(0) != fb::DType::I32 || t.rank != 2 || !mat(o) || !rows_eq(o, in(0)) ||
           o.d[1] != t.d[1])
         return ShapeBad(op, "expects ids [T], table [V, H] and output [T, H]");
       break;
     }
     case fb::OpKind::MergeImageTokens:
       if (!mat(in(0)) || in(1).rank != 1 || indt(1) != fb::DType::I32 || !mat(in(2)) || !f32in(0) || !f32in(2) ||
-          in(1).d[0] != in(0).d[0] || in(2).d[1] != in(0).d[1] || o.rank != 2 || o.d[0] != in(0).d[0] ||
+          !rows_eq(in(1), in(0)) || in(2).d[1] != in(0).d[1] || o.rank != 2 || !rows_eq(o, in(0)) ||
           o.d[1] != in(0).d[1])
         return ShapeBad(op, "expects embeds [T, H], ids [T], image [N, H] and output [T, H]");
       break;
     case fb::OpKind::Linear:
     case fb::OpKind::LmHead: {
       Dims wt = w(0);
-      if (!mat(in(0)) || !f32in(0) || wt.rank != 2 || in(0).d[1] != wt.d[1] || !mat(o) || o.d[0] != in(0).d[0] ||
+      if (!mat(in(0)) || !f32in(0) || wt.rank != 2 || in(0).d[1] != wt.d[1] || !mat(o) || !rows_eq(o, in(0)) ||
           o.d[1] != wt.d[0])
         return ShapeBad(op, "expects input [R, K], weight [N, K] and output [R, N]");
       if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [N]");
@@ -536,13 +670,17 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
     }
     case fb::OpKind::Add:
     case fb::OpKind::Mul:
-      if (!mat(in(0)) || !f32in(0) || !f32in(1) || in(1).rank != 2 || in(0).d[0] != in(1).d[0] ||
-          in(0).d[1] != in(1).d[1] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
-        return ShapeBad(op, "operands and output must have the same shape");
+      if (!mat(in(0)) || !f32in(0) || !f32in(1) || in(1).rank != 2 || !rows_eq(in(0), in(1)) ||
+          in(0).d[1] != in(1).d[1] || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1]) {
+        char a[32], b[32];
+        return Bad(KILN_ERROR_ARTIFACT_SHAPE,
+                   "op '%s' (%s): operands and output must have the same shape (rows: %s and %s)", OpName(op),
+                   fb::EnumNameOpKind(op->kind()), RowsName(in(0), a, sizeof(a)), RowsName(in(1), b, sizeof(b)));
+      }
       break;
     case fb::OpKind::Activation:
       if (op->params_as_ActivationParams()->kind() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
-      if (!mat(in(0)) || !f32in(0) || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+      if (!mat(in(0)) || !f32in(0) || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1])
         return ShapeBad(op, "output must have the input's shape");
       break;
     case fb::OpKind::GatedMlp: {
@@ -550,7 +688,7 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
       Dims g = w(0), u = w(1), d = w(2);
       int64_t h = in(0).d[1];
       if (!mat(in(0)) || !f32in(0) || g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h ||
-          u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != h)
+          u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != h)
         return ShapeBad(op, "expects gate/up [I, H], down [H, I] and output [R, H]");
       break;
     }
@@ -563,7 +701,7 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
       if (p->activation() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
       int64_t h = in(0).d[1];
       Dims r = w(0);
-      if (!mat(in(0)) || !f32in(0) || r.rank != 2 || r.d[0] != e || r.d[1] != h || !mat(o) || o.d[0] != in(0).d[0] ||
+      if (!mat(in(0)) || !f32in(0) || r.rank != 2 || r.d[0] != e || r.d[1] != h || !mat(o) || !rows_eq(o, in(0)) ||
           o.d[1] != h)
         return ShapeBad(op, "expects router [E, H] and output [R, H]");
       for (int64_t x = 0; x < e; ++x) {
@@ -578,7 +716,7 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
     case fb::OpKind::LayerNorm: {
       float eps = op->params_as_NormParams()->epsilon();
       if (!(eps > 0.0f) || !std::isfinite(eps)) return OpBad(op, "epsilon must be positive");
-      if (!mat(in(0)) || !f32in(0) || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+      if (!mat(in(0)) || !f32in(0) || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1])
         return ShapeBad(op, "output must have the input's shape");
       for (int i = 0; i < nw; ++i)
         if (w(i).rank != 1 || w(i).d[0] != in(0).d[1]) return ShapeBad(op, "weight and bias must be [H]");
@@ -593,8 +731,8 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
           (!(p->factor() > 0.0) || !(p->low_freq_factor() > 0.0) || !(p->high_freq_factor() > p->low_freq_factor()) ||
            p->original_max_position_embeddings() < 1))
         return OpBad(op, "invalid llama3 rope scaling");
-      if (!mat(in(0)) || !f32in(0) || in(1).rank != 1 || indt(1) != fb::DType::I32 || in(1).d[0] != in(0).d[0] ||
-          in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() || !mat(o) || o.d[0] != in(0).d[0] ||
+      if (!mat(in(0)) || !f32in(0) || in(1).rank != 1 || indt(1) != fb::DType::I32 || !rows_eq(in(1), in(0)) ||
+          in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() || !mat(o) || !rows_eq(o, in(0)) ||
           o.d[1] != in(0).d[1])
         return ShapeBad(op, "expects input [T, heads * head_dim], positions [T]");
       break;
@@ -609,11 +747,11 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
         return OpBad(op, "KV-cache binding does not match the text config");
       if (!cached && ni != 3) return OpBad(op, "positions without a KV cache");
       for (int i = 0; i < 3; ++i)
-        if (!mat(in(i)) || !f32in(i) || in(i).d[0] != in(0).d[0]) return ShapeBad(op, "q, k, v must be [T, width]");
+        if (!mat(in(i)) || !f32in(i) || !rows_eq(in(i), in(0))) return ShapeBad(op, "q, k, v must be [T, width]");
       if (in(0).d[1] != nh * hd || in(1).d[1] != nkv * hd || in(2).d[1] != nkv * hd || !mat(o) ||
-          o.d[0] != in(0).d[0] || o.d[1] != nh * hd)
+          !rows_eq(o, in(0)) || o.d[1] != nh * hd)
         return ShapeBad(op, "q [T, heads * head_dim], k/v [T, kv_heads * head_dim]");
-      if (cached && (in(3).rank != 1 || indt(3) != fb::DType::I32 || in(3).d[0] != in(0).d[0]))
+      if (cached && (in(3).rank != 1 || indt(3) != fb::DType::I32 || !rows_eq(in(3), in(0))))
         return ShapeBad(op, "positions must be [T]");
       break;
     }
@@ -621,45 +759,50 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
       uint32_t p = op->params_as_PatchEmbedParams()->patch_size();
       Dims px = in(0), wt = w(0);
       if (px.rank != 3 || !f32in(0) || p < 1 || wt.rank != 4 || wt.d[1] != px.d[0] || wt.d[2] != p || wt.d[3] != p ||
-          px.d[1] % p != 0 || px.d[2] % p != 0 || !mat(o) || o.d[0] != (px.d[1] / p) * (px.d[2] / p) ||
+          px.d[1] % p != 0 || px.d[2] % p != 0 || !mat(o) || o.sym != kSymStatic ||
+          o.d[0] != (px.d[1] / p) * (px.d[2] / p) ||
           o.d[1] != wt.d[0])
         return ShapeBad(op, "expects pixels [C, H, W], kernel [D, C, p, p], output [(H/p)(W/p), D]");
       if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [D]");
       break;
     }
     case fb::OpKind::ClassToken:
-      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || w(0).rank != 1 || w(0).d[0] != in(0).d[1] || !mat(o) ||
-          o.d[0] != in(0).d[0] + 1 || o.d[1] != in(0).d[1])
+      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || w(0).rank != 1 ||
+          w(0).d[0] != in(0).d[1] || !mat(o) || o.sym != kSymStatic || o.d[0] != in(0).d[0] + 1 ||
+          o.d[1] != in(0).d[1])
         return ShapeBad(op, "expects [P, D] and class embedding [D], output [P + 1, D]");
       break;
     case fb::OpKind::PositionEmbedding:
-      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || w(0).rank != 2 || w(0).d[1] != in(0).d[1] ||
-          in(0).d[0] > w(0).d[0] || !mat(o) || o.d[0] != in(0).d[0] || o.d[1] != in(0).d[1])
+      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || w(0).rank != 2 ||
+          w(0).d[1] != in(0).d[1] || in(0).d[0] > w(0).d[0] || !mat(o) || !rows_eq(o, in(0)) ||
+          o.d[1] != in(0).d[1])
         return ShapeBad(op, "expects [P, D] and a table of at least P rows");
       break;
     case fb::OpKind::SliceRows: {
       int64_t start = op->params_as_SliceRowsParams()->start();
-      if (!mat(in(0)) || !f32in(0) || in(0).d[0] < 1 || !mat(o) || o.d[0] < 1 || o.d[1] != in(0).d[1] ||
-          start + o.d[0] > in(0).d[0])
+      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || !mat(o) ||
+          o.sym != kSymStatic || o.d[0] < 1 || o.d[1] != in(0).d[1] || start < 0 || start > in(0).d[0] ||
+          o.d[0] > in(0).d[0] - start)
         return ShapeBad(op, "row range outside the input");
       break;
     }
     case fb::OpKind::Concat: {
       int64_t width = 0;
       for (int i = 0; i < ni; ++i) {
-        if (!mat(in(i)) || !f32in(i) || in(i).d[0] != in(0).d[0] || in(i).d[0] < 1)
+        if (!mat(in(i)) || !f32in(i) || in(i).sym != kSymStatic || !rows_eq(in(i), in(0)) || in(i).d[0] < 1)
           return ShapeBad(op, "inputs must be [R, C_i] with equal static R");
         width += in(i).d[1];
       }
-      if (!mat(o) || o.d[0] != in(0).d[0] || o.d[1] != width) return ShapeBad(op, "output must be [R, sum C_i]");
+      if (!mat(o) || !rows_eq(o, in(0)) || o.d[1] != width) return ShapeBad(op, "output must be [R, sum C_i]");
       break;
     }
     case fb::OpKind::PixelShuffle: {
       int64_t r = op->params_as_PixelShuffleParams()->scale_factor();
       int64_t seq = in(0).d[0], side = 0;
       while ((side + 1) * (side + 1) <= seq) ++side;
-      if (!mat(in(0)) || !f32in(0) || seq < 1 || side * side != seq || r < 1 || side % r != 0 || !mat(o) ||
-          o.d[0] != seq / (r * r) || o.d[1] != in(0).d[1] * r * r)
+      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || seq < 1 || side * side != seq || r < 1 ||
+          side % r != 0 || !mat(o) || o.sym != kSymStatic || o.d[0] != seq / (r * r) ||
+          o.d[1] != in(0).d[1] * r * r)
         return ShapeBad(op, "expects a square patch grid divisible by scale_factor");
       break;
     }
@@ -669,6 +812,7 @@ kiln_status_t Verifier::OpShapes(const fb::Op* op) {
 
 kiln_status_t Verifier::Run(const fb::Model** out) {
   if (kiln_status_t st = Header(); st != KILN_OK) return st;
+  if (kiln_status_t st = VectorAlignment(); st != KILN_OK) return st;
   if (kiln_status_t st = Segments(); st != KILN_OK) return st;
   if (kiln_status_t st = Tensors(); st != KILN_OK) return st;
   if (kiln_status_t st = Values(); st != KILN_OK) return st;
@@ -676,16 +820,26 @@ kiln_status_t Verifier::Run(const fb::Model** out) {
   if (kiln_status_t st = TokenizerData(); st != KILN_OK) return st;
   // Value dims for the op checks.
   Dims* dims = allocator_->AllocArray<Dims>(num_values_ > 0 ? num_values_ : 1);
-  if (dims == nullptr) return Bad(KILN_ERROR_OUT_OF_MEMORY, "out of memory while verifying");
+  Dims* stage_dims = allocator_->AllocArray<Dims>(num_values_ > 0 ? num_values_ : 1);
+  if (dims == nullptr || stage_dims == nullptr) {
+    allocator_->Free(dims);
+    allocator_->Free(stage_dims);
+    return Bad(KILN_ERROR_OUT_OF_MEMORY, "out of memory while verifying");
+  }
   for (size_t i = 0; i < num_values_; ++i) {
     const fb::Value* v = model_->values()->Get(static_cast<uint32_t>(i));
+    dims[i] = Dims();
     dims[i].rank = static_cast<int>(v->shape()->size());
     for (int k = 0; k < dims[i].rank; ++k) dims[i].d[k] = v->shape()->Get(k);
+    dims[i].sym = kSymStatic;
   }
   value_dims_ = dims;
+  stage_dims_ = stage_dims;
   kiln_status_t st = Stages();
   allocator_->Free(dims);
+  allocator_->Free(stage_dims);
   value_dims_ = nullptr;
+  stage_dims_ = nullptr;
   if (st != KILN_OK) return st;
   *out = model_;
   return KILN_OK;

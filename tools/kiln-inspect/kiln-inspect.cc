@@ -43,7 +43,7 @@ std::string Features(uint64_t bits) {
 
 const char* S(const flatbuffers::String* s) { return s ? s->c_str() : ""; }
 
-// The name of a kernel id of formats/kernels.def ("ref_linear").
+// The name of a kernel id of formats/kernels.def ("linear_bias_f32_f32_wany_1x16_ref_portable").
 const char* KernelName(uint32_t id) {
   const kiln::format::KernelInfo* k = kiln::format::FindKernelInfo(id);
   return k != nullptr ? k->name : "unknown";

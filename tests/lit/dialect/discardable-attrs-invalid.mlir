@@ -59,7 +59,7 @@ func.func @stage(%a: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {kiln.stage 
 // A kernel binding outside a stage function means nothing.
 func.func @helper(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // expected-error @+1 {{attribute 'kiln.kernel' belongs on a kiln op inside a stage function}}
-  %y = kiln.add %a, %a {kiln.kernel = "ref_add"} : tensor<4x8xf32>
+  %y = kiln.add %a, %a {kiln.kernel = "add_f32_f32_f32_ref_portable"} : tensor<4x8xf32>
   return %y : tensor<4x8xf32>
 }
 

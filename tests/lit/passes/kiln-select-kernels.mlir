@@ -6,12 +6,12 @@ kiln.weight @n : tensor<32xf32> from #kiln.source<"m.safetensors", offset = 2048
 // CHECK-LABEL: func.func @stage
 func.func @stage(%x: tensor<?x32xf32>) -> tensor<?x32xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
   %n = kiln.weight_ref @n : tensor<32xf32>
-  // CHECK: kiln.rms_norm {{.*}} {epsilon = {{.*}}, kiln.kernel = "ref_rms_norm"}
+  // CHECK: kiln.rms_norm {{.*}} {epsilon = {{.*}}, kiln.kernel = "rmsnorm_f32_f32_wfloat_ref_portable"}
   %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x32xf32>, tensor<32xf32> -> tensor<?x32xf32>
   %w = kiln.weight_ref @w : tensor<32x32xbf16>
-  // CHECK: kiln.linear {{.*}} {kiln.kernel = "ref_linear"}
+  // CHECK: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_1x16_ref_portable"}
   %y = kiln.linear %h, %w : tensor<?x32xf32>, tensor<32x32xbf16> -> tensor<?x32xf32>
-  // CHECK: kiln.activation {{.*}} {kiln.kernel = "ref_activation", kind = #kiln.activation<silu>}
+  // CHECK: kiln.activation {{.*}} {kiln.kernel = "act_f32_f32_ref_portable", kind = #kiln.activation<silu>}
   %a = kiln.activation %y {kind = #kiln.activation<silu>} : tensor<?x32xf32>
   return %a : tensor<?x32xf32>
 }

@@ -20,7 +20,7 @@
 
 #include "formats/kiln_generated.h"
 #include "kiln/kiln.h"
-#include "tools/common/npy.h"
+#include "support/npy.h"
 
 namespace fb = kiln::fb;
 
@@ -364,6 +364,240 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
     EXPECT_NE(st, KILN_OK) << c.name << " was accepted";
     if (c.expected != KILN_OK) EXPECT_EQ(st, c.expected) << c.name << ": " << err.message;
     EXPECT_GT(std::strlen(err.message), 0u) << c.name << ": no message";
+  }
+}
+
+// ---- Issue 12: memory-safety holes in the verifier (defects 2, 3, 4, 14). Each
+// crafted artifact passed the old verifier; when one is accepted it is also run the
+// way that used to read or write out of bounds, so that the sanitizer build shows it.
+
+bool Contains(const kiln_error_t& err, const std::string& what) {
+  return std::strstr(err.message, what.c_str()) != nullptr;
+}
+
+uint64_t Align64(uint64_t v) { return (v + 63) / 64 * 64; }
+
+// Creates a session and runs a prefill of `tokens` text tokens (with the image path
+// first when `image` is set): what a crafted artifact the verifier accepted would do.
+void RunAccepted(kiln_model_t* model, int tokens, bool image, int32_t context = 64) {
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = 1;
+  so.context_length = context;
+  kiln_session_t* s = nullptr;
+  kiln_error_t err;
+  if (kiln_session_create(model, &so, &s, &err) != KILN_OK) return;
+  kiln_model_info_t info;
+  kiln_model_get_info(model, &info);
+  if (image && info.image_size > 0) {
+    std::vector<float> px(static_cast<size_t>(3) * info.image_size * info.image_size, 0.25f);
+    kiln_session_set_pixel_values(s, px.data(), px.size(), &err);
+  }
+  std::vector<int32_t> ids;
+  for (int i = 0; i < tokens; ++i) ids.push_back(1 + i % 100);
+  std::vector<float> logits(ids.size() * static_cast<size_t>(info.vocab_size));
+  kiln_session_prefill_logits(s, ids.data(), ids.size(), logits.data(), logits.size(), &err);
+  kiln_session_release(s);
+}
+
+// Loads a crafted artifact that must be refused; runs it (see above) if it is not.
+kiln_status_t LoadCrafted(const std::vector<uint8_t>& bytes, kiln_error_t* err, int tokens, bool image,
+                          int32_t context = 64) {
+  Buffer b;
+  b.Assign(bytes.data(), bytes.size());
+  kiln_model_t* model = nullptr;
+  err->message[0] = '\0';
+  kiln_status_t st = kiln_model_load_from_memory(b.data(), b.size, nullptr, &model, err);
+  if (st != KILN_OK) return st;
+  RunAccepted(model, tokens, image, context);
+  kiln_model_release(model);
+  return KILN_OK;
+}
+
+// Defect 2: decoder prefill binds image_features with the chunk's image-token count
+// and input_ids with the chunk's token count; both are declared [-1, ...]. An Add of
+// the two passed (-1 == -1) and read as many image rows as there are tokens.
+TEST_P(ArtifactTest, Issue12AddOfTokenRowsAndImageRowsIsRejected) {
+  bool crafted = false;
+  std::vector<uint8_t> bad = Rewrite([&](fb::ModelT& m) {
+    for (auto& s : m.stages) {
+      if (s->kind != fb::StageKind::DecoderPrefill || s->inputs.size() < 3) continue;
+      uint32_t image = s->inputs[2];
+      for (size_t i = 0; i < s->ops.size(); ++i) {
+        if (s->ops[i]->kind != fb::OpKind::MergeImageTokens) continue;
+        auto add = std::make_unique<fb::OpT>();
+        add->kind = fb::OpKind::Add;
+        add->kernel = 5;  // ref_add (formats/kernels.def)
+        add->name = "crafted.add_image_features";
+        add->inputs = {s->ops[i]->output, image};
+        add->output = s->ops[i]->output;
+        s->ops.insert(s->ops.begin() + static_cast<long>(i) + 1, std::move(add));
+        crafted = true;
+        return;
+      }
+    }
+  });
+  if (!crafted) GTEST_SKIP() << GetParam() << " has no image path";
+  kiln_error_t err;
+  // 40 text tokens: the Add would read 40 rows of the 16-row image feature buffer.
+  kiln_status_t st = LoadCrafted(bad, &err, 40, false);
+  EXPECT_EQ(st, KILN_ERROR_ARTIFACT_SHAPE) << err.message;
+  EXPECT_TRUE(Contains(err, "crafted.add_image_features")) << err.message;
+}
+
+// Defect 3: the projector's input was never compared with the vision encoder's
+// output, whose buffer the session binds to it. A projector declaring twice the
+// rows, then slicing off the second half, read past the vision features.
+TEST_P(ArtifactTest, Issue12ProjectorInputMustMatchVisionOutput) {
+  std::string input_name;
+  std::vector<uint8_t> bad = Rewrite([&](fb::ModelT& m) {
+    for (auto& s : m.stages) {
+      if (s->kind != fb::StageKind::Projector) continue;
+      uint32_t in = s->inputs[0];
+      fb::ValueT& v = *m.values[in];
+      input_name = v.name;
+      int64_t rows = v.shape[0], cols = v.shape[1];
+      v.shape[0] = v.max_rows = 2 * rows;
+      v.size = Align64(static_cast<uint64_t>(2 * rows * cols) * 4);
+      auto sliced = std::make_unique<fb::ValueT>();
+      sliced->name = "crafted.projector_rows";
+      sliced->dtype = fb::DType::F32;
+      sliced->shape = {rows, cols};
+      sliced->max_rows = rows;
+      sliced->kind = fb::ValueKind::Arena;
+      sliced->arena_offset = Align64(s->arena_bytes);
+      sliced->size = Align64(static_cast<uint64_t>(rows * cols) * 4);
+      s->arena_bytes = sliced->arena_offset + sliced->size;
+      m.memory_plan->arena_bytes = std::max(m.memory_plan->arena_bytes, s->arena_bytes);
+      uint32_t sv = static_cast<uint32_t>(m.values.size());
+      m.values.push_back(std::move(sliced));
+      for (auto& op : s->ops)
+        for (auto& i : op->inputs)
+          if (i == in) i = sv;
+      auto slice = std::make_unique<fb::OpT>();
+      slice->kind = fb::OpKind::SliceRows;
+      slice->kernel = 17;  // ref_slice_rows
+      slice->name = "crafted.projector_slice";
+      slice->inputs = {in};
+      slice->output = sv;
+      fb::SliceRowsParamsT p;
+      p.start = static_cast<uint32_t>(rows);
+      slice->params.Set(p);
+      s->ops.insert(s->ops.begin(), std::move(slice));
+    }
+  });
+  if (input_name.empty()) GTEST_SKIP() << GetParam() << " has no projector";
+  kiln_error_t err;
+  kiln_status_t st = LoadCrafted(bad, &err, 4, true);
+  EXPECT_EQ(st, KILN_ERROR_ARTIFACT_SHAPE) << err.message;
+  EXPECT_TRUE(Contains(err, input_name)) << err.message;
+}
+
+// Defect 4: num_kv_heads was bounded only through cached attention ops; without
+// them the session's KV-cache size (layers * context * kv_heads * head_dim * 4)
+// wrapped around to 0 bytes.
+TEST_P(ArtifactTest, Issue12KvCacheSizeOverflowIsRejected) {
+  struct Case {
+    uint32_t kv_heads, max_positions;
+    int32_t context;
+  };
+  // 1024 layers * 2^17 positions * 2^35 floats * 4 bytes = 2^64; then a width the
+  // verifier accepts (2^22 heads * 16 = 2^26 floats) with 2^26 positions: 2^64 again.
+  for (Case c : {Case{1u << 31, 1u << 17, 1 << 17}, Case{1u << 22, 1u << 26, 1 << 26}}) {
+    std::vector<uint8_t> bad = Rewrite([&](fb::ModelT& m) {
+      m.text->num_layers = 1024;
+      m.text->num_heads = m.text->num_kv_heads = c.kv_heads;
+      m.text->head_dim = 16;
+      m.text->max_position_embeddings = c.max_positions;
+      m.text->sliding_window = 0;
+      for (auto& s : m.stages)
+        for (auto& op : s->ops)
+          if (auto* p = op->params.AsAttentionParams())
+            if (p->cache_layer >= 0) {
+              p->cache_layer = -1;
+              op->inputs.resize(3);
+            }
+    });
+    kiln_error_t err;
+    kiln_status_t st = LoadCrafted(bad, &err, 4, false, c.context);
+    EXPECT_EQ(st, KILN_ERROR_ARTIFACT_MALFORMED) << c.kv_heads << ": " << err.message;
+    EXPECT_TRUE(Contains(err, "num_kv_heads")) << err.message;
+  }
+}
+
+// Defect 4: AlignUp(2^64 - 16) wrapped to 0, so a value of 2^64 - 16 bytes declared
+// with size 0 passed.
+TEST_P(ArtifactTest, Issue12ValueSizeAlignmentOverflowIsRejected) {
+  std::vector<uint8_t> bad = Rewrite([](fb::ModelT& m) {
+    auto v = std::make_unique<fb::ValueT>();
+    v->name = "crafted.huge_value";
+    v->dtype = fb::DType::F32;
+    // 874502 * 58535905 * 90090 * 4 = 2^64 - 16.
+    v->shape = {-1, 58535905, 90090};
+    v->max_rows = 874502;
+    v->kind = fb::ValueKind::Arena;
+    v->arena_offset = 0;
+    v->size = 0;
+    m.values.push_back(std::move(v));
+  });
+  kiln_error_t err;
+  kiln_status_t st = LoadCrafted(bad, &err, 4, false);
+  EXPECT_EQ(st, KILN_ERROR_ARTIFACT_SHAPE) << err.message;
+  EXPECT_TRUE(Contains(err, "crafted.huge_value")) << err.message;
+}
+
+// Defect 14: flatbuffers 2.0.8 checks only the 4-byte alignment of a vector's length,
+// not the 8-byte alignment of [long] elements. Moves one such vector (a copy of it)
+// into a string's bytes at a position where its elements are 4 mod 8.
+void MisalignVector(std::vector<uint8_t>* bytes, const flatbuffers::String* room, const void* table,
+                    uint16_t vt_field, const void* vector_data, size_t elem_size) {
+  uint8_t* base = bytes->data();
+  const uint8_t* t = static_cast<const uint8_t*>(table);
+  int32_t vt_rel;
+  std::memcpy(&vt_rel, t, 4);
+  const uint8_t* vtable = t - vt_rel;
+  uint16_t vt_size, field;
+  std::memcpy(&vt_size, vtable, 2);
+  ASSERT_LT(vt_field, vt_size);
+  std::memcpy(&field, vtable + vt_field, 2);
+  ASSERT_NE(field, 0);
+  size_t field_off = static_cast<size_t>(t + field - base);
+  uint32_t count;
+  std::memcpy(&count, static_cast<const uint8_t*>(vector_data) - 4, 4);
+  size_t room_off = static_cast<size_t>(reinterpret_cast<const uint8_t*>(room->data()) - base);
+  size_t q = (room_off + 7) / 8 * 8;  // the length at 0 mod 8: elements at 4 mod 8
+  ASSERT_LE(q + 4 + count * elem_size, room_off + room->size());
+  ASSERT_GT(q, field_off);
+  std::memmove(base + q + 4, vector_data, count * elem_size);
+  std::memcpy(base + q, &count, 4);
+  uint32_t rel = static_cast<uint32_t>(q - field_off);
+  std::memcpy(base + field_off, &rel, 4);
+}
+
+TEST_P(ArtifactTest, Issue12MisalignedLongVectorsAreRejected) {
+  enum Target { kValueShape, kTensorShape, kSegments };
+  for (Target target : {kValueShape, kTensorShape, kSegments}) {
+    std::vector<uint8_t> bad = Rewrite([](fb::ModelT& m) { m.metadata->compiler_version = std::string(256, 'x'); });
+    const fb::Model* model = fb::GetSizePrefixedModel(bad.data());
+    const flatbuffers::String* room = model->metadata()->compiler_version();
+    std::string name;
+    if (target == kValueShape) {
+      const fb::Value* v = model->values()->Get(1);
+      name = v->name()->str();
+      MisalignVector(&bad, room, v, fb::Value::VT_SHAPE, v->shape()->Data(), 8);
+    } else if (target == kTensorShape) {
+      const fb::Tensor* t = model->tensors()->Get(1);
+      name = t->name()->str();
+      MisalignVector(&bad, room, t, fb::Tensor::VT_SHAPE, t->shape()->Data(), 8);
+    } else {
+      name = "segments";
+      MisalignVector(&bad, room, model, fb::Model::VT_SEGMENTS, model->segments()->Data(), sizeof(fb::Segment));
+    }
+    if (HasFatalFailure()) return;
+    kiln_error_t err;
+    kiln_status_t st = LoadCrafted(bad, &err, 4, false);
+    EXPECT_EQ(st, KILN_ERROR_ARTIFACT_ALIGNMENT) << name << ": " << err.message;
+    EXPECT_TRUE(Contains(err, name)) << err.message;
   }
 }
 

@@ -10,9 +10,7 @@
 #include <vector>
 
 #include "formats/encoding.h"
-#include "kernels/reference/common.h"
-#include "support/allocator.h"
-#include "thread_pool.h"
+#include "kernels/ukernel.h"
 #include "support/npy.h"
 
 namespace {
@@ -84,9 +82,6 @@ TEST(Encodings, DequantizationMatchesNumpyBitForBit) {
 TEST(Encodings, Int8ActivationMatmulMatchesNumpy) {
   std::string dir = VectorsDir();
   if (dir.empty()) GTEST_SKIP() << "no quantisation vectors";
-  kiln::rt::Allocator allocator;
-  kiln::rt::ThreadPool* pool = kiln::rt::ThreadPool::Create(1, &allocator);
-  ASSERT_NE(pool, nullptr);
   for (const Case& c : Cases(dir)) {
     if (!c.has_y) continue;
     std::vector<uint8_t> bytes = ReadBytes(dir + "/" + c.name + ".bin");
@@ -94,20 +89,30 @@ TEST(Encodings, Int8ActivationMatmulMatchesNumpy) {
     std::string error;
     ASSERT_TRUE(kiln::npy::Read(dir + "/" + c.name + ".x.npy", &x, &error)) << error;
     ASSERT_TRUE(kiln::npy::Read(dir + "/" + c.name + ".y.npy", &y, &error)) << error;
-    kiln::rt::WeightView w;
-    w.data = bytes.data();
-    w.spec = {EncodingId(c.encoding), c.group, c.symmetric};
-    w.encoding = static_cast<kiln::fb::Encoding>(w.spec.id);
-    w.int8_activations = true;
-    w.rows = c.rows;
-    w.cols = c.cols;
+    kiln_uk_matmul_params_t p = {};
+    p.w.data = bytes.data();
+    p.w.rows = c.rows;
+    p.w.cols = c.cols;
+    p.w.encoding = EncodingId(c.encoding);
+    p.w.group = c.group;
+    p.w.symmetric = c.symmetric;
+    p.w.int8_activations = 1;
     std::vector<float> xs = x.AsFloat(), want = y.AsFloat();
-    int64_t rows = static_cast<int64_t>(x.shape[0]);
-    std::vector<float> got(rows * c.rows), scratch(kiln::rt::ref::WeightScratch(c.cols, 1, rows));
-    kiln::rt::ref::MatMulT(xs.data(), rows, c.cols, w, nullptr, got.data(), c.rows, pool, scratch.data());
+    const int64_t rows = static_cast<int64_t>(x.shape[0]);
+    std::vector<int8_t> xq(rows * c.cols);
+    std::vector<float> xscale(rows), got(rows * c.rows);
+    kiln_uk_quant_rows_params_t q = {xs.data(), c.cols, c.cols, xq.data(), xscale.data()};
+    kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&q, 0, rows);
+    p.xq = xq.data();
+    p.xs = xscale.data();
+    p.M = rows;
+    p.N = c.rows;
+    p.K = c.cols;
+    p.y = got.data();
+    p.ldy = c.rows;
+    kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(&p, 0, c.rows, nullptr);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << c.name;
   }
-  kiln::rt::ThreadPool::Destroy(pool);
 }
 
 TEST(Encodings, Fp8RoundTripsEveryCode) {

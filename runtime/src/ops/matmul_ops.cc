@@ -1,0 +1,236 @@
+// Runners of the ops built on a matrix product with a stored weight: linear, the LM
+// head, the gated MLP, mixture of experts, patch embedding and embedding lookup.
+#include <cmath>
+
+#include "ops/common.h"
+#include "ops/ops.h"
+
+namespace kiln::rt::ops {
+
+kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows, int64_t ldx, const WeightView* bias,
+                     float* y, int64_t ldy, float* scratch) {
+  const WeightView& w = c.weights[slot];
+  const int64_t n = w.rows, k = w.cols;
+  if (c.observer != nullptr) c.observer(c.observer_user, c.op->weights()->Get(slot), x, rows, ldx, k);
+  if (rows == 0) return KILN_OK;
+  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
+  const bool a8 = w.int8_activations && info != nullptr &&
+                  format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+  kiln_uk_matmul_params_t p = {};
+  p.x = x;
+  p.ldx = ldx;
+  p.M = rows;
+  p.N = n;
+  p.K = k;
+  p.w = w.uk();
+  kiln_uk_weight_t b;
+  if (bias != nullptr) {
+    b = bias->uk();
+    p.bias = &b;
+  }
+  p.y = y;
+  p.ldy = ldy;
+  float* per_thread = scratch + QuantAreaFloats(rows, k);
+  const size_t stride = c.uk->matmul_scratch(k);
+  const UkernelSet* uk = c.uk;
+  if (a8) {
+    int8_t* xq = reinterpret_cast<int8_t*>(scratch);
+    float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
+    kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
+    c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
+    p.xq = xq;
+    p.xs = xs;
+    c.pool->For(n, 8, [&](int64_t n0, int64_t n1, int t) { uk->matmul_a8(&p, n0, n1, per_thread + t * stride); });
+    return KILN_OK;
+  }
+  constexpr int64_t kBlock = 16;
+  c.pool->For((n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1, int t) {
+    uk->matmul_f32(&p, b0 * kBlock, std::min(n, b1 * kBlock), per_thread + t * stride);
+  });
+  return KILN_OK;
+}
+
+namespace {
+
+bool MatIn(const OpContext& c, int64_t k) { return c.inputs[0].cols == k && c.output.rows == c.inputs[0].rows; }
+
+}  // namespace
+
+kiln_status_t RunLinear(const OpContext& c) {
+  const ActView& x = c.inputs[0];
+  if (!MatIn(c, c.weights[0].cols) || c.output.cols != c.weights[0].rows) return Bad(c, "operands do not fit");
+  return MatMul(c, 0, x.f32(), x.rows, x.cols, c.num_weights > 1 ? &c.weights[1] : nullptr, c.output.f32(),
+                c.output.cols, c.scratch);
+}
+
+size_t ScratchLinear(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads);
+}
+
+kiln_status_t RunLmHead(const OpContext& c) { return RunLinear(c); }
+
+size_t ScratchLmHead(const fb::Op* op, const WeightView* w, int nw, int64_t rows, int64_t context, int threads) {
+  return ScratchLinear(op, w, nw, rows, context, threads);
+}
+
+namespace {
+
+fb::ActivationKind ActivationOf(const fb::Op* op) {
+  if (const fb::GatedMlpParams* g = op->params_as_GatedMlpParams()) return g->activation();
+  return op->params_as_MoeParams()->activation();
+}
+
+// down(act(gate(x)) * up(x)) for `rows` rows of x into y, the weights in slots
+// gate, gate + stride, gate + 2 * stride. Scratch: 2 * rows * I floats, then MatMul's.
+kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float* x, int64_t rows, int64_t ldx,
+                           float* y, int64_t ldy, float* scratch) {
+  const int64_t inter = c.weights[gate].rows;
+  float* g = scratch;
+  float* u = g + rows * inter;
+  float* mm = u + rows * inter;
+  if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm); st != KILN_OK) return st;
+  if (kiln_status_t st = MatMul(c, gate + stride, x, rows, ldx, nullptr, u, inter, mm); st != KILN_OK) return st;
+  kiln_uk_eltwise_params_t p = {g, u, g, static_cast<int32_t>(ActivationOf(c.op))};
+  const UkernelSet* uk = c.uk;
+  c.pool->For(rows * inter, 4096, [&](int64_t b, int64_t e, int) { uk->gated_act(&p, b, e); });
+  return MatMul(c, gate + 2 * stride, g, rows, inter, nullptr, y, ldy, mm);
+}
+
+size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads) {
+  return static_cast<size_t>(2 * rows * inter) + MatMulScratch(uk, rows, std::max(hidden, inter), threads);
+}
+
+}  // namespace
+
+kiln_status_t RunGatedMlp(const OpContext& c) {
+  const ActView& x = c.inputs[0];
+  if (!MatIn(c, c.weights[0].cols) || c.output.cols != x.cols) return Bad(c, "operands do not fit");
+  return GatedMlpRows(c, 0, 1, x.f32(), x.rows, x.cols, c.output.f32(), c.output.cols, c.scratch);
+}
+
+size_t ScratchGatedMlp(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  return GatedMlpScratchFloats(FindKernel(op->kernel())->uk, rows, w[0].cols, w[0].rows, threads);
+}
+
+// Mixtral's sparse MoE block: softmax over the router logits, top-k, renormalise,
+// and the chosen experts' gated MLPs weighted and summed.
+kiln_status_t RunMoe(const OpContext& c) {
+  const ActView& x = c.inputs[0];
+  const fb::MoeParams* p = c.op->params_as_MoeParams();
+  const int64_t rows = x.rows, hidden = x.cols;
+  const int64_t experts = static_cast<int64_t>(p->expert_ids()->size());
+  const int64_t k = p->top_k();
+  if (!MatIn(c, c.weights[0].cols) || c.output.cols != hidden) return Bad(c, "operands do not fit");
+
+  float* logits = c.scratch;                                          // rows * experts
+  float* route_w = logits + rows * experts;                           // rows * k
+  int32_t* route_e = reinterpret_cast<int32_t*>(route_w + rows * k);  // rows * k
+  int32_t* sel_rows = route_e + rows * k;                             // rows
+  float* sel_w = reinterpret_cast<float*>(sel_rows + rows);           // rows
+  float* xe = sel_w + rows;                                           // rows * hidden
+  float* ye = xe + rows * hidden;                                     // rows * hidden
+  float* mlp = ye + rows * hidden;                                    // GatedMlpScratchFloats
+
+  if (kiln_status_t st = MatMul(c, 0, x.f32(), rows, hidden, nullptr, logits, experts, mlp); st != KILN_OK) return st;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* l = logits + r * experts;
+    float mx = l[0];
+    for (int64_t e = 1; e < experts; ++e) mx = std::max(mx, l[e]);
+    float sum = 0;
+    for (int64_t e = 0; e < experts; ++e) sum += (l[e] = std::exp(l[e] - mx));
+    for (int64_t e = 0; e < experts; ++e) l[e] /= sum;
+    // top-k by probability (ties: lower expert index, as torch.topk on CPU)
+    float chosen_sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        bool taken = false;
+        for (int64_t q = 0; q < j; ++q) taken |= route_e[r * k + q] == e;
+        if (!taken && (best < 0 || l[e] > l[best])) best = e;
+      }
+      route_e[r * k + j] = static_cast<int32_t>(best);
+      route_w[r * k + j] = l[best];
+      chosen_sum += l[best];
+    }
+    if (p->normalize_top_k())
+      for (int64_t j = 0; j < k; ++j) route_w[r * k + j] /= chosen_sum;
+  }
+  float* y = c.output.f32();
+  std::memset(y, 0, static_cast<size_t>(rows * hidden) * 4);
+  for (int64_t e = 0; e < experts; ++e) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        if (route_e[r * k + j] == e) {
+          sel_rows[n] = static_cast<int32_t>(r);
+          sel_w[n] = route_w[r * k + j];
+          std::memcpy(xe + n * hidden, x.f32() + r * hidden, static_cast<size_t>(hidden) * 4);
+          ++n;
+        }
+    if (n == 0) continue;
+    if (kiln_status_t st = GatedMlpRows(c, static_cast<int>(1 + e), static_cast<int>(experts), xe, n, hidden, ye,
+                                        hidden, mlp);
+        st != KILN_OK)
+      return st;
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = y + static_cast<int64_t>(sel_rows[i]) * hidden;
+      const float* src = ye + i * hidden;
+      for (int64_t h = 0; h < hidden; ++h) dst[h] += sel_w[i] * src[h];
+    }
+  }
+  return KILN_OK;
+}
+
+size_t ScratchMoe(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  const fb::MoeParams* p = op->params_as_MoeParams();
+  const UkernelSet* uk = FindKernel(op->kernel())->uk;
+  int64_t experts = static_cast<int64_t>(p->expert_ids()->size()), k = p->top_k();
+  int64_t hidden = w[0].cols, inter = w[1].rows;
+  return static_cast<size_t>(rows * experts + 2 * rows * k + 2 * rows + 2 * rows * hidden) +
+         std::max(GatedMlpScratchFloats(uk, rows, hidden, inter, threads), MatMulScratch(uk, rows, hidden, threads));
+}
+
+// Stride-p convolution without padding: patches as rows of (c, ky, kx) values
+// (im2col), times the kernel viewed as [D, C * p * p].
+kiln_status_t RunPatchEmbed(const OpContext& c) {
+  const ActView& px = c.inputs[0];  // [C, H * W], extra = W
+  const WeightView& w = c.weights[0];
+  const int64_t p = c.op->params_as_PatchEmbedParams()->patch_size();
+  const int64_t channels = px.rows, width = px.extra;
+  if (width < 1 || p < 1) return Bad(c, "operands do not fit");
+  const int64_t height = px.cols / width;
+  const int64_t patches = (height / p) * (width / p), kdim = channels * p * p;
+  if (w.cols != kdim || c.output.rows != patches || c.output.cols != w.rows) return Bad(c, "operands do not fit");
+  float* cols = c.scratch;  // patches * kdim
+  kiln_uk_im2col_params_t ip = {px.f32(), channels, height, width, p, cols};
+  const UkernelSet* uk = c.uk;
+  c.pool->For(patches, 1, [&](int64_t b, int64_t e, int) { uk->im2col(&ip, b, e); });
+  return MatMul(c, 0, cols, patches, kdim, c.num_weights > 1 ? &c.weights[1] : nullptr, c.output.f32(),
+                c.output.cols, cols + patches * kdim);
+}
+
+size_t ScratchPatchEmbed(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  const int64_t kdim = w[0].cols;
+  return static_cast<size_t>(rows * kdim) + MatMulScratch(FindKernel(op->kernel())->uk, rows, kdim, threads);
+}
+
+kiln_status_t RunEmbedding(const OpContext& c) {
+  const ActView& ids = c.inputs[0];
+  const WeightView& table = c.weights[0];
+  const int64_t placeholder = c.op->params_as_EmbeddingParams()->placeholder_id();
+  if (c.output.rows != ids.rows || c.output.cols != table.cols) return Bad(c, "operands do not fit");
+  for (int64_t t = 0; t < ids.rows; ++t) {
+    int64_t id = ids.i32()[t];
+    if (id != placeholder && (id < 0 || id >= table.rows))
+      return Fail(c.error, KILN_ERROR_INPUT_TOKENS, "token id %lld at position %lld is outside the vocabulary [0, %lld)",
+                  static_cast<long long>(id), static_cast<long long>(t), static_cast<long long>(table.rows));
+  }
+  kiln_uk_gather_params_t p = {ids.i32(), placeholder, nullptr, c.output.f32(), c.output.cols, table.cols, table.uk()};
+  const UkernelSet* uk = c.uk;
+  c.pool->For(ids.rows, 16, [&](int64_t b, int64_t e, int) { uk->gather(&p, b, e, nullptr); });
+  return KILN_OK;
+}
+
+size_t ScratchEmbedding(const fb::Op*, const WeightView*, int, int64_t, int64_t, int) { return 0; }
+
+}  // namespace kiln::rt::ops
