@@ -5,6 +5,7 @@
 
 #include "codegen/selection/KernelRegistry.h"
 #include "compiler/importers/tokenizer/TokenizerJson.h"
+#include "compiler/serialize/OpParams.h"
 #include "compiler/quantization/Quantize.h"
 #include "formats/contract.h"
 #include "formats/encoding.h"
@@ -75,17 +76,6 @@ bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_
 //===----------------------------------------------------------------------===//
 // The writer
 //===----------------------------------------------------------------------===//
-
-fb::ActivationKind toFb(ActivationKind k) {
-  switch (k) {
-  case ActivationKind::silu: return fb::ActivationKind::Silu;
-  case ActivationKind::gelu: return fb::ActivationKind::Gelu;
-  case ActivationKind::gelu_tanh: return fb::ActivationKind::GeluTanh;
-  case ActivationKind::quick_gelu: return fb::ActivationKind::QuickGelu;
-  case ActivationKind::relu: return fb::ActivationKind::Relu;
-  }
-  return fb::ActivationKind::Silu;
-}
 
 fb::StageKind toFb(StageKind k) {
   switch (k) {
@@ -317,65 +307,12 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         return op.emitOpError("has no place in memory (run kiln-plan-memory)");
       }
 
-      fb::OpParams ptype = fb::OpParams::NONE;
-      flatbuffers::Offset<void> params;
-      if (auto e = llvm::dyn_cast<EmbeddingOp>(op)) {
-        ptype = fb::OpParams::EmbeddingParams;
-        params = fb::CreateEmbeddingParams(b, e.getPlaceholderId() ? *e.getPlaceholderId() : -1).Union();
-      } else if (auto m = llvm::dyn_cast<MergeImageTokensOp>(op)) {
-        ptype = fb::OpParams::MergeImageTokensParams;
-        params = fb::CreateMergeImageTokensParams(b, m.getImageTokenId()).Union();
-      } else if (auto a = llvm::dyn_cast<ActivationOp>(op)) {
-        ptype = fb::OpParams::ActivationParams;
-        params = fb::CreateActivationParams(b, toFb(a.getKind())).Union();
-      } else if (auto g = llvm::dyn_cast<GatedMlpOp>(op)) {
-        ptype = fb::OpParams::GatedMlpParams;
-        params = fb::CreateGatedMlpParams(b, toFb(g.getActivation())).Union();
-      } else if (auto m = llvm::dyn_cast<MoeOp>(op)) {
-        ptype = fb::OpParams::MoeParams;
-        std::vector<uint32_t> ids(m.getExpertIds().begin(), m.getExpertIds().end());
-        params = fb::CreateMoeParamsDirect(b, static_cast<uint32_t>(m.getTopK()),
-                                           m.getNormalizeTopK(), toFb(m.getActivation()), &ids)
-                     .Union();
-      } else if (auto n = llvm::dyn_cast<RmsNormOp>(op)) {
-        ptype = fb::OpParams::NormParams;
-        params = fb::CreateNormParams(b, n.getEpsilon().convertToFloat()).Union();
-      } else if (auto n = llvm::dyn_cast<LayerNormOp>(op)) {
-        ptype = fb::OpParams::NormParams;
-        params = fb::CreateNormParams(b, n.getEpsilon().convertToFloat()).Union();
-      } else if (auto r = llvm::dyn_cast<RopeOp>(op)) {
-        ptype = fb::OpParams::RopeParams;
-        bool llama3 = r.getRopeType() == "llama3";
-        params = fb::CreateRopeParams(
-                     b, static_cast<uint32_t>(r.getNumHeads()), static_cast<uint32_t>(r.getHeadDim()),
-                     r.getTheta().convertToDouble(),
-                     llama3 ? fb::RopeType::Llama3 : fb::RopeType::Default,
-                     r.getFactor() ? r.getFactor()->convertToDouble() : 1.0,
-                     r.getLowFreqFactor() ? r.getLowFreqFactor()->convertToDouble() : 1.0,
-                     r.getHighFreqFactor() ? r.getHighFreqFactor()->convertToDouble() : 1.0,
-                     r.getOriginalMaxPositionEmbeddings() ? *r.getOriginalMaxPositionEmbeddings() : 0)
-                     .Union();
-      } else if (auto a = llvm::dyn_cast<AttentionOp>(op)) {
-        ptype = fb::OpParams::AttentionParams;
-        params = fb::CreateAttentionParams(
-                     b, static_cast<uint32_t>(a.getNumHeads()), static_cast<uint32_t>(a.getNumKvHeads()),
-                     static_cast<uint32_t>(a.getHeadDim()),
-                     static_cast<float>(a.getScale().convertToDouble()), a.getCausal(),
-                     a.getCacheLayer() ? static_cast<int32_t>(*a.getCacheLayer()) : -1)
-                     .Union();
-      } else if (auto p = llvm::dyn_cast<PatchEmbedOp>(op)) {
-        ptype = fb::OpParams::PatchEmbedParams;
-        params = fb::CreatePatchEmbedParams(b, static_cast<uint32_t>(p.getPatchSize())).Union();
-      } else if (auto s = llvm::dyn_cast<SliceRowsOp>(op)) {
-        ptype = fb::OpParams::SliceRowsParams;
-        params = fb::CreateSliceRowsParams(b, static_cast<uint32_t>(s.getStart())).Union();
-      } else if (auto p = llvm::dyn_cast<PixelShuffleOp>(op)) {
-        ptype = fb::OpParams::PixelShuffleParams;
-        params = fb::CreatePixelShuffleParams(b, static_cast<uint32_t>(p.getScaleFactor())).Union();
-      }
+      mlir::FailureOr<SerializedParams> params = serializeOpParams(b, &op, *opKind);
+      if (mlir::failed(params))
+        return failure();
       kernelFeatures_ |= kernel->cpu_features;
-      ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, ptype,
-                                       params));
+      ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, params->type,
+                                       params->table));
     }
     auto arena = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes");
     uint64_t arenaBytes = arena ? static_cast<uint64_t>(arena.getInt()) : 0;

@@ -1,0 +1,138 @@
+//===- OpParams.cpp - op parameters into the artifact ------------*- C++ -*-===//
+#include "compiler/serialize/OpParams.h"
+
+#include <cctype>
+#include <limits>
+
+#include "dialects/kiln/KilnAttrs.h"
+#include "formats/contract.h"
+#include "flatbuffers/minireflect.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace kiln {
+namespace {
+
+std::string normalized(llvm::StringRef s) {
+  std::string out;
+  for (char c : s)
+    if (c != '_')
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return out;
+}
+
+// The value of an enum field from a string or a kiln enum attribute, matched to the
+// schema's enumerator names ignoring case and underscores ("gelu_tanh" = GeluTanh).
+std::optional<int64_t> enumValue(mlir::Attribute attr, const flatbuffers::TypeTable* enumTable) {
+  std::string name;
+  if (auto s = llvm::dyn_cast<mlir::StringAttr>(attr))
+    name = s.str();
+  else if (auto a = llvm::dyn_cast<ActivationKindAttr>(attr))
+    name = stringifyActivationKind(a.getValue()).str();
+  else
+    return std::nullopt;
+  for (size_t i = 0; i < enumTable->num_elems; ++i)
+    if (normalized(enumTable->names[i]) == normalized(name))
+      return enumTable->values ? enumTable->values[i] : static_cast<int64_t>(i);
+  return std::nullopt;
+}
+
+} // namespace
+
+mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op,
+                                                    fb::OpKind kind) {
+  SerializedParams out;
+  out.type = format::ParamsOf(kind);
+  if (out.type == fb::OpParams::NONE)
+    return out;
+  // The union's members in declaration order; member k (k >= 1) is its type_refs[k - 1].
+  const flatbuffers::TypeTable* unionTable = fb::OpParamsTypeTable();
+  const flatbuffers::TypeTable* table =
+      unionTable->type_refs[unionTable->type_codes[static_cast<size_t>(out.type)].sequence_ref]();
+  auto bad = [&](const char* field, const llvm::Twine& what) {
+    return op->emitOpError("parameter '") << field << "' " << what;
+  };
+
+  // Vectors are built before the table.
+  std::vector<flatbuffers::uoffset_t> vectors(table->num_elems, 0);
+  for (size_t i = 0; i < table->num_elems; ++i) {
+    flatbuffers::TypeCode tc = table->type_codes[i];
+    if (!tc.is_repeating)
+      continue;
+    mlir::Attribute attr = op->getAttr(table->names[i]);
+    if (!attr)
+      continue;
+    auto array = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(attr);
+    if (!array || tc.base_type != flatbuffers::ET_UINT)
+      return bad(table->names[i], "must be an array of non-negative 32-bit integers");
+    std::vector<uint32_t> values;
+    for (int64_t v : array.asArrayRef()) {
+      if (v < 0 || v > std::numeric_limits<uint32_t>::max())
+        return bad(table->names[i], "has an element out of the 32-bit unsigned range: " + llvm::Twine(v));
+      values.push_back(static_cast<uint32_t>(v));
+    }
+    vectors[i] = b.CreateVector(values).o;
+  }
+
+  flatbuffers::uoffset_t start = b.StartTable();
+  for (size_t i = 0; i < table->num_elems; ++i) {
+    const char* name = table->names[i];
+    flatbuffers::TypeCode tc = table->type_codes[i];
+    const flatbuffers::voffset_t field = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(i));
+    if (tc.is_repeating) {
+      if (vectors[i])
+        b.AddOffset(field, flatbuffers::Offset<void>(vectors[i]));
+      continue;
+    }
+    mlir::Attribute attr = op->getAttr(name);
+    if (tc.base_type == flatbuffers::ET_BOOL) {
+      // A UnitAttr's presence is true; a BoolAttr its value; absent: false.
+      bool v = attr && (!llvm::isa<mlir::BoolAttr>(attr) || llvm::cast<mlir::BoolAttr>(attr).getValue());
+      b.AddElement<uint8_t>(field, v ? 1 : 0, 0);
+      continue;
+    }
+    if (!attr)
+      continue; // absent optional parameter: the schema's default
+    if (tc.sequence_ref >= 0) { // an enum
+      std::optional<int64_t> v = enumValue(attr, table->type_refs[tc.sequence_ref]());
+      if (!v)
+        return bad(name, "names no value of its enum in kiln.fbs");
+      b.AddElement<uint8_t>(field, static_cast<uint8_t>(*v), 0);
+      continue;
+    }
+    if (auto f = llvm::dyn_cast<mlir::FloatAttr>(attr)) {
+      if (tc.base_type == flatbuffers::ET_FLOAT)
+        b.AddElement<float>(field, static_cast<float>(f.getValueAsDouble()), 0.0f);
+      else if (tc.base_type == flatbuffers::ET_DOUBLE)
+        b.AddElement<double>(field, f.getValueAsDouble(), 0.0);
+      else
+        return bad(name, "must be an integer");
+      continue;
+    }
+    auto i64 = llvm::dyn_cast<mlir::IntegerAttr>(attr);
+    if (!i64)
+      return bad(name, "has an attribute kind kiln.fbs cannot store");
+    int64_t v = i64.getValue().getSExtValue();
+    auto inRange = [&](int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
+    switch (tc.base_type) {
+    case flatbuffers::ET_UINT:
+      if (!inRange(0, std::numeric_limits<uint32_t>::max()))
+        return bad(name, "= " + llvm::Twine(v) + " is outside the artifact's 32-bit unsigned range");
+      b.AddElement<uint32_t>(field, static_cast<uint32_t>(v), 0);
+      break;
+    case flatbuffers::ET_INT:
+      if (!inRange(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()))
+        return bad(name, "= " + llvm::Twine(v) + " is outside the artifact's 32-bit range");
+      b.AddElement<int32_t>(field, static_cast<int32_t>(v), 0);
+      break;
+    case flatbuffers::ET_LONG:
+      b.AddElement<int64_t>(field, v, 0);
+      break;
+    default:
+      return bad(name, "has a type kiln.fbs stores differently");
+    }
+  }
+  out.table = flatbuffers::Offset<void>(b.EndTable(start));
+  return out;
+}
+
+} // namespace kiln
