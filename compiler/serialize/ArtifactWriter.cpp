@@ -1,7 +1,13 @@
 //===- ArtifactWriter.cpp - kiln IR to a .kiln artifact ----------*- C++ -*-===//
 #include "compiler/serialize/ArtifactWriter.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <map>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "codegen/selection/KernelRegistry.h"
 #include "compiler/importers/tokenizer/TokenizerJson.h"
@@ -14,6 +20,7 @@
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
 #include "formats/numeric.h"
+#include "kiln/kiln.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"
@@ -330,20 +337,32 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
     auto a = module_->getAttrOfType<mlir::StringAttr>(key);
     return a ? a.str() : std::string();
   };
+  // Model facts go into 32-bit fields: a value that does not fit is an error naming
+  // it, never silently narrowed (the importer range-checks the config; this is the
+  // writer's own guard for IR from elsewhere).
+  std::string narrowed;
+  auto u32 = [&](mlir::DictionaryAttr dict, llvm::StringRef key, int64_t dflt = 0) {
+    int64_t v = intAttr(dict, key, dflt);
+    if ((v < 0 || v > static_cast<int64_t>(UINT32_MAX)) && narrowed.empty())
+      narrowed = key.str() + " = " + std::to_string(v) + " does not fit the artifact's 32-bit field";
+    return static_cast<uint32_t>(v);
+  };
+  auto i32 = [&](llvm::StringRef key, int64_t v) {
+    if ((v < INT32_MIN || v > INT32_MAX) && narrowed.empty())
+      narrowed = key.str() + " = " + std::to_string(v) + " does not fit the artifact's 32-bit field";
+    return static_cast<int32_t>(v);
+  };
   int64_t layers = intAttr(text, "num_layers"), kvHeads = intAttr(text, "num_kv_heads"),
           headDim = intAttr(text, "head_dim");
   auto textConfig = fb::CreateTextConfig(
-      b, static_cast<uint32_t>(intAttr(text, "vocab_size")),
-      static_cast<uint32_t>(intAttr(text, "hidden_size")), static_cast<uint32_t>(layers),
-      static_cast<uint32_t>(intAttr(text, "num_heads")), static_cast<uint32_t>(kvHeads),
-      static_cast<uint32_t>(headDim), static_cast<uint32_t>(intAttr(text, "max_position_embeddings")),
-      static_cast<uint32_t>(intAttr(text, "sliding_window")));
+      b, u32(text, "vocab_size"), u32(text, "hidden_size"), u32(text, "num_layers"),
+      u32(text, "num_heads"), u32(text, "num_kv_heads"), u32(text, "head_dim"),
+      u32(text, "max_position_embeddings"), u32(text, "sliding_window"));
   flatbuffers::Offset<fb::ImageConfig> imageConfig;
   flatbuffers::Offset<fb::ImagePreprocess> preprocess;
   if (image) {
-    imageConfig = fb::CreateImageConfig(b, static_cast<uint32_t>(intAttr(image, "image_size")),
-                                        static_cast<uint32_t>(intAttr(image, "channels")),
-                                        static_cast<uint32_t>(intAttr(image, "image_tokens")),
+    imageConfig = fb::CreateImageConfig(b, u32(image, "image_size"), u32(image, "channels"),
+                                        u32(image, "image_tokens"),
                                         intAttr(image, "image_token_id", -1));
     auto f64s = [&](llvm::StringRef key) {
       std::vector<float> out;
@@ -361,13 +380,13 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         processor && processor.getValue() == "Idefics3ImageProcessor" ? fb::ImageProcessor::Idefics3
                                                                       : fb::ImageProcessor::Clip,
         intAttr(pre, "do_convert_rgb"), intAttr(pre, "do_resize"),
-        static_cast<uint32_t>(intAttr(pre, "shortest_edge")),
-        static_cast<uint32_t>(intAttr(pre, "longest_edge")),
+        u32(pre, "shortest_edge"), u32(pre, "longest_edge"),
         static_cast<uint8_t>(intAttr(pre, "resample")), intAttr(pre, "do_center_crop"),
-        crop && crop.size() == 2 ? static_cast<uint32_t>(crop[0]) : 0,
-        crop && crop.size() == 2 ? static_cast<uint32_t>(crop[1]) : 0, intAttr(pre, "do_rescale"),
+        crop && crop.size() == 2 ? static_cast<uint32_t>(i32("crop_size", crop[0])) : 0,
+        crop && crop.size() == 2 ? static_cast<uint32_t>(i32("crop_size", crop[1])) : 0,
+        intAttr(pre, "do_rescale"),
         rescale ? rescale.getValueAsDouble() : 1.0 / 255.0, intAttr(pre, "do_normalize"), &mean,
-        &stdv, static_cast<uint32_t>(intAttr(pre, "max_image_edge")));
+        &stdv, u32(pre, "max_image_edge"));
   }
 
   // Tokenizer.
@@ -390,16 +409,18 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   if (gen)
     if (auto a = gen.getAs<mlir::DenseI64ArrayAttr>("eos_token_ids"))
       for (int64_t e : a.asArrayRef())
-        eos.push_back(static_cast<int32_t>(e));
+        eos.push_back(i32("eos_token_id", e));
   auto fl = [&](llvm::StringRef key, double dflt) {
     auto a = gen ? gen.getAs<mlir::FloatAttr>(key) : mlir::FloatAttr();
     return static_cast<float>(a ? a.getValueAsDouble() : dflt);
   };
   auto generation = fb::CreateGenerationDirect(
-      b, static_cast<int32_t>(intAttr(gen, "bos_token_id", -1)), &eos,
-      static_cast<int32_t>(intAttr(gen, "pad_token_id", -1)), intAttr(gen, "do_sample", 0),
-      fl("temperature", 1.0), static_cast<int32_t>(intAttr(gen, "top_k", 0)), fl("top_p", 1.0),
-      static_cast<int32_t>(intAttr(gen, "max_new_tokens", 0)));
+      b, i32("bos_token_id", intAttr(gen, "bos_token_id", -1)), &eos,
+      i32("pad_token_id", intAttr(gen, "pad_token_id", -1)), intAttr(gen, "do_sample", 0),
+      fl("temperature", 1.0), i32("top_k", intAttr(gen, "top_k", 0)), fl("top_p", 1.0),
+      i32("max_new_tokens", intAttr(gen, "max_new_tokens", 0)));
+  if (!narrowed.empty())
+    return error() << narrowed;
 
   std::vector<flatbuffers::Offset<fb::PrecisionEntry>> precision;
   for (const WeightEntry& w : weights_) {
@@ -542,45 +563,170 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
   return success();
 }
 
+// Temporary files are named "<output>.tmp-XXXXXXXX" beside the output (a rename
+// within one directory is atomic). The writer holds an exclusive flock on its
+// temporary file while it exists, so a later run can tell a live writer's file
+// from one a killed writer (SIGKILL runs no handler) left behind, and removes only
+// the latter.
+void removeStaleTempFiles(llvm::StringRef dir, llvm::StringRef outputName) {
+  std::string prefix = (outputName + ".tmp-").str();
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (!name.starts_with(prefix) || name.size() != prefix.size() + 8)
+      continue;
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0)
+      continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      ::unlink(it->path().c_str());
+    ::close(fd);
+  }
+}
+
+// Checks the artifact at `loadPath` as the runtime will: kiln_model_load runs the
+// runtime's complete verifier. Returns the runtime's message when it refuses, or
+// an empty string. `*unverifiable` is set when the only objection is CPU features
+// this host lacks (an artifact for another device, or one that assumes features
+// this machine does not have): it cannot be checked here, which is not an error.
+std::string verifyWithRuntime(const char* loadPath, bool* unverifiable) {
+  *unverifiable = false;
+  kiln_model_t* model = nullptr;
+  kiln_error_t err;
+  kiln_status_t st = kiln_model_load(loadPath, nullptr, &model, &err);
+  if (st == KILN_OK) {
+    kiln_model_release(model);
+    return std::string();
+  }
+  // The runtime prefixes the path it loaded (the temporary file): drop it.
+  std::string message = err.message;
+  std::string prefix = std::string(loadPath) + ": ";
+  if (llvm::StringRef(message).starts_with(prefix))
+    message.erase(0, prefix.size());
+  if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES) {
+    *unverifiable = true;
+    return message.empty() ? std::string(kiln_status_message(st)) : message;
+  }
+  return message.empty() ? std::string(kiln_status_message(st)) : message;
+}
+
 LogicalResult Writer::writeFile(llvm::StringRef path) {
+  // The output must be a regular file or not exist: writing "onto" a device node,
+  // FIFO or symlink would replace it (the rename below replaces whatever the name
+  // points at, /dev/full included).
+  {
+    struct stat st;
+    if (::lstat(path.str().c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return error() << "output '" << path << "' exists and is not a regular file ("
+                     << (S_ISLNK(st.st_mode)    ? "a symbolic link"
+                         : S_ISDIR(st.st_mode)  ? "a directory"
+                         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                       : "not a file")
+                     << "); refusing to replace it";
+  }
   if (failed(prepare()))
     return failure();
   // Write to a temporary file beside the destination, then rename: readers see a
-  // complete artifact or none, and a failure (or a signal) leaves nothing behind.
+  // complete artifact or none. On Linux the temporary file is anonymous (O_TMPFILE)
+  // until it is complete and verified, so a crash or SIGKILL leaves nothing; where
+  // O_TMPFILE is not supported, a named one, flock-ed, and removed by the next run.
   llvm::SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())
     dir = ".";
+  llvm::StringRef outName = llvm::sys::path::filename(path);
+  removeStaleTempFiles(dir, outName);
   llvm::SmallString<256> tmpModel(dir);
-  llvm::sys::path::append(tmpModel, llvm::sys::path::filename(path) + ".tmp-%%%%%%%%");
-  int fd;
-  llvm::SmallString<256> tmp;
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(tmpModel, fd, tmp))
-    return error() << "cannot create a file in '" << dir << "': " << ec.message();
-  llvm::sys::RemoveFileOnSignal(tmp);
+  llvm::sys::path::append(tmpModel, outName + ".tmp-%%%%%%%%");
+
+  int fd = -1;
+  llvm::SmallString<256> tmp; // the temporary file's name (empty while anonymous)
+#ifdef O_TMPFILE
+  fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+#endif
+  if (fd < 0) {
+    if (std::error_code ec = llvm::sys::fs::createUniqueFile(tmpModel, fd, tmp))
+      return error() << "cannot create a file in '" << dir << "': " << ec.message();
+    llvm::sys::RemoveFileOnSignal(tmp);
+  }
+  (void)::flock(fd, LOCK_EX | LOCK_NB);
+  auto cleanup = [&]() {
+    if (!tmp.empty()) {
+      llvm::sys::fs::remove(tmp);
+      llvm::sys::DontRemoveFileOnSignal(tmp);
+    }
+    ::close(fd);
+  };
+
   bool ok = true;
   {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/false);
     ok = succeeded(emit(os));
     os.flush();
     if (os.has_error()) {
-      error() << "writing '" << tmp << "' failed: " << os.error().message();
+      error() << "writing '" << (tmp.empty() ? path : llvm::StringRef(tmp))
+              << "' failed: " << os.error().message();
       os.clear_error();
       ok = false;
     }
   }
-  if (ok) {
-    if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
-      error() << "cannot rename '" << tmp << "' to '" << path << "': " << ec.message();
-      ok = false;
-    }
+  if (ok && ::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    error() << "writing '" << path << "' failed: " << std::strerror(errno);
+    ok = false;
   }
   if (!ok) {
-    llvm::sys::fs::remove(tmp);
-    llvm::sys::DontRemoveFileOnSignal(tmp);
+    cleanup();
+    return failure();
+  }
+
+  // The runtime's verifier, on the bytes written, before the file takes its name.
+  std::string loadPath = tmp.empty() ? "/proc/self/fd/" + std::to_string(fd) : tmp.str().str();
+  bool unverifiable = false;
+  std::string refusal = verifyWithRuntime(loadPath.c_str(), &unverifiable);
+  if (!refusal.empty() && !unverifiable) {
+    error() << "the runtime refuses the artifact it would write to '" << path << "': " << refusal;
+    cleanup();
+    return failure();
+  }
+  if (unverifiable)
+    mlir::emitWarning(module_.getLoc())
+        << "'" << path << "' could not be verified on this machine (" << refusal
+        << "); check it with kiln-inspect on the target device";
+
+  if (tmp.empty()) {
+    // Give the anonymous file a temporary name, then rename it over the output
+    // (linkat cannot replace an existing file).
+    for (int attempt = 0;; ++attempt) {
+      llvm::sys::fs::createUniquePath(tmpModel, tmp, /*MakeAbsolute=*/false);
+      if (::linkat(AT_FDCWD, loadPath.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0)
+        break;
+      if (errno != EEXIST || attempt > 100) {
+        error() << "cannot create a file in '" << dir << "': " << std::strerror(errno);
+        tmp.clear();
+        cleanup();
+        return failure();
+      }
+    }
+    llvm::sys::RemoveFileOnSignal(tmp);
+  }
+  // Re-checked just before the rename, which would replace a non-regular file.
+  struct stat st;
+  if (::lstat(path.str().c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    error() << "output '" << path << "' exists and is not a regular file; refusing to replace it";
+    cleanup();
+    return failure();
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+    error() << "cannot rename '" << tmp << "' to '" << path << "': " << ec.message();
+    cleanup();
     return failure();
   }
   llvm::sys::DontRemoveFileOnSignal(tmp);
+  ::close(fd);
   return success();
 }
 

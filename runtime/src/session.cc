@@ -36,11 +36,17 @@ struct Rng {
   double Uniform() { return static_cast<double>(Next() >> 11) * (1.0 / 9007199254740992.0); }
 };
 
+// NaN logits are skipped: a NaN is never the maximum (a NaN at index 0 used to win
+// every comparison, so a model gone NaN emitted token 0 forever). When every logit
+// is NaN there is no maximum: the result is n, one past the vocabulary, which emits
+// no text and which the next decode step's embedding refuses (KILN_ERROR_INPUT_TOKENS,
+// "token id n ... is outside the vocabulary") instead of generating garbage. (Not
+// -1: that is the embedding's "no image placeholder" id.)
 int32_t Argmax(const float* logits, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<int32_t>(best);
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+  return static_cast<int32_t>(best < 0 ? n : best);
 }
 
 // Temperature, top-k and top-p (nucleus) sampling; `order` is scratch of n ints.

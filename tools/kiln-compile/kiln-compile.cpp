@@ -9,7 +9,14 @@
 #include "compiler/pipelines/Pipeline.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include <cerrno>
+#include <cstring>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "llvm/Support/CommandLine.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -99,6 +106,41 @@ static void printDiagnostic(llvm::raw_ostream& os, mlir::Diagnostic& diag, int i
     printDiagnostic(os, note, indent + 2);
 }
 
+// An output the compile will write: it must not exist as anything but a regular
+// file (a device node, FIFO or symlink would be replaced, or block), and its
+// directory must take new files. Checked for every output before any is written,
+// so that a bad --report does not fail the compile after the artifact is written.
+static bool checkOutput(llvm::StringRef option, llvm::StringRef path, bool replacedByRename) {
+  auto fail = [&](const llvm::Twine& why) {
+    llvm::errs() << "kiln-compile: error: " << option << " '" << path << "': " << why << "\n";
+    return false;
+  };
+  struct stat st;
+  if (::lstat(path.str().c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      return fail("exists and is not a regular file; refusing to replace it");
+    // The artifact replaces the file by a rename (the directory's permission);
+    // the report is opened for writing (the file's).
+    if (!replacedByRename && ::access(path.str().c_str(), W_OK) != 0)
+      return fail("cannot be written: " + llvm::Twine(std::strerror(errno)));
+  } else if (errno != ENOENT) {
+    return fail("cannot be written: " + llvm::Twine(std::strerror(errno)));
+  }
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  struct stat ds;
+  if (::stat(dir.c_str(), &ds) != 0)
+    return fail("its directory '" + dir + "' " + (errno == ENOENT ? "does not exist" : std::strerror(errno)));
+  if (!S_ISDIR(ds.st_mode))
+    return fail("'" + dir + "' is not a directory");
+  if ((replacedByRename || ::lstat(path.str().c_str(), &st) != 0) &&
+      ::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fail("cannot create files in '" + dir + "': " + std::strerror(errno));
+  return true;
+}
+
 int main(int argc, char** argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::HideUnrelatedOptions(kilnCategory);
@@ -123,6 +165,25 @@ int main(int argc, char** argv) {
     llvm::errs() << "kiln-compile: error: unknown --prompt-template '" << promptTemplate
                  << "' (llava, llava-chatml, idefics3, plain)\n";
     return 2;
+  }
+
+  // Every output, before any work (exit 1: the file system, not the options, is at fault).
+  if (emit == EmitKind::Artifact && !checkOutput("-o", outputPath, /*replacedByRename=*/true))
+    return 1;
+  if (!report.empty() && emit == EmitKind::Artifact) {
+    llvm::SmallString<256> svg(report.getValue());
+    llvm::sys::path::replace_extension(svg, "svg");
+    if (!checkOutput("--report", report, false) || !checkOutput("--report (chart)", svg, false))
+      return 1;
+  }
+  // Calibration inputs are read, not written: a FIFO there would block forever.
+  if (!calibration.empty()) {
+    struct stat st;
+    if (::stat(calibration.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+      llvm::errs() << "kiln-compile: error: --calibration '" << calibration
+                   << "' is neither a regular file nor a directory\n";
+      return 1;
+    }
   }
 
   mlir::MLIRContext context;

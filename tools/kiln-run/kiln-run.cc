@@ -9,6 +9,7 @@
 // stage, decode speed and memory to stderr (or as JSON with --json).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -310,7 +311,7 @@ int main(int argc, char** argv) {
   ScoreOptions score;
   app.add_option("model", model_path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
   app.add_option("--image", image_path, "photo (PNG, JPEG, BMP, ...)")->check(CLI::ExistingFile);
-  app.add_option("--prompt", prompt, "question (the model's prompt template is applied)");
+  CLI::Option* prompt_opt = app.add_option("--prompt", prompt, "question (the model's prompt template is applied)");
   app.add_option("--input-ids", ids_spec, "prompt token ids: 1,2,3 or a .npy file (template bypassed)");
   app.add_option("--pixel-values", pixels_path, "preprocessed image [3,S,S] or [1,3,S,S] float32 .npy")
       ->check(CLI::ExistingFile);
@@ -326,19 +327,30 @@ int main(int argc, char** argv) {
       ->needs(score_flag);
   app.add_option("--answer-suffix", score.suffix, "--score: text scored after the answer, e.g. '</s>'")
       ->needs(score_flag);
-  app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate (default: the checkpoint's, else 128)");
+  CLI::Option* max_new_opt = app.add_option("--max-new-tokens", max_new_tokens,
+                                            "tokens to generate (default: the checkpoint's, else 128)");
   app.add_option("--temperature", temperature, "0 = greedy");
   app.add_option("--top-k", top_k, "top-k filter (0 = off)");
   app.add_option("--top-p", top_p, "nucleus filter (1 = off)");
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--threads", threads, "threads (default: every CPU)");
-  app.add_option("--context", context, "KV-cache length in tokens");
+  CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
   CLI11_PARSE(app, argc, argv);
 
-  if ((prompt.empty() ? 0 : 1) + (ids_spec.empty() ? 0 : 1) + (batch_path.empty() ? 0 : 1) != 1) {
+  // An empty --prompt is a prompt (the template alone): count the option, not its text.
+  if ((prompt_opt->count() > 0 ? 1 : 0) + (ids_spec.empty() ? 0 : 1) + (batch_path.empty() ? 0 : 1) != 1) {
     std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt, --input-ids and --batch\n");
+    return 2;
+  }
+  // 0 and negative values used to mean "the default" silently: a value given must be one.
+  if (context_opt->count() > 0 && context < 1) {
+    std::fprintf(stderr, "kiln-run: error: --context must be a positive number of tokens, got %d\n", context);
+    return 2;
+  }
+  if (max_new_opt->count() > 0 && max_new_tokens < 1) {
+    std::fprintf(stderr, "kiln-run: error: --max-new-tokens must be positive, got %d\n", max_new_tokens);
     return 2;
   }
   if (!image_path.empty() && !pixels_path.empty()) {
@@ -379,6 +391,13 @@ int main(int argc, char** argv) {
   kiln_generate_options_t go;
   kiln_generate_options_init(&go);
   go.max_new_tokens = max_new_tokens;
+  // More new tokens than the context holds can never be generated, and the session
+  // reserves its output buffer for max_new_tokens up front: cap it at the context
+  // (the session's default context is the model's, at most 4096).
+  {
+    int64_t ctx = context > 0 ? context : std::min<int64_t>(info.max_position_embeddings, 4096);
+    if (ctx > 0 && go.max_new_tokens > ctx) go.max_new_tokens = static_cast<int32_t>(ctx);
+  }
   go.temperature = temperature;
   go.top_k = top_k;
   go.top_p = top_p;

@@ -1,6 +1,13 @@
 //===- HFConfig.cpp - Hugging Face config.json -------------------*- C++ -*-===//
 #include "compiler/importers/hf/HFConfig.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -14,6 +21,16 @@ llvm::ArrayRef<llvm::StringLiteral> supportedArchitectures() {
 }
 
 namespace {
+
+constexpr int64_t kMaxInt32 = 2147483647;
+// The runtime's bounds (runtime/src/verify.h), which the artifact must meet.
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxDim = int64_t{1} << 26;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxImageSize = 8192;
+// Experts per MoE layer: far beyond any checkpoint (Mixtral has 8).
+constexpr int64_t kMaxExperts = 1024;
 
 /// Reads typed keys of one JSON object, remembering the first error. Key paths in
 /// errors are prefixed by the object's own path ("text_config.").
@@ -47,10 +64,33 @@ public:
       return std::nullopt;
     return integer(key, 0);
   }
-  int64_t positive(llvm::StringRef key, int64_t dflt) {
+  /// A positive integer of at most `max`: the artifact stores these in 32-bit
+  /// fields and the runtime bounds them (runtime/src/verify.h), so a value past the
+  /// bound is refused here, naming the key, rather than narrowed or refused at load.
+  int64_t positive(llvm::StringRef key, int64_t dflt, int64_t max = kMaxInt32) {
     int64_t v = integer(key, dflt);
     if (v <= 0)
       setError(key, "must be positive, got " + std::to_string(v));
+    else if (v > max)
+      setError(key, std::to_string(v) + " exceeds the supported maximum " + std::to_string(max));
+    return v;
+  }
+  /// An integer in [lo, hi] when present.
+  std::optional<int64_t> optInRange(llvm::StringRef key, int64_t lo, int64_t hi) {
+    std::optional<int64_t> v = optInteger(key);
+    if (v && (*v < lo || *v > hi))
+      setError(key, std::to_string(*v) + " is outside [" + std::to_string(lo) + ", " +
+                        std::to_string(hi) + "]");
+    return v;
+  }
+  /// A finite number greater than `above`.
+  double numberAbove(llvm::StringRef key, double dflt, double above) {
+    double v = number(key, dflt);
+    if (!(v > above) || !std::isfinite(v)) {
+      char msg[96];
+      std::snprintf(msg, sizeof(msg), "must be a finite number greater than %g, got %g", above, v);
+      setError(key, msg);
+    }
     return v;
   }
   double number(llvm::StringRef key, double dflt) {
@@ -98,6 +138,9 @@ public:
     } else {
       setError(key, "expected an integer or a list of integers");
     }
+    for (int64_t i : out)
+      if (i < 0 || i > kMaxInt32)
+        setError(key, std::to_string(i) + " is not a token id (0 to 2^31-1)");
     return out;
   }
   std::vector<double> numbers(llvm::StringRef key, std::vector<double> dflt) {
@@ -154,13 +197,14 @@ TextConfig parseText(Reader r, llvm::StringRef modelType) {
   TextConfig t;
   t.modelType = modelType.str();
   bool qwen2 = modelType == "qwen2", mixtral = modelType == "mixtral";
-  t.vocabSize = r.positive("vocab_size", qwen2 ? 151936 : 32000);
-  t.hiddenSize = r.positive("hidden_size", 4096);
-  t.intermediateSize = r.positive("intermediate_size", qwen2 ? 22016 : mixtral ? 14336 : 11008);
-  t.numHiddenLayers = r.positive("num_hidden_layers", 32);
-  t.numAttentionHeads = r.positive("num_attention_heads", 32);
-  t.numKeyValueHeads = r.positive("num_key_value_heads", mixtral ? 8 : t.numAttentionHeads);
-  t.headDim = r.has("head_dim") ? r.positive("head_dim", 0)
+  t.vocabSize = r.positive("vocab_size", qwen2 ? 151936 : 32000, kMaxVocab);
+  t.hiddenSize = r.positive("hidden_size", 4096, kMaxDim);
+  t.intermediateSize =
+      r.positive("intermediate_size", qwen2 ? 22016 : mixtral ? 14336 : 11008, kMaxDim);
+  t.numHiddenLayers = r.positive("num_hidden_layers", 32, kMaxLayers);
+  t.numAttentionHeads = r.positive("num_attention_heads", 32, kMaxDim);
+  t.numKeyValueHeads = r.positive("num_key_value_heads", mixtral ? 8 : t.numAttentionHeads, kMaxDim);
+  t.headDim = r.has("head_dim") ? r.positive("head_dim", 0, kMaxHeadDim)
                                 : (t.numAttentionHeads > 0 ? t.hiddenSize / t.numAttentionHeads : 0);
   t.maxPositionEmbeddings =
       r.positive("max_position_embeddings", qwen2 ? 32768 : mixtral ? 131072 : 2048);
@@ -172,13 +216,14 @@ TextConfig parseText(Reader r, llvm::StringRef modelType) {
   t.mlpBias = r.boolean("mlp_bias", false);
   t.qkvBias = qwen2; // Qwen2Attention: q/k/v with bias, o_proj without
   if (mixtral) {
-    t.numLocalExperts = r.positive("num_local_experts", 8);
-    t.numExpertsPerTok = r.positive("num_experts_per_tok", 2);
-    t.slidingWindow = r.optInteger("sliding_window");
+    t.numLocalExperts = r.positive("num_local_experts", 8, kMaxExperts);
+    t.numExpertsPerTok = r.positive("num_experts_per_tok", 2, kMaxExperts);
+    t.slidingWindow = r.optInRange("sliding_window", 1, kMaxInt32);
   } else if (qwen2 && r.boolean("use_sliding_window", false)) {
-    t.slidingWindow = r.integer("sliding_window", 4096);
+    t.slidingWindow = r.has("sliding_window") ? r.optInRange("sliding_window", 1, kMaxInt32)
+                                              : std::optional<int64_t>(4096);
   }
-  t.bosTokenId = r.optInteger("bos_token_id");
+  t.bosTokenId = r.optInRange("bos_token_id", 0, kMaxInt32);
   t.eosTokenIds = r.integers("eos_token_id");
 
   if (r.has("rope_scaling")) {
@@ -186,9 +231,14 @@ TextConfig parseText(Reader r, llvm::StringRef modelType) {
     std::string type = s.string("rope_type", s.string("type", "default"));
     if (type == "llama3") {
       t.ropeScaling.type = "llama3";
-      t.ropeScaling.factor = s.number("factor", 8.0);
-      t.ropeScaling.lowFreqFactor = s.number("low_freq_factor", 1.0);
+      // As the runtime's RoPE check: positive factors, high_freq_factor above
+      // low_freq_factor (their difference divides).
+      t.ropeScaling.factor = s.numberAbove("factor", 8.0, 0.0);
+      t.ropeScaling.lowFreqFactor = s.numberAbove("low_freq_factor", 1.0, 0.0);
       t.ropeScaling.highFreqFactor = s.number("high_freq_factor", 4.0);
+      if (!s.failed() && !(t.ropeScaling.highFreqFactor > t.ropeScaling.lowFreqFactor &&
+                           std::isfinite(t.ropeScaling.highFreqFactor)))
+        s.setError("high_freq_factor", "must be greater than low_freq_factor");
       t.ropeScaling.originalMaxPositionEmbeddings =
           s.positive("original_max_position_embeddings", 8192);
     } else if (type != "default") {
@@ -217,13 +267,13 @@ VisionConfig parseVision(Reader r, bool siglip) {
   v.modelType = siglip ? "idefics3_vision" : "clip_vision_model";
   // LlavaConfig's default CLIP tower (ViT-L/14-336) when keys are missing;
   // Idefics3VisionConfig's defaults for SigLIP.
-  v.hiddenSize = r.positive("hidden_size", siglip ? 1152 : 1024);
-  v.intermediateSize = r.positive("intermediate_size", siglip ? 3072 : 4096);
-  v.numHiddenLayers = r.positive("num_hidden_layers", siglip ? 12 : 24);
-  v.numAttentionHeads = r.positive("num_attention_heads", 16);
-  v.numChannels = r.positive("num_channels", 3);
-  v.imageSize = r.positive("image_size", siglip ? 224 : 336);
-  v.patchSize = r.positive("patch_size", siglip ? 32 : 14);
+  v.hiddenSize = r.positive("hidden_size", siglip ? 1152 : 1024, kMaxDim);
+  v.intermediateSize = r.positive("intermediate_size", siglip ? 3072 : 4096, kMaxDim);
+  v.numHiddenLayers = r.positive("num_hidden_layers", siglip ? 12 : 24, kMaxLayers);
+  v.numAttentionHeads = r.positive("num_attention_heads", 16, kMaxDim);
+  v.numChannels = r.positive("num_channels", 3, 3); // RGB: the runtime's image path
+  v.imageSize = r.positive("image_size", siglip ? 224 : 336, kMaxImageSize);
+  v.patchSize = r.positive("patch_size", siglip ? 32 : 14, kMaxImageSize);
   v.layerNormEps = r.number("layer_norm_eps", siglip ? 1e-6 : 1e-5);
   v.hiddenAct = r.string("hidden_act", siglip ? "gelu_pytorch_tanh" : "quick_gelu");
   if (!r.failed()) {
@@ -239,7 +289,21 @@ VisionConfig parseVision(Reader r, bool siglip) {
 } // namespace
 
 llvm::Expected<llvm::json::Value> readJsonFile(llvm::StringRef path, llvm::StringRef displayName) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
+  // Only a regular file (symlinks followed, as the Hugging Face cache uses them): a
+  // FIFO would block the open forever, a device read without end. O_NONBLOCK keeps
+  // the open itself from waiting on a FIFO's writer.
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return llvm::createStringError(std::error_code(errno, std::generic_category()),
+                                   displayName + ": cannot read: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   displayName + ": not a regular file");
+  }
+  auto buffer = llvm::MemoryBuffer::getOpenFile(fd, path, st.st_size);
+  ::close(fd);
   if (!buffer)
     return llvm::createStringError(buffer.getError(),
                                    displayName + ": cannot read: " + buffer.getError().message());
@@ -294,13 +358,26 @@ llvm::Expected<ModelConfig> parseModelConfig(const llvm::json::Value& root, llvm
         cfg.text.rmsNormEps = 1e-5;
       cfg.text.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
       cfg.imageTokenId = r.integer("image_token_id", 128257);
-      cfg.scaleFactor = r.positive("scale_factor", 2);
+      cfg.scaleFactor = r.positive("scale_factor", 2, kMaxImageSize);
     } else {
       cfg.imageTokenId = r.has("image_token_index") ? r.integer("image_token_index", 32000)
                                                     : r.integer("image_token_id", 32000);
       // One layer, or a list whose hidden states are concatenated (newer LLaVA).
-      if (r.has("vision_feature_layer"))
-        cfg.visionFeatureLayers = r.integers("vision_feature_layer");
+      if (r.has("vision_feature_layer")) {
+        cfg.visionFeatureLayers.clear();
+        const llvm::json::Value* v = r.raw("vision_feature_layer");
+        if (auto i = v->getAsInteger()) {
+          cfg.visionFeatureLayers.push_back(*i);
+        } else if (const llvm::json::Array* a = v->getAsArray()) {
+          for (const llvm::json::Value& e : *a)
+            if (auto i = e.getAsInteger())
+              cfg.visionFeatureLayers.push_back(*i);
+            else
+              r.setError("vision_feature_layer", "expected integers");
+        } else {
+          r.setError("vision_feature_layer", "expected an integer or a list of integers");
+        }
+      }
       if (cfg.visionFeatureLayers.empty())
         r.setError("vision_feature_layer", "needs at least one layer");
       cfg.visionFeatureSelectStrategy = r.string("vision_feature_select_strategy", "default");
@@ -319,12 +396,16 @@ llvm::Expected<ModelConfig> parseModelConfig(const llvm::json::Value& root, llvm
     cfg.vision = parseVision(vr, idefics);
     if (!r.failed() && !idefics) {
       int64_t layers = cfg.vision->numHiddenLayers;
+      // -(sel + 1) > layers, not sel < -(layers + 1): no overflow at either end.
       for (int64_t sel : cfg.visionFeatureLayers)
-        if (sel < -(layers + 1) || sel > layers)
+        if (sel < 0 ? -(sel + 1) > layers : sel > layers)
           r.setError("vision_feature_layer", std::to_string(sel) + " is outside the " +
                                                  std::to_string(layers) +
                                                  "-layer vision tower's hidden states");
     }
+    if (!r.failed() && (cfg.imageTokenId < 0 || cfg.imageTokenId > kMaxInt32))
+      r.setError(idefics || !r.has("image_token_index") ? "image_token_id" : "image_token_index",
+                 std::to_string(cfg.imageTokenId) + " is not a token id (0 to 2^31-1)");
     if (!r.failed() && idefics) {
       int64_t side = cfg.vision->imageSize / cfg.vision->patchSize;
       if (side % cfg.scaleFactor != 0)
@@ -346,14 +427,16 @@ llvm::Expected<GenerationConfig> parseGenerationConfig(const llvm::json::Value& 
                                    file + ": top level is not a JSON object");
   Reader r(obj, file.str(), "");
   GenerationConfig g;
-  g.bosTokenId = r.optInteger("bos_token_id");
+  g.bosTokenId = r.optInRange("bos_token_id", 0, kMaxInt32);
   g.eosTokenIds = r.integers("eos_token_id");
-  g.padTokenId = r.optInteger("pad_token_id");
+  g.padTokenId = r.optInRange("pad_token_id", 0, kMaxInt32);
   g.doSample = r.boolean("do_sample", false);
   g.temperature = r.number("temperature", 1.0);
   g.topK = r.integer("top_k", 50);
+  if (g.topK < 0 || g.topK > kMaxInt32)
+    r.setError("top_k", std::to_string(g.topK) + " is outside [0, 2^31-1]");
   g.topP = r.number("top_p", 1.0);
-  g.maxNewTokens = r.optInteger("max_new_tokens");
+  g.maxNewTokens = r.optInRange("max_new_tokens", 0, kMaxInt32);
   if (llvm::Error err = r.takeError())
     return std::move(err);
   return g;
@@ -406,6 +489,14 @@ llvm::Expected<PreprocessorConfig> parsePreprocessorConfig(const llvm::json::Val
   p.doImageSplitting = r.boolean("do_image_splitting", false);
   p.doPad = r.boolean("do_pad", false);
   p.maxImageEdge = r.object("max_image_size").integer("longest_edge", 0);
+  // Stored in 32-bit fields; the runtime takes images of at most 8192 pixels a side.
+  for (auto [key, value] : {std::pair<const char*, int64_t>{"size", p.shortestEdge},
+                            {"size", p.longestEdge},
+                            {"crop_size", p.cropHeight},
+                            {"crop_size", p.cropWidth},
+                            {"max_image_size", p.maxImageEdge}})
+    if (!r.failed() && (value < 0 || value > kMaxImageSize))
+      r.setError(key, std::to_string(value) + " is outside [0, " + std::to_string(kMaxImageSize) + "]");
   if (!r.failed()) {
     if (p.imageMean.size() != 3 || p.imageStd.size() != 3)
       r.setError("image_mean", "image_mean and image_std need 3 values");

@@ -9,6 +9,7 @@
 #include "compiler/importers/hf/HFImporter.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -21,6 +22,7 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 using namespace mlir;
@@ -106,6 +108,8 @@ private:
   void buildDecoderStages();
 
   LogicalResult readConfigs();
+  LogicalResult checkDeclaredCounts();
+  LogicalResult checkFiniteWeights();
   void setModuleAttributes();
   LogicalResult finish();
 
@@ -124,6 +128,7 @@ private:
   int64_t tokenizerAdded_ = 0;
 
   std::map<std::string, WeightOp> weights_;
+  Operation* firstStage_ = nullptr; // the first function: weights go before it
   std::set<std::string> knownUnused_;
   std::vector<std::string> problems_; // missing or mis-shaped tensors
 };
@@ -160,10 +165,10 @@ Value Importer::weight(llvm::StringRef name, ArrayRef<int64_t> shape) {
     }
     OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPointToEnd(module_.getBody());
-    // Weights are grouped before the stages; insert before the first function.
-    auto funcs = module_.getOps<func::FuncOp>();
-    if (!funcs.empty())
-      b_.setInsertionPoint(*funcs.begin());
+    // Weights are grouped before the stages; insert before the first function
+    // (remembered: looking it up walked every weight, quadratic in their number).
+    if (firstStage_)
+      b_.setInsertionPoint(firstStage_);
     auto type = RankedTensorType::get(shape, elt);
     auto encodingKind = elt.isF32() ? EncodingKind::f32
                         : elt.isF16() ? EncodingKind::f16
@@ -193,6 +198,8 @@ func::FuncOp Importer::beginStage(llvm::StringRef name, StageKind kind, TypeRang
                                   TypeRange outputs) {
   b_.setInsertionPointToEnd(module_.getBody());
   auto fn = b_.create<func::FuncOp>(nameLoc(name), name, b_.getFunctionType(inputs, outputs));
+  if (!firstStage_)
+    firstStage_ = fn;
   fn->setAttr("kiln.stage", StageKindAttr::get(ctx_, kind));
   b_.setInsertionPointToStart(fn.addEntryBlock());
   return fn;
@@ -292,12 +299,16 @@ void Importer::buildVisionStages() {
     // and leave their weights out of the model.
     int64_t layersRun = *std::max_element(hiddenStates.begin(), hiddenStates.end());
     std::vector<std::string> dropped;
-    for (int64_t i = layersRun; i < v.numHiddenLayers; ++i) {
-      std::string L = layout_.vision + "encoder.layers." + std::to_string(i) + ".";
-      for (auto& [name, info] : ckpt_.tensors)
-        if (llvm::StringRef(name).starts_with(L))
-          markUnused(name);
+    for (int64_t i = layersRun; i < v.numHiddenLayers; ++i)
       dropped.push_back(std::to_string(i));
+    // One pass over the tensors (not one per dropped layer).
+    std::string layersPrefix = layout_.vision + "encoder.layers.";
+    for (auto& [name, info] : ckpt_.tensors) {
+      llvm::StringRef rest(name);
+      unsigned long long index;
+      if (rest.consume_front(layersPrefix) && !rest.consumeInteger(10, index) &&
+          rest.starts_with(".") && index >= static_cast<unsigned long long>(layersRun))
+        markUnused(name);
     }
     for (auto& [name, info] : ckpt_.tensors)
       if (llvm::StringRef(name).starts_with(layout_.vision + "post_layernorm."))
@@ -499,6 +510,30 @@ LogicalResult Importer::readConfigs() {
     gen_ = std::move(*gen);
   }
 
+  // Token ids the runtime looks up must be in the model's vocabulary (it refuses an
+  // artifact whose EOS or BOS is not); name the file and key that gave the id.
+  {
+    const TextConfig& t = cfg_.text;
+    std::string textKey = cfg_.vision ? "text_config." : "";
+    bool genEos = gen_ && !gen_->eosTokenIds.empty(), genBos = gen_ && gen_->bosTokenId;
+    auto check = [&](int64_t id, bool fromGen, llvm::StringRef key) {
+      if (id >= 0 && id < t.vocabSize)
+        return true;
+      llvm::StringRef file = fromGen ? "generation_config.json" : "config.json";
+      error(fileLoc(file), (file + ": " + (fromGen ? std::string() : textKey) + key + ": " +
+                            std::to_string(id) + " is outside the vocabulary (vocab_size " +
+                            std::to_string(t.vocabSize) + ")")
+                               .str());
+      return false;
+    };
+    for (int64_t e : genEos ? gen_->eosTokenIds : t.eosTokenIds)
+      if (!check(e, genEos, "eos_token_id"))
+        return failure();
+    if (std::optional<int64_t> bos = genBos ? gen_->bosTokenId : t.bosTokenId)
+      if (!check(*bos, genBos, "bos_token_id"))
+        return failure();
+  }
+
   if (cfg_.vision) {
     if (!llvm::sys::fs::exists(path("preprocessor_config.json"))) {
       error(fileLoc("preprocessor_config.json"),
@@ -659,6 +694,138 @@ void Importer::setModuleAttributes() {
   module_->setAttr("kiln.prompt_template", b.getStringAttr(tmpl));
 }
 
+// Counts the config declares (layers, experts) are checked against the tensors the
+// checkpoint holds before anything is built: a config declaring a million layers
+// fails at once, naming the key, instead of building a million layers' IR to report
+// them missing.
+LogicalResult Importer::checkDeclaredCounts() {
+  // The number of consecutive indices N such that some tensor starts with
+  // prefix + "<i>." for every i < N (one pass over the names).
+  auto present = [&](const std::string& prefix) {
+    std::set<unsigned long long> seen;
+    for (const auto& [name, info] : ckpt_.tensors) {
+      llvm::StringRef rest(name);
+      unsigned long long index;
+      if (rest.consume_front(prefix) && !rest.consumeInteger(10, index) && rest.starts_with("."))
+        seen.insert(index);
+    }
+    int64_t n = 0;
+    while (seen.count(static_cast<unsigned long long>(n)))
+      ++n;
+    return n;
+  };
+  auto where = [&]() {
+    return ckpt_.files.size() == 1 ? llvm::sys::path::filename(ckpt_.files[0].path).str()
+                                   : std::string("the checkpoint's shards");
+  };
+  const TextConfig& t = cfg_.text;
+  std::string textKey = cfg_.vision ? "text_config." : "";
+  std::string layers = layout_.text + "layers.";
+  int64_t have = present(layers);
+  if (t.numHiddenLayers > have) {
+    error(fileLoc("config.json"),
+          "config.json: " + textKey + "num_hidden_layers: " + std::to_string(t.numHiddenLayers) +
+              " layers declared but " + where() + " has tensors for " + std::to_string(have) +
+              " (" + layers + "0 to " + layers + std::to_string(std::max<int64_t>(have, 1) - 1) +
+              ")");
+    return failure();
+  }
+  if (t.modelType == "mixtral") {
+    for (int64_t i = 0; i < t.numHiddenLayers; ++i) {
+      std::string experts = layers + std::to_string(i) + ".block_sparse_moe.experts.";
+      int64_t e = present(experts);
+      if (t.numLocalExperts > e) {
+        error(fileLoc("config.json"),
+              "config.json: " + textKey + "num_local_experts: " +
+                  std::to_string(t.numLocalExperts) + " experts declared but " + where() +
+                  " has tensors for " + std::to_string(e) + " under " + experts);
+        return failure();
+      }
+      break; // every layer has the same experts: the first one tells
+    }
+  }
+  if (cfg_.vision) {
+    const VisionConfig& v = *cfg_.vision;
+    // LLaVA runs the layers up to the deepest selected hidden state; Idefics3 all.
+    int64_t needed = v.numHiddenLayers;
+    if (cfg_.architecture == "LlavaForConditionalGeneration") {
+      needed = 0;
+      for (int64_t sel : cfg_.visionFeatureLayers)
+        needed = std::max(needed, sel < 0 ? v.numHiddenLayers + 1 + sel : sel);
+    }
+    std::string vlayers = layout_.vision + "encoder.layers.";
+    int64_t vhave = present(vlayers);
+    if (needed > vhave) {
+      error(fileLoc("config.json"),
+            "config.json: vision_config.num_hidden_layers: " + std::to_string(v.numHiddenLayers) +
+                " layers declared (" + std::to_string(needed) + " run) but " + where() +
+                " has tensors for " + std::to_string(vhave) + " under " + vlayers);
+      return failure();
+    }
+  }
+  return success();
+}
+
+// Non-finite weights compile into a model whose every logit is NaN: refuse them,
+// naming the tensor and the first bad element.
+LogicalResult Importer::checkFiniteWeights() {
+  std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files;
+  for (const auto& [name, op] : weights_) {
+    auto t = ckpt_.tensors.find(name);
+    if (t == ckpt_.tensors.end())
+      continue;
+    const safetensors::TensorInfo& info = t->second;
+    auto it = files.find(info.file);
+    if (it == files.end()) {
+      llvm::SmallString<256> p(dir_);
+      llvm::sys::path::append(p, info.file);
+      auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false,
+                                             /*RequiresNullTerminator=*/false);
+      if (!buf) {
+        error(fileLoc(info.file), info.file + ": cannot read: " + buf.getError().message());
+        return failure();
+      }
+      it = files.emplace(info.file, std::move(*buf)).first;
+    }
+    const llvm::MemoryBuffer& buf = *it->second;
+    if (info.dataOffset > buf.getBufferSize() ||
+        info.size > buf.getBufferSize() - info.dataOffset)
+      continue; // the header check reported it
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(buf.getBufferStart()) + info.dataOffset;
+    uint64_t n = info.numElements(), bad = n;
+    switch (info.dtype) {
+    case safetensors::DType::F32:
+      for (uint64_t i = 0; i < n && bad == n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, p + 4 * i, 4);
+        if ((bits & 0x7f800000u) == 0x7f800000u)
+          bad = i;
+      }
+      break;
+    case safetensors::DType::F16:
+    case safetensors::DType::BF16: {
+      uint16_t mask = info.dtype == safetensors::DType::F16 ? 0x7c00 : 0x7f80;
+      for (uint64_t i = 0; i < n && bad == n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, p + 2 * i, 2);
+        if ((bits & mask) == mask)
+          bad = i;
+      }
+      break;
+    }
+    default:
+      continue;
+    }
+    if (bad != n) {
+      error(nameLoc(name), info.file + ": tensor '" + name + "' has a non-finite value (NaN or " +
+                               "infinity) at element " + std::to_string(bad) +
+                               ": the model would compute NaN logits");
+      return failure();
+    }
+  }
+  return success();
+}
+
 LogicalResult Importer::finish() {
   if (!problems_.empty()) {
     std::string where = ckpt_.files.size() == 1
@@ -719,12 +886,15 @@ OwningOpRef<ModuleOp> Importer::run() {
     return {};
   }
 
+  if (failed(checkDeclaredCounts()))
+    return {};
+
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(ctx_));
   module_ = *module;
   if (cfg_.vision)
     buildVisionStages();
   buildDecoderStages();
-  if (failed(finish()))
+  if (failed(finish()) || failed(checkFiniteWeights()))
     return {};
   setModuleAttributes();
   if (cfg_.text.slidingWindow && *cfg_.text.slidingWindow < cfg_.text.maxPositionEmbeddings)

@@ -226,7 +226,9 @@ llvm::Expected<FileHeader> parseHeader(llvm::StringRef json, uint64_t dataStart,
 }
 
 llvm::Expected<FileHeader> readHeader(llvm::StringRef path, llvm::StringRef displayName) {
-  int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular
+  // file (after symlinks, which the Hugging Face cache uses) is refused below.
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return fail(displayName, "cannot open: " + llvm::Twine(std::strerror(errno)));
   struct Closer {
@@ -236,6 +238,8 @@ llvm::Expected<FileHeader> readHeader(llvm::StringRef path, llvm::StringRef disp
   struct stat st;
   if (::fstat(fd, &st) != 0)
     return fail(displayName, "cannot stat: " + llvm::Twine(std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return fail(displayName, "not a regular file");
   uint64_t fileSize = static_cast<uint64_t>(st.st_size);
   if (fileSize < 8)
     return fail(displayName, "file of " + llvm::Twine(fileSize) +
@@ -288,6 +292,8 @@ llvm::Expected<Checkpoint> openCheckpoint(llvm::StringRef directory) {
   llvm::sys::path::append(indexPath, "model.safetensors.index.json");
   if (llvm::sys::fs::exists(indexPath)) {
     constexpr llvm::StringLiteral kIndex = "model.safetensors.index.json";
+    if (!llvm::sys::fs::is_regular_file(indexPath))
+      return fail(kIndex, "not a regular file");
     auto buffer = llvm::MemoryBuffer::getFile(indexPath);
     if (!buffer)
       return fail(kIndex, "cannot read: " + buffer.getError().message());

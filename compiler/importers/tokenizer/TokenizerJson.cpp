@@ -1,7 +1,13 @@
 //===- TokenizerJson.cpp - Hugging Face tokenizer.json reader ----*- C++ -*-===//
 #include "compiler/importers/tokenizer/TokenizerJson.h"
 
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <map>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -48,7 +54,17 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
   auto fail = [](const llvm::Twine& msg) -> std::optional<std::string> {
     return ("tokenizer.json: " + msg).str();
   };
-  auto buffer = llvm::MemoryBuffer::getFile(path);
+  // Only a regular file (symlinks followed): a FIFO would block the open forever.
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return fail("cannot read: " + llvm::Twine(std::strerror(errno)));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail("not a regular file");
+  }
+  auto buffer = llvm::MemoryBuffer::getOpenFile(fd, path, st.st_size);
+  ::close(fd);
   if (!buffer)
     return fail("cannot read: " + buffer.getError().message());
   auto parsed = llvm::json::parse((*buffer)->getBuffer());
@@ -99,6 +115,47 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
     if (!tok.vocab[id].empty())
       return fail("id " + llvm::Twine(id) + " is given to two tokens");
     tok.vocab[id] = token;
+  }
+
+  // What the runtime's tokenizer checks when it loads (runtime/src/tokenizer):
+  // checked here too, so that kiln-compile refuses what the runtime would refuse.
+  // Every byte needs a token (GPT-2's bytes_to_unicode character): a pre-token can
+  // hold any byte.
+  {
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      unsigned cp = printable ? static_cast<unsigned>(b) : 256u + static_cast<unsigned>(extra++);
+      std::string utf8;
+      if (cp < 0x80) {
+        utf8.push_back(static_cast<char>(cp));
+      } else {
+        utf8.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        utf8.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+      if (!ids.count(utf8)) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "%02X", b);
+        char ucp[8];
+        std::snprintf(ucp, sizeof(ucp), "%04X", cp);
+        return fail(llvm::Twine("model.vocab has no token for byte 0x") + hex + " ('" + utf8 +
+                    "', U+" + ucp + "): byte-level BPE needs all 256");
+      }
+    }
+  }
+  // Added tokens: distinct contents, and an id the vocabulary gives to no other token.
+  {
+    std::map<std::string, int32_t> seen;
+    for (const auto& a : tok.added) {
+      auto [it, inserted] = seen.emplace(a.content, a.id);
+      if (!inserted)
+        return fail("added token '" + a.content + "' is listed twice (ids " +
+                    llvm::Twine(it->second) + " and " + llvm::Twine(a.id) + ")");
+      const std::string& inVocab = tok.vocab[static_cast<size_t>(a.id)];
+      if (!inVocab.empty() && inVocab != a.content)
+        return fail("added token '" + a.content + "' has id " + llvm::Twine(a.id) +
+                    ", which model.vocab gives to '" + inVocab + "'");
+    }
   }
 
   if (const llvm::json::Array* merges = model->getArray("merges")) {

@@ -12,8 +12,13 @@ usage: mutate_checkpoint.py DIR ACTION [ARGS]
   dtype NAME DTYPE        change a tensor's dtype string in the header
   duplicate-key NAME      repeat a tensor's entry in the header JSON
   overlap NAME            make a tensor's data_offsets start 4 bytes early
-  set-config KEY JSON     set a top-level config.json key (JSON value)
+  set-config KEY JSON     set a config.json key (JSON value; a.b sets a nested key)
+  set-generation KEY JSON set a generation_config.json key (JSON value)
   remove FILE             delete a file of the checkpoint
+  nonfinite NAME VALUE    set a tensor's first element to nan or inf
+  tokenizer-drop-token T  remove token T from the vocabulary (and merges using it)
+  tokenizer-set PATH JSON set a dotted key path of tokenizer.json (list indices as numbers)
+  tokenizer-dup-added     list the first added token twice
 """
 import json
 import os
@@ -83,9 +88,58 @@ def main():
         path = os.path.join(d, "config.json")
         with open(path) as f:
             cfg = json.load(f)
+        node, keys = cfg, args[0].split(".")  # a dotted key sets a nested one
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = json.loads(args[1])
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+    elif action == "set-generation":
+        path = os.path.join(d, "generation_config.json")
+        with open(path) as f:
+            cfg = json.load(f)
         cfg[args[0]] = json.loads(args[1])
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
+    elif action == "nonfinite":
+        header, data = read(st)
+        entry = header[args[0]]
+        b = entry["data_offsets"][0]
+        value = float(args[1])
+        if entry["dtype"] == "F32":
+            blob = struct.pack("<f", value)
+        elif entry["dtype"] == "F16":
+            blob = struct.pack("<e", value)
+        else:  # BF16: the high half of the f32
+            blob = struct.pack("<f", value)[2:]
+        data = data[:b] + blob + data[b + len(blob) :]
+        write(st, header, data)
+    elif action.startswith("tokenizer-"):
+        path = os.path.join(d, "tokenizer.json")
+        with open(path, encoding="utf-8") as f:
+            tok = json.load(f)
+        if action == "tokenizer-drop-token":
+            del tok["model"]["vocab"][args[0]]
+            merges = tok["model"].get("merges", [])
+            def uses(m):
+                l, r = m.split(" ", 1) if isinstance(m, str) else m
+                return args[0] in (l, r, l + r)
+            tok["model"]["merges"] = [m for m in merges if not uses(m)]
+        elif action == "tokenizer-set":
+            keys = args[0].split(".")
+            node = tok
+            for k in keys[:-1]:
+                node = node[int(k)] if isinstance(node, list) else node[k]
+            last = keys[-1]
+            node[int(last) if isinstance(node, list) else last] = json.loads(args[1])
+        elif action == "tokenizer-dup-added":
+            first = dict(tok["added_tokens"][0])
+            first["id"] = max(t["id"] for t in tok["added_tokens"]) + 1
+            tok["added_tokens"].append(first)
+        else:
+            sys.exit(f"unknown action {action}")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(tok, f, ensure_ascii=False)
     elif action == "remove":
         os.remove(os.path.join(d, args[0]))
     else:

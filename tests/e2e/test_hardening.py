@@ -1,0 +1,180 @@
+"""Issue 12 hardening: what kiln-compile writes (and refuses to write), and kiln-run's
+argument checks. Tiny checkpoints only: every test takes well under a second or two."""
+
+import json
+import os
+import resource
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import MODELS, run, tool
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hardening") / "tiny-llama"
+    run([sys.executable, os.path.join(MODELS, "generate.py"), "--preset", "tiny-llama", "--out", str(d)])
+    return d
+
+
+@pytest.fixture(scope="module")
+def artifact(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hardening-artifact") / "model.kiln"
+    run([tool("kiln-compile"), str(ckpt), "-o", str(out)])
+    return out
+
+
+def compile_(ckpt, out, *extra):
+    return subprocess.run([tool("kiln-compile"), str(ckpt), "-o", str(out), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def litter(d):
+    return sorted(n for n in os.listdir(d) if ".tmp-" in n)
+
+
+# ---- defect 10: -o onto something that is not a regular file ----------------------
+
+def test_output_fifo_is_refused(ckpt, tmp_path):
+    out = tmp_path / "fifo.kiln"
+    os.mkfifo(out)
+    p = compile_(ckpt, out)
+    assert p.returncode == 1, p.stderr
+    assert "exists and is not a regular file" in p.stderr
+    assert stat.S_ISFIFO(os.lstat(out).st_mode)
+
+
+def test_output_symlink_is_refused(ckpt, tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    out = tmp_path / "link.kiln"
+    os.symlink(target, out)
+    p = compile_(ckpt, out)
+    assert p.returncode == 1, p.stderr
+    assert "exists and is not a regular file" in p.stderr
+    assert os.path.islink(out) and target.read_text() == "keep me"
+
+
+def test_output_device_is_refused(ckpt, tmp_path):
+    out = tmp_path / "null.kiln"
+    try:
+        os.mknod(out, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+    except PermissionError:
+        pytest.skip("creating a device node needs root")
+    p = compile_(ckpt, out)
+    assert p.returncode == 1, p.stderr
+    assert stat.S_ISCHR(os.lstat(out).st_mode)
+    assert not litter(tmp_path)
+
+
+# ---- defect 11: temporary files and outputs checked before writing ----------------
+
+def test_unwritable_report_writes_no_artifact(ckpt, tmp_path):
+    out = tmp_path / "model.kiln"
+    p = compile_(ckpt, out, "--report", str(tmp_path / "no-such-dir" / "report.json"))
+    assert p.returncode == 1
+    assert "--report" in p.stderr and "does not exist" in p.stderr
+    assert not out.exists()
+    assert not litter(tmp_path)
+
+
+def test_stale_temp_files_are_removed(ckpt, tmp_path):
+    out = tmp_path / "model.kiln"
+    stale = tmp_path / "model.kiln.tmp-a1b2c3d4"
+    stale.write_bytes(b"\0" * 4096)  # what a SIGKILL-ed writer of the old naming left
+    other = tmp_path / "other.kiln.tmp-a1b2c3d4"  # not this output's: left alone
+    other.write_bytes(b"x")
+    run([tool("kiln-compile"), str(ckpt), "-o", str(out)])
+    assert out.exists() and not stale.exists() and other.exists()
+
+
+def test_live_temp_file_is_kept(ckpt, tmp_path):
+    """A temporary file another kiln-compile still writes (it holds a lock) stays."""
+    import fcntl
+    out = tmp_path / "model.kiln"
+    live = tmp_path / "model.kiln.tmp-e5f6a7b8"
+    with open(live, "wb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        run([tool("kiln-compile"), str(ckpt), "-o", str(out)])
+        assert live.exists()
+
+
+def test_sigkill_leaves_no_temp_file(ckpt, tmp_path):
+    out = tmp_path / "model.kiln"
+    for delay in (0.02, 0.05, 0.08, 0.12):
+        p = subprocess.Popen([tool("kiln-compile"), str(ckpt), "-o", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        assert not litter(tmp_path), f"killed after {delay}s"
+
+
+# ---- defect 7: a cross-compiled artifact is still verified and written ------------
+
+def test_cross_compile_is_written(ckpt, tmp_path):
+    out = tmp_path / "arm.kiln"
+    p = compile_(ckpt, out, "--target=aarch64-linux-android", "--cpu-features=+dotprod,+i8mm")
+    assert p.returncode == 0, p.stderr
+    assert out.exists()
+
+
+# ---- defect 8: argmax over NaN logits ---------------------------------------------
+
+def test_nan_logits_are_not_token_zero(artifact, tmp_path):
+    """An artifact whose final norm is NaN (patched after compiling: kiln-compile
+    refuses NaN weights) makes every logit NaN; greedy decoding must not answer
+    token 0 over and over."""
+    info = json.loads(run([tool("kiln-inspect"), str(artifact), "--json"]).stdout)
+    entry = next(e for e in info["precision"] if e["tensor"] == "model.norm.weight")
+    assert entry["encoding"] == "f32"
+    bad = tmp_path / "nan.kiln"
+    data = bytearray(artifact.read_bytes())
+    off = entry["offset"]
+    data[off:off + entry["bytes"]] = struct.pack("<f", float("nan")) * (entry["bytes"] // 4)
+    bad.write_bytes(bytes(data))
+    p = subprocess.run([tool("kiln-run"), str(bad), "--input-ids", "1,2,3", "--max-new-tokens", "4"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stdout
+    assert "outside the vocabulary" in p.stderr
+
+
+# ---- defect 12: kiln-run arguments ------------------------------------------------
+
+def kiln_run(artifact, *args, **kw):
+    return subprocess.run([tool("kiln-run"), str(artifact), *args], capture_output=True, text=True,
+                          timeout=60, **kw)
+
+
+def test_empty_prompt_is_a_prompt(artifact):
+    p = kiln_run(artifact, "--prompt", "", "--max-new-tokens", "2")
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--context", "-5"], "--context must be a positive number of tokens, got -5"),
+    (["--context", "0"], "--context must be a positive number of tokens, got 0"),
+    (["--max-new-tokens", "-3"], "--max-new-tokens must be positive, got -3"),
+])
+def test_bad_numbers_are_rejected(artifact, args, message):
+    p = kiln_run(artifact, "--prompt", "hi", *args)
+    assert p.returncode == 2
+    assert message in p.stderr
+
+
+def test_huge_max_new_tokens_is_capped(artifact):
+    """2^31-1 new tokens used to reserve 8 GB up front: capped at the context."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    p = kiln_run(artifact, "--prompt", "hi", "--context", "64", "--max-new-tokens", "2147483647",
+                 preexec_fn=limit)
+    # Random weights never say EOS: generation runs until the context is full, which
+    # is the error it ends with (as for any --max-new-tokens beyond the room left).
+    assert "out of memory" not in p.stderr
+    assert p.returncode == 0 or "context is full" in p.stderr, p.stderr
