@@ -93,4 +93,34 @@ def KilnAssignPrecision : Pass<"kiln-assign-precision", "::mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Test passes (kiln-opt only; library KilnTestPasses)
+//===----------------------------------------------------------------------===//
+
+def KilnTestSplitWeights : Pass<"kiln-test-split-weights", "::mlir::ModuleOp"> {
+  let summary = "Test only: rewrite every weight as an equivalent weight expression";
+  let description = [{
+    Rewrites every weight whose values are one plain `#kiln.source` and whose type
+    has rank 1 or 2 with every dimension at least 2 as an expression over that
+    source with the same value: a [R, C] weight becomes the concatenation (axis 0)
+    of its top rows, itself the concatenation (axis 1) of two slices, and its bottom
+    rows, a slice transposed twice; a [N] weight the concatenation of two slices.
+    An artifact written from the result must hold the same weight bytes as one
+    written from the input (tests/e2e/test_weight_transforms.py).
+
+    ```mlir
+    kiln.weight @w : tensor<4x6xf32> from #kiln.source<"m.safetensors", offset = 0, size = 96, dtype = "F32">
+        as #kiln.encoding<f32>
+    // ->
+    kiln.weight @w : tensor<4x6xf32> from #kiln.concat<axis = 0, [
+        #kiln.concat<axis = 1, [#kiln.slice<X, offsets = [0, 0], sizes = [2, 3]>,
+                                #kiln.slice<X, offsets = [0, 3], sizes = [2, 3]>]>,
+        #kiln.permute<#kiln.permute<#kiln.slice<X, offsets = [2, 0], sizes = [2, 6]>,
+                                    dims = [1, 0]>, dims = [1, 0]>]>
+        as #kiln.encoding<f32>
+    // with X = #kiln.source<"m.safetensors", offset = 0, size = 96, dtype = "F32", shape = [4, 6]>
+    ```
+  }];
+}
+
 #endif // KILN_PASSES_TD

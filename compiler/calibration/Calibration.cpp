@@ -419,26 +419,29 @@ llvm::Expected<std::string> sourceHash(mlir::ModuleOp module) {
   module.walk([&](WeightOp w) {
     if (error)
       return;
-    SourceAttr src = w.getSource();
-    auto it = files.find(src.getFile().str());
-    if (it == files.end()) {
-      llvm::SmallString<256> p(ckpt.getValue());
-      llvm::sys::path::append(p, src.getFile());
-      auto buf = llvm::MemoryBuffer::getFile(p, false, false);
-      if (!buf) {
-        error = fail(p + ": cannot read: " + buf.getError().message());
+    sha.update(w.getSymName());
+    // Every leaf of the weight's expression, in order; a plain source hashes as the
+    // weight's one tensor always did.
+    for (SourceAttr src : w.getSources()) {
+      auto it = files.find(src.getFile().str());
+      if (it == files.end()) {
+        llvm::SmallString<256> p(ckpt.getValue());
+        llvm::sys::path::append(p, src.getFile());
+        auto buf = llvm::MemoryBuffer::getFile(p, false, false);
+        if (!buf) {
+          error = fail(p + ": cannot read: " + buf.getError().message());
+          return;
+        }
+        it = files.emplace(src.getFile().str(), std::move(*buf)).first;
+      }
+      llvm::StringRef data = it->second->getBuffer();
+      if (src.getOffset() > data.size() || src.getSize() > data.size() - src.getOffset()) {
+        error = fail(src.getFile() + ": shorter than the module says (the checkpoint changed)");
         return;
       }
-      it = files.emplace(src.getFile().str(), std::move(*buf)).first;
+      uint64_t h = llvm::xxh3_64bits(data.substr(src.getOffset(), src.getSize()));
+      sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), 8));
     }
-    llvm::StringRef data = it->second->getBuffer();
-    if (src.getOffset() + src.getSize() > data.size()) {
-      error = fail(src.getFile() + ": shorter than the module says (the checkpoint changed)");
-      return;
-    }
-    sha.update(w.getSymName());
-    uint64_t h = llvm::xxh3_64bits(data.substr(src.getOffset(), src.getSize()));
-    sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), 8));
   });
   if (error)
     return std::move(error);

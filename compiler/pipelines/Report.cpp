@@ -159,8 +159,8 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
     r.params = static_cast<uint64_t>(w.getTensorType().getNumElements());
     r.encoding = w.getEncoding().getLabel();
     r.bytes = bytesOf(w, w.getEncoding());
-    r.sourceBytes = w.getSource().getSize();
-    llvm::StringRef dtype = w.getSource().getDtype();
+    r.sourceBytes = w.getSourceBytes();  // every leaf of the weight's expression
+    llvm::StringRef dtype = w.getSourceDtype();
     r.sourceEncoding = dtype == "F32" ? "f32" : dtype == "F16" ? "f16" : "bf16";
     if (r.encoding == r.sourceEncoding)
       r.sensitivity = 0.0;

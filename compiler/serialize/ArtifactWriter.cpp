@@ -66,6 +66,52 @@ void sourceToF32(const uint8_t* src, llvm::StringRef dtype, uint64_t n, float* o
   format::DecodeFloatElements(id, src, 0, n, out);
 }
 
+uint64_t numElements(llvm::ArrayRef<int64_t> shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// Row-major strides of `shape`, in elements.
+llvm::SmallVector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
+  llvm::SmallVector<int64_t> strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
+// Appends to `out`, in row-major order of `shape`, the elements of `in` at
+// base + sum(index[d] * strides[d]): a slice (strides of the input, base at the
+// slice's first element) or a permutation (the input's strides permuted).
+void gather(const float* in, llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> strides,
+            int64_t base, std::vector<float>* out) {
+  size_t rank = shape.size();
+  if (rank == 0) {
+    out->push_back(in[base]);
+    return;
+  }
+  if (numElements(shape) == 0)
+    return;
+  llvm::SmallVector<int64_t> index(rank - 1, 0);
+  int64_t inner = shape.back(), innerStride = strides.back();
+  while (true) {
+    int64_t pos = base;
+    for (size_t d = 0; d + 1 < rank; ++d)
+      pos += index[d] * strides[d];
+    if (innerStride == 1)
+      out->insert(out->end(), in + pos, in + pos + inner);
+    else
+      for (int64_t j = 0; j < inner; ++j)
+        out->push_back(in[pos + j * innerStride]);
+    int64_t d = static_cast<int64_t>(rank) - 2;
+    while (d >= 0 && ++index[d] == shape[d])
+      index[d--] = 0;
+    if (d < 0)
+      return;
+  }
+}
+
 // Converts `n` source elements of safetensors dtype `dtype` to the float encoding
 // `dst` (bytes copied when the format is the same: exact, and fast).
 bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_t dst, uint8_t* out) {
@@ -83,6 +129,13 @@ bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_
 //===----------------------------------------------------------------------===//
 // The writer
 //===----------------------------------------------------------------------===//
+
+fb::Layout toFb(LayoutKind k) {
+  switch (k) {
+  case LayoutKind::row_major: return fb::Layout::RowMajor;
+  }
+  return fb::Layout::RowMajor;
+}
 
 fb::StageKind toFb(StageKind k) {
   switch (k) {
@@ -113,7 +166,9 @@ public:
   LogicalResult runToMemory(std::vector<uint8_t>* out);
 
 private:
-  const uint8_t* sourceBytes(const WeightEntry& w);
+  const uint8_t* sourceBytes(WeightOp op, SourceAttr src);
+  LogicalResult evaluate(WeightOp op, mlir::Attribute expr, std::vector<float>* values,
+                         llvm::SmallVector<int64_t>* shape);
   LogicalResult prepare();
   LogicalResult emit(llvm::raw_ostream& os);
   mlir::InFlightDiagnostic error() { return module_.emitError(); }
@@ -225,7 +280,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
         static_cast<uint32_t>(enc.getGroupSize()), enc.getSymmetric(),
         enc.getActivation() == ActivationMode::Float ? fb::ActivationMode::Float
                                                      : fb::ActivationMode::Int8PerToken,
-        fb::Layout::RowMajor, 0, w.offset, w.bytes));
+        toFb(w.op.getLayout()), 0, w.offset, w.bytes));
   }
 
   // Stages, values and ops.
@@ -429,14 +484,15 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
     // The measured sensitivity of the chosen encoding, when calibration measured it.
     float sens = std::numeric_limits<float>::quiet_NaN();
     if (auto dict = w.op->getAttrOfType<mlir::DictionaryAttr>("kiln.sensitivity")) {
-      llvm::StringRef dtype = w.op.getSource().getDtype();
+      llvm::StringRef dtype = w.op.getSourceDtype();
       std::string label = w.op.getEncoding().getLabel();
       if (auto f = dict.getAs<mlir::FloatAttr>(label))
         sens = static_cast<float>(f.getValueAsDouble());
       else if (label == (dtype == "F32" ? "f32" : dtype == "F16" ? "f16" : "bf16"))
         sens = 0.0f;  // the checkpoint's own encoding is exact
     }
-    precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind), w.op.getSource().getSize(),
+    // Source bytes: every leaf of the weight's expression.
+    precision.push_back(fb::CreatePrecisionEntry(b, w.index, toFb(stageKind), w.op.getSourceBytes(),
                                                  w.bytes, sens));
   }
 
@@ -463,8 +519,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   return success();
 }
 
-const uint8_t* Writer::sourceBytes(const WeightEntry& w) {
-  SourceAttr src = w.op.getSource();
+const uint8_t* Writer::sourceBytes(WeightOp op, SourceAttr src) {
   std::string file = src.getFile().str();
   auto it = files_.find(file);
   if (it == files_.end()) {
@@ -472,18 +527,94 @@ const uint8_t* Writer::sourceBytes(const WeightEntry& w) {
     llvm::sys::path::append(p, file);
     auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false, /*RequiresNullTerminator=*/false);
     if (!buf) {
-      w.op.emitOpError("cannot read ") << p << ": " << buf.getError().message();
+      op.emitOpError("cannot read ") << p << ": " << buf.getError().message();
       return nullptr;
     }
     it = files_.emplace(file, std::move(*buf)).first;
   }
   const llvm::MemoryBuffer& buf = *it->second;
   if (src.getOffset() > buf.getBufferSize() || src.getSize() > buf.getBufferSize() - src.getOffset()) {
-    w.op.emitOpError("data [") << src.getOffset() << ", +" << src.getSize() << ") lies outside " << file << " ("
+    op.emitOpError("data [") << src.getOffset() << ", +" << src.getSize() << ") lies outside " << file << " ("
                                << buf.getBufferSize() << " bytes): the checkpoint changed since it was imported";
     return nullptr;
   }
   return reinterpret_cast<const uint8_t*>(buf.getBufferStart()) + src.getOffset();
+}
+
+// The values of a weight expression as f32, row-major, and their shape. The module
+// is verified: shapes, bounds and dtypes agree.
+LogicalResult Writer::evaluate(WeightOp op, mlir::Attribute expr, std::vector<float>* values,
+                               llvm::SmallVector<int64_t>* shape) {
+  if (auto src = llvm::dyn_cast<SourceAttr>(expr)) {
+    // A source without a shape is the weight's whole expression: the weight's shape.
+    llvm::ArrayRef<int64_t> s = src.getShape();
+    shape->assign(s.begin(), s.end());
+    if (s.empty())
+      shape->assign(op.getTensorType().getShape().begin(), op.getTensorType().getShape().end());
+    const uint8_t* bytes = sourceBytes(op, src);
+    if (!bytes)
+      return failure();
+    values->resize(numElements(*shape));
+    sourceToF32(bytes, src.getDtype(), values->size(), values->data());
+    return success();
+  }
+  if (auto concat = llvm::dyn_cast<ConcatAttr>(expr)) {
+    size_t axis = static_cast<size_t>(concat.getAxis());
+    std::vector<std::vector<float>> parts;
+    std::vector<uint64_t> chunk;  // elements of one part per index of the dims before axis
+    shape->clear();
+    for (mlir::Attribute operand : concat.getOperands()) {
+      llvm::SmallVector<int64_t> s;
+      parts.emplace_back();
+      if (failed(evaluate(op, operand, &parts.back(), &s)))
+        return failure();
+      if (shape->empty())
+        *shape = s;
+      else
+        (*shape)[axis] += s[axis];
+      chunk.push_back(numElements(llvm::ArrayRef<int64_t>(s).drop_front(axis)));
+    }
+    uint64_t outer = numElements(llvm::ArrayRef<int64_t>(*shape).take_front(axis));
+    values->clear();
+    values->reserve(numElements(*shape));
+    for (uint64_t o = 0; o < outer; ++o)
+      for (size_t i = 0; i < parts.size(); ++i)
+        values->insert(values->end(), parts[i].begin() + o * chunk[i],
+                       parts[i].begin() + (o + 1) * chunk[i]);
+    return success();
+  }
+  if (auto slice = llvm::dyn_cast<SliceAttr>(expr)) {
+    std::vector<float> in;
+    llvm::SmallVector<int64_t> inShape;
+    if (failed(evaluate(op, slice.getOperand(), &in, &inShape)))
+      return failure();
+    llvm::SmallVector<int64_t> strides = stridesOf(inShape);
+    int64_t base = 0;
+    for (auto [off, stride] : llvm::zip(slice.getOffsets(), strides))
+      base += off * stride;
+    shape->assign(slice.getSizes().begin(), slice.getSizes().end());
+    values->clear();
+    values->reserve(numElements(*shape));
+    gather(in.data(), *shape, strides, base, values);
+    return success();
+  }
+  if (auto permute = llvm::dyn_cast<PermuteAttr>(expr)) {
+    std::vector<float> in;
+    llvm::SmallVector<int64_t> inShape;
+    if (failed(evaluate(op, permute.getOperand(), &in, &inShape)))
+      return failure();
+    llvm::SmallVector<int64_t> inStrides = stridesOf(inShape), strides;
+    shape->clear();
+    for (int64_t d : permute.getDims()) {
+      shape->push_back(inShape[d]);
+      strides.push_back(inStrides[d]);
+    }
+    values->clear();
+    values->reserve(numElements(*shape));
+    gather(in.data(), *shape, strides, 0, values);
+    return success();
+  }
+  return op.emitOpError("weight '") << op.getSymName() << "': cannot evaluate " << expr;
 }
 
 LogicalResult Writer::prepare() {
@@ -501,12 +632,15 @@ LogicalResult Writer::prepare() {
     }
   }
   for (const WeightEntry& w : weights_) {
-    const uint8_t* src = sourceBytes(w);
-    if (!src)
-      return failure();
+    // Every leaf of the weight's expression, in order (a plain source: its bytes).
     sha.update(w.op.getSymName());
-    uint64_t h = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(src, w.op.getSource().getSize()));
-    sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
+    for (SourceAttr leaf : w.op.getSources()) {
+      const uint8_t* src = sourceBytes(w.op, leaf);
+      if (!src)
+        return failure();
+      uint64_t h = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(src, leaf.getSize()));
+      sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
+    }
   }
   auto digest = sha.final();
   sourceHash_ = llvm::toHex(digest, /*LowerCase=*/true);
@@ -541,12 +675,29 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
   std::vector<uint8_t> scratch;
   for (const WeightEntry& w : weights_) {
     pad(w.offset);
-    const uint8_t* src = sourceBytes(w);
-    if (!src)
-      return failure();
+    // A plain source converts straight from its bytes (copied when the encoding is
+    // the checkpoint's); an expression is evaluated to f32 first, then encoded.
+    const uint8_t* src = nullptr;
+    if (SourceAttr plain = w.op.getPlainSource()) {
+      src = sourceBytes(w.op, plain);
+      if (!src)
+        return failure();
+    }
+    std::vector<float> f32;
+    if (!src || format::IsQuantized(w.spec.id)) {
+      if (src) {
+        f32.resize(w.numElements);
+        sourceToF32(src, w.op.getSourceDtype(), w.numElements, f32.data());
+      } else {
+        llvm::SmallVector<int64_t> shape;
+        if (failed(evaluate(w.op, w.op.getSource(), &f32, &shape)))
+          return failure();
+        if (f32.size() != w.numElements)
+          return w.op.emitOpError("weight '") << w.op.getSymName() << "': expression yields "
+                                              << f32.size() << " elements, not " << w.numElements;
+      }
+    }
     if (format::IsQuantized(w.spec.id)) {
-      std::vector<float> f32(w.numElements);
-      sourceToF32(src, w.op.getSource().getDtype(), w.numElements, f32.data());
       auto h = options_.hessians.find(w.op.getSymName().str());
       std::vector<uint8_t> q = h != options_.hessians.end() && h->second.size() == w.cols * w.cols
                                    ? quant::quantizeGptq(f32.data(), w.rows, w.cols, w.spec, h->second.data())
@@ -555,7 +706,9 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       continue;
     }
     scratch.resize(w.bytes);
-    if (!convertWeight(src, w.op.getSource().getDtype(), w.numElements, w.spec.id, scratch.data()))
+    bool converted = src ? convertWeight(src, w.op.getSourceDtype(), w.numElements, w.spec.id, scratch.data())
+                         : format::EncodeFloatElements(w.spec.id, f32.data(), w.numElements, scratch.data());
+    if (!converted)
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
     write(scratch.data(), scratch.size());
   }

@@ -10,6 +10,8 @@ using namespace kiln;
 
 #include "dialects/kiln/KilnEnums.cpp.inc"
 
+#include "dialects/kiln/KilnAttrInterfaces.cpp.inc"
+
 #define GET_ATTRDEF_CLASSES
 #include "dialects/kiln/KilnAttrs.cpp.inc"
 
@@ -19,6 +21,268 @@ void KilnDialect::registerAttributes() {
 #include "dialects/kiln/KilnAttrs.cpp.inc"
       >();
 }
+
+//===----------------------------------------------------------------------===//
+// Weight expressions
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The shape and dtype of a transform's operand `index`, which must be a weight
+// expression with a stated shape.
+struct OperandInfo {
+  SmallVector<int64_t> shape;
+  StringRef dtype;
+};
+
+FailureOr<OperandInfo> operandInfo(function_ref<InFlightDiagnostic()> emitError,
+                                   StringRef transform, Attribute operand, size_t index) {
+  auto expr = llvm::dyn_cast_or_null<WeightExprAttrInterface>(operand);
+  if (!expr) {
+    emitError() << transform << " operand " << index
+                << " is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice or "
+                   "#kiln.permute)";
+    return failure();
+  }
+  std::optional<SmallVector<int64_t>> shape = expr.getResultShape();
+  if (!shape) {
+    emitError() << transform << " operand " << index
+                << " has no shape: a #kiln.source inside a transform needs shape = [...]";
+    return failure();
+  }
+  return OperandInfo{std::move(*shape), expr.getElementDtype()};
+}
+
+} // namespace
+
+unsigned kiln::safetensorsDtypeBytes(StringRef dtype) {
+  if (dtype == "F32")
+    return 4;
+  if (dtype == "F16" || dtype == "BF16")
+    return 2;
+  return 0;
+}
+
+SmallVector<SourceAttr> kiln::getWeightSources(Attribute expr) {
+  SmallVector<SourceAttr> leaves;
+  SmallVector<Attribute> stack = {expr};
+  while (!stack.empty()) {
+    Attribute a = stack.pop_back_val();
+    if (auto src = llvm::dyn_cast<SourceAttr>(a)) {
+      leaves.push_back(src);
+    } else if (auto e = llvm::dyn_cast<WeightExprAttrInterface>(a)) {
+      SmallVector<Attribute> operands = e.getExprOperands();
+      stack.append(operands.rbegin(), operands.rend()); // first operand on top
+    }
+  }
+  return leaves;
+}
+
+uint64_t kiln::getWeightSourceBytes(Attribute expr) {
+  uint64_t bytes = 0;
+  for (SourceAttr src : getWeightSources(expr))
+    bytes += src.getSize();
+  return bytes;
+}
+
+LogicalResult kiln::verifyWeightExprNode(function_ref<InFlightDiagnostic()> emitError,
+                                         Attribute expr) {
+  return llvm::TypeSwitch<Attribute, LogicalResult>(expr)
+      .Case([&](SourceAttr a) {
+        return SourceAttr::verify(emitError, a.getFile(), a.getOffset(), a.getSize(),
+                                  a.getDtype(), a.getShape());
+      })
+      .Case([&](ConcatAttr a) { return ConcatAttr::verify(emitError, a.getAxis(), a.getOperands()); })
+      .Case([&](SliceAttr a) {
+        return SliceAttr::verify(emitError, a.getOperand(), a.getOffsets(), a.getSizes());
+      })
+      .Case([&](PermuteAttr a) { return PermuteAttr::verify(emitError, a.getOperand(), a.getDims()); })
+      .Default([&](Attribute) {
+        return emitError() << "expected a weight expression (#kiln.source, #kiln.concat, "
+                              "#kiln.slice or #kiln.permute), got "
+                           << expr;
+      });
+}
+
+// SourceAttr
+
+LogicalResult SourceAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef file,
+                                 uint64_t offset, uint64_t size, StringRef dtype,
+                                 ArrayRef<int64_t> shape) {
+  // Without a shape, the weight that reads the source checks it against its type.
+  if (shape.empty())
+    return success();
+  if (offset > UINT64_MAX - size)
+    return emitError() << "source offset + size overflows";
+  unsigned elementBytes = safetensorsDtypeBytes(dtype);
+  if (elementBytes == 0)
+    return emitError() << "source dtype " << dtype << " is not F32, F16 or BF16";
+  uint64_t bytes = elementBytes;
+  for (int64_t d : shape) {
+    if (d < 1)
+      return emitError() << "source shape " << shapeStr(shape)
+                         << " has a dimension below 1";
+    if (bytes > UINT64_MAX / static_cast<uint64_t>(d))
+      return emitError() << "source shape " << shapeStr(shape) << " overflows";
+    bytes *= static_cast<uint64_t>(d);
+  }
+  if (bytes != size)
+    return emitError() << "source size " << size << " bytes does not match shape "
+                       << shapeStr(shape) << " of " << dtype << " (" << bytes << " bytes)";
+  return success();
+}
+
+std::optional<SmallVector<int64_t>> SourceAttr::getResultShape() const {
+  if (getShape().empty())
+    return std::nullopt;
+  return SmallVector<int64_t>(getShape());
+}
+
+StringRef SourceAttr::getElementDtype() const { return getDtype(); }
+
+SmallVector<Attribute> SourceAttr::getExprOperands() const { return {}; }
+
+// ConcatAttr
+
+LogicalResult ConcatAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t axis,
+                                 ArrayRef<Attribute> operands) {
+  if (operands.empty())
+    return emitError() << "concat needs at least one operand";
+  SmallVector<OperandInfo> infos;
+  for (auto [i, operand] : llvm::enumerate(operands)) {
+    FailureOr<OperandInfo> info = operandInfo(emitError, "concat", operand, i);
+    if (failed(info))
+      return failure();
+    infos.push_back(std::move(*info));
+  }
+  const OperandInfo& first = infos.front();
+  int64_t rank = static_cast<int64_t>(first.shape.size());
+  if (axis < 0 || axis >= rank)
+    return emitError() << "concat axis " << axis << " is out of range for rank " << rank;
+  for (size_t i = 1; i < infos.size(); ++i) {
+    const OperandInfo& info = infos[i];
+    if (static_cast<int64_t>(info.shape.size()) != rank)
+      return emitError() << "concat operand " << i << " has rank " << info.shape.size()
+                         << " but operand 0 has rank " << rank;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && info.shape[d] != first.shape[d])
+        return emitError() << "concat operand " << i << " has shape " << shapeStr(info.shape)
+                           << ", which differs from operand 0's " << shapeStr(first.shape)
+                           << " outside axis " << axis;
+    if (info.dtype != first.dtype)
+      return emitError() << "concat operand " << i << " has dtype " << info.dtype
+                         << " but operand 0 has " << first.dtype
+                         << " (the leaves of a weight share one dtype)";
+  }
+  return success();
+}
+
+std::optional<SmallVector<int64_t>> ConcatAttr::getResultShape() const {
+  std::optional<SmallVector<int64_t>> shape;
+  for (Attribute operand : getOperands()) {
+    auto expr = llvm::dyn_cast<WeightExprAttrInterface>(operand);
+    std::optional<SmallVector<int64_t>> s = expr ? expr.getResultShape() : std::nullopt;
+    if (!s || getAxis() < 0 || getAxis() >= static_cast<int64_t>(s->size()))
+      return std::nullopt;
+    if (!shape)
+      shape = std::move(s);
+    else
+      (*shape)[getAxis()] += (*s)[getAxis()];
+  }
+  return shape;
+}
+
+StringRef ConcatAttr::getElementDtype() const {
+  auto expr = getOperands().empty()
+                  ? WeightExprAttrInterface()
+                  : llvm::dyn_cast<WeightExprAttrInterface>(getOperands().front());
+  return expr ? expr.getElementDtype() : StringRef();
+}
+
+SmallVector<Attribute> ConcatAttr::getExprOperands() const {
+  return SmallVector<Attribute>(getOperands());
+}
+
+// SliceAttr
+
+LogicalResult SliceAttr::verify(function_ref<InFlightDiagnostic()> emitError, Attribute operand,
+                                ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
+  FailureOr<OperandInfo> info = operandInfo(emitError, "slice", operand, 0);
+  if (failed(info))
+    return failure();
+  ArrayRef<int64_t> shape = info->shape;
+  if (offsets.size() != shape.size() || sizes.size() != shape.size())
+    return emitError() << "slice has " << offsets.size() << " offsets and " << sizes.size()
+                       << " sizes for an operand of rank " << shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (offsets[d] < 0 || sizes[d] < 1 || offsets[d] > shape[d] - sizes[d])
+      return emitError() << "slice offsets " << shapeStr(offsets) << " and sizes "
+                         << shapeStr(sizes) << " exceed operand shape " << shapeStr(shape)
+                         << " in dimension " << d;
+  return success();
+}
+
+std::optional<SmallVector<int64_t>> SliceAttr::getResultShape() const {
+  return SmallVector<int64_t>(getSizes());
+}
+
+StringRef SliceAttr::getElementDtype() const {
+  auto expr = llvm::dyn_cast<WeightExprAttrInterface>(getOperand());
+  return expr ? expr.getElementDtype() : StringRef();
+}
+
+SmallVector<Attribute> SliceAttr::getExprOperands() const { return {getOperand()}; }
+
+// PermuteAttr
+
+LogicalResult PermuteAttr::verify(function_ref<InFlightDiagnostic()> emitError, Attribute operand,
+                                  ArrayRef<int64_t> dims) {
+  FailureOr<OperandInfo> info = operandInfo(emitError, "permute", operand, 0);
+  if (failed(info))
+    return failure();
+  size_t rank = info->shape.size();
+  SmallVector<bool> seen(rank, false);
+  bool valid = dims.size() == rank;
+  for (int64_t d : dims) {
+    if (!valid)
+      break;
+    valid = d >= 0 && static_cast<size_t>(d) < rank && !seen[d];
+    if (valid)
+      seen[d] = true;
+  }
+  if (!valid)
+    return emitError() << "permute dims " << shapeStr(dims) << " are not a permutation of [0, "
+                       << rank << ")";
+  return success();
+}
+
+std::optional<SmallVector<int64_t>> PermuteAttr::getResultShape() const {
+  auto expr = llvm::dyn_cast<WeightExprAttrInterface>(getOperand());
+  std::optional<SmallVector<int64_t>> in = expr ? expr.getResultShape() : std::nullopt;
+  if (!in)
+    return std::nullopt;
+  SmallVector<int64_t> out;
+  for (int64_t d : getDims()) {
+    if (d < 0 || d >= static_cast<int64_t>(in->size()))
+      return std::nullopt;
+    out.push_back((*in)[d]);
+  }
+  return out;
+}
+
+StringRef PermuteAttr::getElementDtype() const {
+  auto expr = llvm::dyn_cast<WeightExprAttrInterface>(getOperand());
+  return expr ? expr.getElementDtype() : StringRef();
+}
+
+SmallVector<Attribute> PermuteAttr::getExprOperands() const { return {getOperand()}; }
 
 //===----------------------------------------------------------------------===//
 // EncodingAttr

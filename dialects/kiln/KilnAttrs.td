@@ -5,6 +5,7 @@
 
 include "dialects/kiln/KilnBase.td"
 include "mlir/IR/EnumAttr.td"
+include "mlir/IR/AttrTypeBase.td"
 
 //===----------------------------------------------------------------------===//
 // Enums
@@ -55,30 +56,160 @@ def Kiln_ActivationMode : I32EnumAttr<"ActivationMode", "activation precision", 
   let cppNamespace = "::kiln";
 }
 
+// How a weight's elements are arranged in the artifact (formats/kiln.fbs Layout).
+def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
+    I32EnumAttrCase<"row_major", 0>]> {
+  let cppNamespace = "::kiln";
+  let genSpecializedAttr = 0;
+}
+def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
+  let summary = "Arrangement of a weight's elements in the artifact";
+  let description = [{
+    `row_major` is the weight's logical shape in row-major order, the only layout
+    today (and the default of `kiln.weight`). Kernel-specific tile layouts (packed
+    panels for a GEMM microkernel) will be further cases.
+
+    ```mlir
+    #kiln.layout<row_major>
+    ```
+  }];
+  let assemblyFormat = "`<` $value `>`";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
 
-def Kiln_SourceAttr : Kiln_Attr<"Source", "source"> {
+//===----------------------------------------------------------------------===//
+// Weight expressions: where a weight's values come from
+//===----------------------------------------------------------------------===//
+
+def Kiln_WeightExprAttrInterface : AttrInterface<"WeightExprAttrInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    A weight expression: the value of a `kiln.weight` before it is encoded. Its
+    leaves are `#kiln.source` byte ranges of the checkpoint; `#kiln.concat`,
+    `#kiln.slice` and `#kiln.permute` transform them. Every node knows the shape
+    and the safetensors dtype of the value it yields, so the verifiers check an
+    expression without reading a byte, and the artifact writer, calibration and the
+    precision report enumerate the leaves with `kiln::getWeightSources`.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The shape of the value the expression yields, or std::nullopt when it is
+        not stated: a `#kiln.source` without `shape`, which takes the shape of its
+        weight (allowed only as a weight's whole expression).
+      }], "std::optional<::llvm::SmallVector<int64_t>>", "getResultShape">,
+    InterfaceMethod<[{
+        The safetensors dtype (F32, F16 or BF16) of the leaves, which the verifiers
+        require to be the same for every leaf of an expression.
+      }], "::llvm::StringRef", "getElementDtype">,
+    InterfaceMethod<[{
+        The operand expressions, in order; none for a source.
+      }], "::llvm::SmallVector<::mlir::Attribute>", "getExprOperands">,
+  ];
+}
+
+def Kiln_SourceAttr : Kiln_Attr<"Source", "source",
+    [DeclareAttrInterfaceMethods<Kiln_WeightExprAttrInterface>]> {
   let summary = "Where a weight's bytes live in the source checkpoint";
   let description = [{
     A reference into a checkpoint file: the file name relative to the module's
     `kiln.checkpoint` directory, the byte offset of the tensor's data from the start
     of the file, its size in bytes and its safetensors dtype. The bytes themselves
-    are never copied into the IR.
+    are never copied into the IR. The elements are row-major.
+
+    As a weight's whole expression the source takes the weight's shape. As an
+    operand of a transform (`#kiln.concat`, `#kiln.slice`, `#kiln.permute`) it
+    states its own `shape`; then `size` must equal the product of the shape times
+    the dtype's bytes.
 
     ```mlir
     #kiln.source<"model-00001-of-00002.safetensors", offset = 1048576, size = 663552, dtype = "BF16">
+    #kiln.source<"model.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>
     ```
   }];
   let parameters = (ins
     StringRefParameter<"file name, relative to the checkpoint directory">:$file,
     "uint64_t":$offset,
     "uint64_t":$size,
-    StringRefParameter<"safetensors dtype (F32, F16, BF16)">:$dtype);
+    StringRefParameter<"safetensors dtype (F32, F16, BF16)">:$dtype,
+    OptionalArrayRefParameter<"int64_t", "row-major shape (none: the weight's)">:$shape);
+  let builders = [
+    AttrBuilder<(ins "::llvm::StringRef":$file, "uint64_t":$offset, "uint64_t":$size,
+                     "::llvm::StringRef":$dtype), [{
+      return $_get($_ctxt, file, offset, size, dtype, ::llvm::ArrayRef<int64_t>());
+    }]>
+  ];
   let assemblyFormat = [{
-    `<` $file `,` `offset` `=` $offset `,` `size` `=` $size `,` `dtype` `=` $dtype `>`
+    `<` $file `,` `offset` `=` $offset `,` `size` `=` $size `,` `dtype` `=` $dtype
+    (`,` `shape` `=` `[` $shape^ `]`)? `>`
   }];
+  let genVerifyDecl = 1;
+}
+
+def Kiln_ConcatAttr : Kiln_Attr<"Concat", "concat",
+    [DeclareAttrInterfaceMethods<Kiln_WeightExprAttrInterface>]> {
+  let summary = "Weight expression: operands joined along one axis";
+  let description = [{
+    Concatenates weight expressions along `axis`. The operands have the same rank
+    and the same dimensions except along `axis`, and the same dtype; the result's
+    dimension along `axis` is the sum of theirs. Fusing the Q, K and V projections
+    into one GEMM is a concatenation along axis 0 of their `[out, in]` weights.
+
+    ```mlir
+    #kiln.concat<axis = 0, [
+        #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
+        #kiln.source<"m.safetensors", offset = 2048, size = 1024, dtype = "F32", shape = [8, 32]>]>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$axis,
+    ArrayRefParameter<"::mlir::Attribute", "weight expressions">:$operands);
+  let assemblyFormat = "`<` `axis` `=` $axis `,` `[` $operands `]` `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_SliceAttr : Kiln_Attr<"Slice", "slice",
+    [DeclareAttrInterfaceMethods<Kiln_WeightExprAttrInterface>]> {
+  let summary = "Weight expression: a rectangular part of an operand";
+  let description = [{
+    The elements `[offsets[d], offsets[d] + sizes[d])` of every dimension `d` of
+    the operand, which must lie inside it. The result's shape is `sizes`.
+
+    ```mlir
+    #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
+                offsets = [0, 16], sizes = [16, 16]>
+    ```
+  }];
+  let parameters = (ins
+    "::mlir::Attribute":$operand,
+    ArrayRefParameter<"int64_t", "first element per dimension">:$offsets,
+    ArrayRefParameter<"int64_t", "elements per dimension">:$sizes);
+  let assemblyFormat = [{
+    `<` $operand `,` `offsets` `=` `[` $offsets `]` `,` `sizes` `=` `[` $sizes `]` `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
+def Kiln_PermuteAttr : Kiln_Attr<"Permute", "permute",
+    [DeclareAttrInterfaceMethods<Kiln_WeightExprAttrInterface>]> {
+  let summary = "Weight expression: the operand's dimensions reordered";
+  let description = [{
+    Dimension `i` of the result is dimension `dims[i]` of the operand (as
+    `torch.permute`); `dims` is a permutation of `[0, rank)`. `dims = [1, 0]`
+    transposes a matrix.
+
+    ```mlir
+    #kiln.permute<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
+                  dims = [1, 0]>
+    ```
+  }];
+  let parameters = (ins
+    "::mlir::Attribute":$operand,
+    ArrayRefParameter<"int64_t", "operand dimension of each result dimension">:$dims);
+  let assemblyFormat = "`<` $operand `,` `dims` `=` `[` $dims `]` `>`";
+  let genVerifyDecl = 1;
 }
 
 def Kiln_EncodingAttr : Kiln_Attr<"Encoding", "encoding"> {

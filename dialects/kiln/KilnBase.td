@@ -26,8 +26,10 @@ def Kiln_Dialect : Dialect {
 
     * one `kiln.weight` symbol per weight tensor. A weight is referenced, never
       embedded: it names its source tensor (`#kiln.source`: file, byte offset,
-      dtype) and carries the storage encoding (`#kiln.encoding`) that the precision
-      passes choose;
+      dtype), or an expression over several (`#kiln.concat`, `#kiln.slice`,
+      `#kiln.permute`, whose leaves are sources: a weight expression), and
+      carries the storage encoding (`#kiln.encoding`) that the precision passes
+      choose and its layout in the artifact (`#kiln.layout`);
     * one `func.func` per stage, marked `kiln.stage = #kiln.stage<...>`:
       `vision_encoder`, `projector`, `decoder_prefill`, `decoder_decode` and
       `lm_head`. Timings and precision decisions are reported per stage. Decoder

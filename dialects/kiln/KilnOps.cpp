@@ -8,6 +8,34 @@
 using namespace mlir;
 using namespace kiln;
 
+//===----------------------------------------------------------------------===//
+// custom<WeightExpr>: a weight's expression. A #kiln.source is printed without its
+// prefix, as it always was (`from <"file", offset = ...>`); a transform in full.
+//===----------------------------------------------------------------------===//
+
+static ParseResult parseWeightExpr(OpAsmParser& parser, WeightExprAttrInterface& expr) {
+  SMLoc loc = parser.getCurrentLocation();
+  Attribute attr;
+  if (parser.parseCustomAttributeWithFallback(attr, Type(), [&](Attribute& result, Type type) {
+        result = SourceAttr::parse(parser, type);
+        return success(static_cast<bool>(result));
+      }))
+    return failure();
+  expr = llvm::dyn_cast<WeightExprAttrInterface>(attr);
+  if (!expr)
+    return parser.emitError(loc, "expected a weight expression (#kiln.source, #kiln.concat, "
+                                 "#kiln.slice or #kiln.permute), got ")
+           << attr;
+  return success();
+}
+
+static void printWeightExpr(OpAsmPrinter& printer, Operation*, WeightExprAttrInterface expr) {
+  if (auto src = llvm::dyn_cast<SourceAttr>(expr))
+    printer.printStrippedAttrOrType(src);
+  else
+    printer.printAttribute(expr);
+}
+
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.cpp.inc"
 
@@ -76,23 +104,63 @@ LogicalResult WeightOp::verify() {
   RankedTensorType type = getTensorType();
   if (!type.hasStaticShape())
     return emitOpError("weight '") << getSymName() << "' must have a static shape, got " << type;
-  SourceAttr src = getSource();
+  auto weightError = [&]() -> InFlightDiagnostic {
+    InFlightDiagnostic diag = emitOpError("weight '");
+    diag << getSymName() << "': ";
+    return diag;
+  };
+  // Every node of the expression, operands first. The parser verified them already;
+  // an expression a pass built with get() (not getChecked()) was not.
+  WeightExprAttrInterface expr = getSource();
+  SourceAttr plain = getPlainSource();
+  if (!plain) {
+    SmallVector<Attribute> order, stack = {expr};
+    while (!stack.empty()) {
+      Attribute a = stack.pop_back_val();
+      order.push_back(a);
+      if (auto e = llvm::dyn_cast<WeightExprAttrInterface>(a))
+        llvm::append_range(stack, e.getExprOperands());
+    }
+    for (Attribute a : llvm::reverse(order))
+      if (failed(verifyWeightExprNode(weightError, a)))
+        return failure();
+  }
   StringRef dtype = safetensorsDtype(type.getElementType());
-  if (src.getDtype() != dtype)
-    return emitOpError("weight '") << getSymName() << "': source dtype " << src.getDtype()
-                                   << " does not match element type " << type.getElementType();
+  if (expr.getElementDtype() != dtype)
+    return weightError() << "source dtype " << expr.getElementDtype()
+                         << " does not match element type " << type.getElementType();
   uint64_t bytes = type.getElementTypeBitWidth() / 8;
   for (int64_t d : type.getShape()) {
     if (d < 0 || (d != 0 && bytes > UINT64_MAX / static_cast<uint64_t>(d)))
-      return emitOpError("weight '") << getSymName() << "': size overflows";
+      return weightError() << "size overflows";
     bytes *= static_cast<uint64_t>(d);
   }
-  if (src.getSize() != bytes)
-    return emitOpError("weight '") << getSymName() << "': source size " << src.getSize()
-                                   << " bytes does not match " << type << " (" << bytes
-                                   << " bytes)";
-  if (src.getOffset() > UINT64_MAX - src.getSize())
-    return emitOpError("weight '") << getSymName() << "': source offset + size overflows";
+  std::optional<SmallVector<int64_t>> shape = expr.getResultShape();
+  if (!shape) {
+    // Only a plain source may leave its shape to the weight; inside a transform the
+    // node verifiers require one.
+    if (!plain)
+      return weightError() << "expression has no shape";
+    if (plain.getSize() != bytes)
+      return weightError() << "source size " << plain.getSize() << " bytes does not match "
+                           << type << " (" << bytes << " bytes)";
+  } else if (ArrayRef<int64_t>(*shape) != type.getShape()) {
+    std::string s;
+    for (size_t i = 0; i < shape->size(); ++i)
+      s += (i ? ", " : "") + std::to_string((*shape)[i]);
+    return weightError() << "expression shape [" << s << "] does not match " << type;
+  }
+  if (plain && failed(verifyWeightExprNode(weightError, plain)))
+    return failure();
+  for (SourceAttr src : getSources())
+    if (src.getOffset() > UINT64_MAX - src.getSize())
+      return weightError() << "source offset + size overflows";
+  // Layout: row_major, the only LayoutKind today, holds every encoding and shape.
+  // Packed layouts will check here what they require of the shape and encoding.
+  switch (getLayout()) {
+  case LayoutKind::row_major:
+    break;
+  }
   return success();
 }
 

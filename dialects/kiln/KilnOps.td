@@ -28,9 +28,18 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "A weight tensor of the model, referenced in its source checkpoint";
   let description = [{
     Declares a weight: its hub tensor name (the symbol), its logical type (shape and
-    the checkpoint's element type), where its bytes live (`#kiln.source`) and the
-    encoding it will be stored in (`#kiln.encoding`), which the precision passes
-    change. Weight bytes are never part of the IR.
+    the checkpoint's element type), where its values come from, the encoding it will
+    be stored in (`#kiln.encoding`), which the precision passes change, and the
+    layout of its elements in the artifact. Weight bytes are never part of the IR.
+
+    The values are a weight expression (`WeightExprAttrInterface`): most often one
+    tensor of the checkpoint (`#kiln.source`, printed without its prefix, which takes
+    the weight's shape), or transforms of one or more tensors: `#kiln.concat`,
+    `#kiln.slice`, `#kiln.permute`, nested freely, whose leaves are `#kiln.source`s
+    with a `shape`. The expression's shape must be the weight's and its leaves'
+    dtype the element type. The artifact writer evaluates the expression, then
+    encodes the result. `layout` (default `#kiln.layout<row_major>`, then not
+    printed) is how the encoded elements are arranged.
 
     Example:
 
@@ -38,20 +47,44 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     kiln.weight @model.norm.weight : tensor<576xbf16>
         from #kiln.source<"model.safetensors", offset = 1152, size = 1152, dtype = "BF16">
         as #kiln.encoding<bf16>
+    // Q and K projections fused into one [24, 32] weight.
+    kiln.weight @qk : tensor<24x32xf32>
+        from #kiln.concat<axis = 0, [
+            #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
+            #kiln.source<"m.safetensors", offset = 2048, size = 1024, dtype = "F32", shape = [8, 32]>]>
+        as #kiln.encoding<int8> layout #kiln.layout<row_major>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Kiln_Weight>:$type,
-                       Kiln_SourceAttr:$source,
-                       Kiln_EncodingAttr:$encoding);
+                       Kiln_WeightExprAttrInterface:$source,
+                       Kiln_EncodingAttr:$encoding,
+                       DefaultValuedAttr<Kiln_LayoutAttr, "::kiln::LayoutKind::row_major">:$layout);
   let assemblyFormat = [{
-    $sym_name `:` $type `from` $source `as` $encoding attr-dict
+    $sym_name `:` $type `from` custom<WeightExpr>($source) `as` $encoding
+    (`layout` $layout^)? attr-dict
   }];
+  let builders = [
+    // The default layout.
+    OpBuilder<(ins "::mlir::StringAttr":$sym_name, "::mlir::TypeAttr":$type,
+                   "::kiln::WeightExprAttrInterface":$source, "::kiln::EncodingAttr":$encoding), [{
+      build($_builder, $_state, sym_name, type, source, encoding, ::kiln::LayoutKindAttr());
+    }]>
+  ];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::RankedTensorType getTensorType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getType());
     }
+    /// The leaf sources of the weight's expression, in order (kiln::getWeightSources).
+    ::llvm::SmallVector<SourceAttr> getSources() { return getWeightSources(getSource()); }
+    /// The checkpoint bytes the expression reads: the sum of its leaves' sizes.
+    uint64_t getSourceBytes() { return getWeightSourceBytes(getSource()); }
+    /// The safetensors dtype of every leaf (F32, F16 or BF16).
+    ::llvm::StringRef getSourceDtype() { return getSource().getElementDtype(); }
+    /// The source when the expression is one plain tensor of the checkpoint (no
+    /// transform), else null.
+    SourceAttr getPlainSource() { return ::llvm::dyn_cast<SourceAttr>(getSource()); }
   }];
 }
 

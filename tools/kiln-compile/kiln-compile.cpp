@@ -3,19 +3,27 @@
 //   kiln-compile CHECKPOINT_DIR -o model.kiln [--target TRIPLE]   the artifact
 //   kiln-compile CHECKPOINT_DIR --emit=ir                         imported kiln IR
 //   kiln-compile CHECKPOINT_DIR --emit=planned-ir                 after lowering
+//   kiln-compile --from-ir PLANNED.mlir -o model.kiln             the artifact of lowered IR
 //
 //===----------------------------------------------------------------------===//
 
+#include <initializer_list>
+#include <memory>
+
 #include "compiler/pipelines/Pipeline.h"
+#include "dialects/kiln/KilnDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include <cerrno>
 #include <cstring>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llvm/Support/CommandLine.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
@@ -25,7 +33,14 @@ namespace cl = llvm::cl;
 static cl::OptionCategory kilnCategory("kiln-compile options");
 
 static cl::opt<std::string> checkpointDir(cl::Positional, cl::desc("<checkpoint directory>"),
-                                          cl::Required, cl::cat(kilnCategory));
+                                          cl::Optional, cl::cat(kilnCategory));
+static cl::opt<std::string> fromIr(
+    "from-ir",
+    cl::desc("Write the artifact of kiln IR that is already lowered (as --emit=planned-ir prints it, "
+             "possibly transformed by kiln-opt) instead of compiling a checkpoint; takes -o, --target "
+             "and --cpu-features (those the IR was lowered for) and --report. Ops are named by their "
+             "locations: emit the IR with --mlir-print-debuginfo to keep them"),
+    cl::value_desc("file.mlir"), cl::init(""), cl::cat(kilnCategory));
 static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln)"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(kilnCategory));
@@ -143,10 +158,29 @@ static bool checkOutput(llvm::StringRef option, llvm::StringRef path, bool repla
 
 int main(int argc, char** argv) {
   llvm::InitLLVM initLLVM(argc, argv);
+  // --mlir-print-debuginfo (hidden): --emit=planned-ir with the ops' names (their
+  // locations), which an artifact written back with --from-ir keeps.
+  mlir::registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions(kilnCategory);
   cl::ParseCommandLineOptions(argc, argv,
                               "Kiln: compile a Hugging Face checkpoint for phones\n");
 
+  if (fromIr.empty() == checkpointDir.empty()) {
+    llvm::errs() << "kiln-compile: error: give a checkpoint directory or --from-ir FILE.mlir (one of them)\n";
+    return 2;
+  }
+  if (!fromIr.empty()) {
+    // Precision, calibration and lowering happened when the IR was produced.
+    for (cl::Option* o : std::initializer_list<cl::Option*>{
+             &emit, &maxPrefillTokens, &memoryBudget, &bitsPerWeight,
+             static_cast<cl::Option*>(std::addressof(precisionOverrides)),
+             &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate})
+      if (o->getNumOccurrences() > 0) {
+        llvm::errs() << "kiln-compile: error: --" << o->ArgStr
+                     << " applies to compiling a checkpoint, not to --from-ir\n";
+        return 2;
+      }
+  }
   if (emit == EmitKind::Artifact && outputPath.empty()) {
     llvm::errs() << "kiln-compile: error: give the output artifact with -o FILE, or --emit=ir\n";
     return 2;
@@ -220,8 +254,17 @@ int main(int argc, char** argv) {
   }
 
   kiln::HessianTable hessians;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      kiln::importAndLower(context, options, /*lower=*/emit != EmitKind::IR, &hessians);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  if (!fromIr.empty()) {
+    context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
+    module = mlir::parseSourceFile<mlir::ModuleOp>(fromIr, &context);  // verified
+    if (!module || failedAny)
+      return 1;
+    if (auto ckpt = (*module)->getAttrOfType<mlir::StringAttr>("kiln.checkpoint"))
+      options.checkpoint = ckpt.str();  // for the report
+  } else {
+    module = kiln::importAndLower(context, options, /*lower=*/emit != EmitKind::IR, &hessians);
+  }
   if (!module || failedAny)
     return 1;
 

@@ -2,7 +2,8 @@
 //
 // Like mlir-opt: parses kiln IR, runs the passes named on the command line and
 // prints the result. Registers the kiln dialect and the upstream dialects the
-// pipeline uses.
+// pipeline uses, and every pass of passes/Passes.td, the test-only ones
+// (--kiln-test-*, library KilnTestPasses) included.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,144 @@
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+// Every check of weight expressions: the attribute verifiers (at parse time, on the
+// weight's line) and WeightOp::verify (which names the weight).
+
+// expected-error @+1 {{concat operand 1 has rank 1 but operand 0 has rank 2}}
+kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32", shape = [32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat operand 1 has shape [8, 16], which differs from operand 0's [16, 32] outside axis 0}}
+kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32", shape = [8, 16]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat axis 2 is out of range for rank 2}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.concat<axis = 2, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat axis -1 is out of range for rank 2}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.concat<axis = -1, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat operand 1 has dtype F16 but operand 0 has F32 (the leaves of a weight share one dtype)}}
+kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F16", shape = [8, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// A mixed-dtype concat deeper in the expression.
+// expected-error @+2 {{concat operand 1 has dtype BF16 but operand 0 has F32}}
+// expected-error @+1 {{failed to parse Kiln_PermuteAttr parameter 'operand'}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.permute<#kiln.concat<axis = 1, [#kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32", shape = [16, 16]>, #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "BF16", shape = [16, 32]>, offsets = [0, 0], sizes = [16, 16]>]>, dims = [1, 0]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat operand 0 is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice or #kiln.permute)}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.concat<axis = 0, [1 : i64]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat operand 1 has no shape: a #kiln.source inside a transform needs shape = [...]}}
+kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32">]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{slice offsets [0, 24] and sizes [16, 16] exceed operand shape [16, 32] in dimension 1}}
+kiln.weight @w : tensor<16x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, offsets = [0, 24], sizes = [16, 16]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{slice offsets [-1, 0] and sizes [16, 16] exceed operand shape [16, 32] in dimension 0}}
+kiln.weight @w : tensor<16x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, offsets = [-1, 0], sizes = [16, 16]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{slice offsets [0, 0] and sizes [0, 16] exceed operand shape [16, 32] in dimension 0}}
+kiln.weight @w : tensor<16x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, offsets = [0, 0], sizes = [0, 16]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{slice has 1 offsets and 2 sizes for an operand of rank 2}}
+kiln.weight @w : tensor<16x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, offsets = [0], sizes = [16, 16]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{slice operand 0 has no shape: a #kiln.source inside a transform needs shape = [...]}}
+kiln.weight @w : tensor<16x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32">, offsets = [0, 0], sizes = [16, 16]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{permute dims [0, 0] are not a permutation of [0, 2)}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.permute<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, dims = [0, 0]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{permute dims [1, 2] are not a permutation of [0, 2)}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.permute<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, dims = [1, 2]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{permute dims [1] are not a permutation of [0, 2)}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.permute<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, dims = [1]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{permute operand 0 is not a weight expression}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.permute<"x", dims = [1, 0]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{source size 2000 bytes does not match shape [16, 32] of F32 (2048 bytes)}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 2000, dtype = "F32", shape = [16, 32]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{source dtype I64 is not F32, F16 or BF16}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 4096, dtype = "I64", shape = [16, 32]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{source shape [16, 0] has a dimension below 1}}
+kiln.weight @w : tensor<16x0xf32> from #kiln.source<"m.safetensors", offset = 0, size = 0, dtype = "F32", shape = [16, 0]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{source offset + size overflows}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.source<"m.safetensors", offset = 18446744073709551600, size = 2048, dtype = "F32", shape = [16, 32]> as #kiln.encoding<f32>
+
+// -----
+
+// The expression against the weight's type: errors name the weight.
+
+// expected-error @+1 {{'kiln.weight' op weight 'w': expression shape [16, 32] does not match 'tensor<32x16xf32>'}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.slice<#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, offsets = [0, 0], sizes = [16, 32]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op weight 'qk': expression shape [32, 32] does not match 'tensor<24x32xf32>'}}
+kiln.weight @qk : tensor<24x32xf32> from #kiln.concat<axis = 0, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 2048, size = 2048, dtype = "F32", shape = [16, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op weight 'w': source dtype F16 does not match element type 'bf16'}}
+kiln.weight @w : tensor<32x16xbf16> from #kiln.permute<#kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F16", shape = [16, 32]>, dims = [1, 0]> as #kiln.encoding<bf16>
+
+// -----
+
+// A plain source may state its shape; it must be the weight's.
+// expected-error @+1 {{'kiln.weight' op weight 'w': expression shape [8, 4] does not match 'tensor<4x8xf32>'}}
+kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32", shape = [8, 4]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{expected a weight expression (#kiln.source, #kiln.concat, #kiln.slice or #kiln.permute), got #kiln.encoding<f32>}}
+kiln.weight @w : tensor<4x8xf32> from #kiln.encoding<f32> as #kiln.encoding<f32>
+
+// -----
+
+// Only row_major exists today.
+// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major}}
+// expected-error @+1 {{failed to parse Kiln_LayoutAttr parameter 'value'}}
+kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32"> as #kiln.encoding<f32> layout #kiln.layout<tiled>
