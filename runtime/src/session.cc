@@ -108,8 +108,8 @@ void FreeBuffers(kiln_session_t* s) {
 }
 
 // Scratch the kernels need, over every op of every stage.
-size_t ScratchFloats(kiln_session_t* s) {
-  const fb::Model* m = s->model->fb;
+size_t ScratchFloats(const kiln_model_t* model, int64_t context, int threads) {
+  const fb::Model* m = model->fb;
   size_t most = 0;
   WeightView wv[1 + 3 * 64];
   for (const fb::Stage* stage : *m->stages())
@@ -117,9 +117,9 @@ size_t ScratchFloats(kiln_session_t* s) {
       const KernelEntry* k = FindKernel(op->kernel());
       if (k->scratch == nullptr) continue;
       int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
-      for (int i = 0; i < nw; ++i) wv[i] = s->model->weights[op->weights()->Get(i)];
+      for (int i = 0; i < nw; ++i) wv[i] = model->weights[op->weights()->Get(i)];
       int64_t rows = m->values()->Get(op->output())->max_rows();
-      most = std::max(most, k->scratch(op, wv, nw, rows, s->context, s->pool->num_threads()));
+      most = std::max(most, k->scratch(op, wv, nw, rows, context, threads));
     }
   return most;
 }
@@ -378,6 +378,85 @@ kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* o
   return model->tokenizer->Encode(text.data(), text.size(), true, out, error);
 }
 
+// Everything a session allocates, sized from the artifact and the options with
+// checked arithmetic: what kiln_session_create allocates and what
+// kiln_model_session_bytes reports, from one computation.
+struct SessionPlan {
+  int64_t context = 0;
+  int threads = 1;
+  size_t kv_half = 0, arena = 0, tokens = 0, hidden = 0, logits = 0;
+  size_t pixels = 0, vision = 0, image = 0;
+  size_t scratch_floats = 0, scratch = 0;
+  size_t value_rows = 0;  // the per-value row counts
+
+  // As allocated: every allocation carries a header of its alignment (64 bytes, the
+  // thread pool's and arrays' 16; support/allocator.cc), an empty buffer still takes 64 bytes,
+  // and the thread pool holds one std::thread per worker.
+  uint64_t Total(bool multimodal) const {
+    auto buf = [](uint64_t b) { return (b == 0 ? uint64_t{64} : b) + 64; };
+    uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + 2 * buf(kv_half) + buf(arena) +
+                     2 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + value_rows + 16;
+    if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
+    if (multimodal) total += buf(pixels) + buf(vision) + buf(image);
+    return total;
+  }
+};
+
+kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_t& o, SessionPlan* p,
+                          kiln_error_t* error) {
+  const fb::Model* m = model->fb;
+  int64_t max_ctx = m->text()->max_position_embeddings();
+  if (m->text()->sliding_window() > 0) max_ctx = std::min<int64_t>(max_ctx, m->text()->sliding_window());
+  if (o.context_length < 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "context_length %d is negative", o.context_length);
+  p->context = o.context_length > 0 ? o.context_length : std::min<int64_t>(max_ctx, 4096);
+  if (p->context > max_ctx)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "context_length %d exceeds the model's %lld positions",
+                o.context_length, static_cast<long long>(max_ctx));
+  if (o.num_threads < 0 || o.num_threads > 256)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
+  p->threads = o.num_threads > 0 ? o.num_threads : CpuCount();
+  const uint64_t hidden = m->text()->hidden_size(), vocab = m->text()->vocab_size();
+  const uint64_t max_prefill = m->memory_plan()->max_prefill_tokens();
+  const uint64_t kv_width = static_cast<uint64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
+  size_t kv_total = 0;
+  bool sized = SizeOf(m->text()->num_layers(), static_cast<uint64_t>(p->context), kv_width, sizeof(float),
+                      &p->kv_half) &&
+               SizeOf(p->kv_half, 2, 1, 1, &kv_total) && kv_total <= static_cast<uint64_t>(INT64_MAX) &&
+               SizeOf(max_prefill, sizeof(int32_t), 1, 1, &p->tokens) &&
+               SizeOf(max_prefill, hidden, sizeof(float), 1, &p->hidden) &&
+               SizeOf(vocab, sizeof(float), 1, 1, &p->logits) &&
+               SizeOf(m->values()->size(), sizeof(int64_t), 1, 1, &p->value_rows);
+  p->arena = m->memory_plan()->arena_bytes();
+  if (sized && model->multimodal) {
+    uint64_t size = m->image()->image_size();
+    sized = SizeOf(3, size, size, sizeof(float), &p->pixels) &&
+            SizeOf(m->image()->image_tokens(), hidden, sizeof(float), 1, &p->image);
+    p->vision = m->values()->Get(model->stages[kVision]->outputs()->Get(0))->size();
+  }
+  if (!sized)
+    return Fail(error, KILN_ERROR_ARTIFACT_MALFORMED,
+                "the session's buffers for a %lld-token context overflow (num_layers %u, num_kv_heads %u, head_dim %u)",
+                static_cast<long long>(p->context), m->text()->num_layers(), m->text()->num_kv_heads(),
+                m->text()->head_dim());
+  p->scratch_floats = std::max<size_t>(ScratchFloats(model, p->context, p->threads), static_cast<size_t>(2 * vocab));
+  if (!SizeOf(p->scratch_floats, sizeof(float), 1, 1, &p->scratch))
+    return Fail(error, KILN_ERROR_ARTIFACT_MALFORMED, "kernel scratch of %zu floats overflows", p->scratch_floats);
+  return KILN_OK;
+}
+
+kiln_status_t ReadSessionOptions(const kiln_session_options_t* options, kiln_session_options_t* o,
+                                 kiln_error_t* error) {
+  *o = {};
+  o->struct_size = sizeof(*o);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > 4096)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options_t.struct_size is not set");
+    std::memcpy(o, options, std::min<size_t>(options->struct_size, sizeof(*o)));
+  }
+  return KILN_OK;
+}
+
 }  // namespace
 
 // The calibration seam (kiln/kiln_calibration.h).
@@ -440,89 +519,62 @@ void kiln_generate_options_init(kiln_generate_options_t* options) {
   options->top_p = 1.0f;
 }
 
+kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_session_options_t* options,
+                                       uint64_t* out_bytes, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || out_bytes == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_session_bytes: model and out_bytes are required");
+  kiln_session_options_t o;
+  SessionPlan plan;
+  if (kiln_status_t st = ReadSessionOptions(options, &o, out_error); st != KILN_OK) return st;
+  if (kiln_status_t st = PlanSession(model, o, &plan, out_error); st != KILN_OK) return st;
+  *out_bytes = plan.Total(model->multimodal);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_options_t* options,
                                   kiln_session_t** out_session, kiln_error_t* out_error) {
   ClearError(out_error);
   if (model == nullptr || out_session == nullptr)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_create: model and out_session are required");
-  kiln_session_options_t o = {};
-  o.struct_size = sizeof(o);
-  if (options != nullptr) {
-    if (options->struct_size < sizeof(uint32_t) || options->struct_size > 4096)
-      return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options_t.struct_size is not set");
-    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
-  }
+  kiln_session_options_t o;
+  SessionPlan plan;
+  if (kiln_status_t st = ReadSessionOptions(options, &o, out_error); st != KILN_OK) return st;
+  if (kiln_status_t st = PlanSession(model, o, &plan, out_error); st != KILN_OK) return st;
   const fb::Model* m = model->fb;
-  int64_t max_ctx = m->text()->max_position_embeddings();
-  if (m->text()->sliding_window() > 0) max_ctx = std::min<int64_t>(max_ctx, m->text()->sliding_window());
-  int64_t context = o.context_length > 0 ? o.context_length : std::min<int64_t>(max_ctx, 4096);
-  if (context > max_ctx)
-    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "context_length %d exceeds the model's %lld positions",
-                o.context_length, static_cast<long long>(max_ctx));
-  if (o.num_threads < 0 || o.num_threads > 256)
-    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
 
   const kiln_allocator_t* a = o.allocator != nullptr ? o.allocator : &model->allocator.raw();
   Allocator bootstrap(a);
   void* mem = bootstrap.Alloc(sizeof(kiln_session_t), 64);
   if (mem == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
   kiln_session_t* s = new (mem) kiln_session_t(model, a);
-  s->context = context;
+  s->context = plan.context;
   s->max_prefill = m->memory_plan()->max_prefill_tokens();
-  s->pool = ThreadPool::Create(o.num_threads > 0 ? o.num_threads : CpuCount(), &s->allocator);
+  s->pool = ThreadPool::Create(plan.threads, &s->allocator);
   kiln_status_t st = KILN_OK;
   if (s->pool == nullptr) st = Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "cannot create the thread pool");
-
-  const int64_t hidden = m->text()->hidden_size(), vocab = m->text()->vocab_size();
   auto alloc = [&](size_t bytes, void** out, const char* what) {
     if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what);
   };
-  // Sizes in bytes, each checked: the KV cache (keys, then values again), the arena,
-  // ids and positions, hidden states and logits, and the image buffers.
   s->kv.layers = m->text()->num_layers();
-  s->kv.context = context;
+  s->kv.context = plan.context;
   s->kv.width = static_cast<int64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
-  size_t kv_half = 0, kv_total = 0, tokens_bytes = 0, hidden_bytes = 0, logits_bytes = 0;
-  size_t pixel_bytes = 0, image_bytes = 0;
-  bool sized = SizeOf(static_cast<uint64_t>(s->kv.layers), static_cast<uint64_t>(s->kv.context),
-                      static_cast<uint64_t>(s->kv.width), sizeof(float), &kv_half) &&
-               SizeOf(kv_half, 2, 1, 1, &kv_total) && kv_total <= static_cast<uint64_t>(INT64_MAX) &&
-               SizeOf(static_cast<uint64_t>(s->max_prefill), sizeof(int32_t), 1, 1, &tokens_bytes) &&
-               SizeOf(static_cast<uint64_t>(s->max_prefill), static_cast<uint64_t>(hidden), sizeof(float), 1,
-                      &hidden_bytes) &&
-               SizeOf(static_cast<uint64_t>(vocab), sizeof(float), 1, 1, &logits_bytes);
-  if (sized && model->multimodal) {
-    uint64_t size = m->image()->image_size();
-    sized = SizeOf(3, size, size, sizeof(float), &pixel_bytes) &&
-            SizeOf(m->image()->image_tokens(), static_cast<uint64_t>(hidden), sizeof(float), 1, &image_bytes);
-  }
-  if (st == KILN_OK && !sized)
-    st = Fail(out_error, KILN_ERROR_ARTIFACT_MALFORMED,
-              "the session's buffers for a %lld-token context overflow (num_layers %u, num_kv_heads %u, head_dim %u)",
-              static_cast<long long>(context), m->text()->num_layers(), m->text()->num_kv_heads(),
-              m->text()->head_dim());
-  alloc(kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
-  alloc(kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
-  alloc(m->memory_plan()->arena_bytes(), reinterpret_cast<void**>(&s->arena), "activation arena");
-  alloc(tokens_bytes, reinterpret_cast<void**>(&s->ids), "token buffer");
-  alloc(tokens_bytes, reinterpret_cast<void**>(&s->positions), "position buffer");
-  alloc(hidden_bytes, reinterpret_cast<void**>(&s->hidden), "hidden states");
-  alloc(logits_bytes, reinterpret_cast<void**>(&s->logits), "logits");
+  alloc(plan.kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
+  alloc(plan.kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
+  alloc(plan.arena, reinterpret_cast<void**>(&s->arena), "activation arena");
+  alloc(plan.tokens, reinterpret_cast<void**>(&s->ids), "token buffer");
+  alloc(plan.tokens, reinterpret_cast<void**>(&s->positions), "position buffer");
+  alloc(plan.hidden, reinterpret_cast<void**>(&s->hidden), "hidden states");
+  alloc(plan.logits, reinterpret_cast<void**>(&s->logits), "logits");
   if (model->multimodal) {
     // The verifier checked that the projector reads exactly the vision encoder's
     // output and writes [image_tokens, hidden]: these buffers are what they bind.
-    const fb::Value* vout = m->values()->Get(model->stages[kVision]->outputs()->Get(0));
-    alloc(pixel_bytes, reinterpret_cast<void**>(&s->pixels), "pixel values");
-    alloc(vout->size(), reinterpret_cast<void**>(&s->vision_features), "vision features");
-    alloc(image_bytes, reinterpret_cast<void**>(&s->image_features), "image features");
+    alloc(plan.pixels, reinterpret_cast<void**>(&s->pixels), "pixel values");
+    alloc(plan.vision, reinterpret_cast<void**>(&s->vision_features), "vision features");
+    alloc(plan.image, reinterpret_cast<void**>(&s->image_features), "image features");
   }
-  if (st == KILN_OK) {
-    s->scratch_floats = std::max<size_t>(ScratchFloats(s), static_cast<size_t>(2 * vocab));
-    size_t scratch_bytes = 0;
-    if (!SizeOf(s->scratch_floats, sizeof(float), 1, 1, &scratch_bytes))
-      st = Fail(out_error, KILN_ERROR_ARTIFACT_MALFORMED, "kernel scratch of %zu floats overflows", s->scratch_floats);
-    alloc(scratch_bytes, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
-  }
+  s->scratch_floats = plan.scratch_floats;
+  alloc(plan.scratch, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
   s->value_rows.set_allocator(&s->allocator);
   s->prompt.set_allocator(&s->allocator);
   s->output.set_allocator(&s->allocator);

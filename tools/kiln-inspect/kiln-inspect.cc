@@ -94,7 +94,14 @@ uint64_t ParamCount(const fb::Model* m) {
   return n ? n : 1;
 }
 
-void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
+// What kiln_model_session_bytes reports for the --context/--threads asked for.
+struct SessionMemory {
+  int context = 0;  // 0: the runtime's default
+  int threads = 0;  // 0: every CPU
+  uint64_t bytes = 0;
+};
+
+void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops, const SessionMemory& mem) {
   const fb::Metadata* md = m->metadata();
   std::printf("%s: Kiln artifact, schema %u.%u, %.1f MB\n", path.c_str(), m->schema_version() / 1000,
               m->schema_version() % 1000, file_size / 1e6);
@@ -126,6 +133,10 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
               mp->max_prefill_tokens());
   std::printf("  stage buffers    %12.1f MB\n", mp->io_bytes() / 1e6);
   std::printf("  KV cache         %12.1f KB per token\n", mp->kv_bytes_per_token() / 1e3);
+  std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads): KV cache, arena, kernel "
+              "scratch, stage buffers\n",
+              mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
+              mem.threads ? std::to_string(mem.threads).c_str() : "all");
   std::printf("\nstages\n");
   for (const fb::Stage* s : *m->stages()) {
     std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
@@ -155,7 +166,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
               src_total, total, 8.0 * static_cast<double>(total) / static_cast<double>(ParamCount(m)));
 }
 
-void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops) {
+void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops, const SessionMemory& mem) {
   const fb::Metadata* md = m->metadata();
   const fb::TextConfig* t = m->text();
   const fb::MemoryPlan* mp = m->memory_plan();
@@ -178,6 +189,8 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
               ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64 "},\n",
               mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token());
+  std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d},\n", mem.bytes, mem.context,
+              mem.threads);
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
     const fb::Stage* s = m->stages()->Get(i);
@@ -216,7 +229,12 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-inspect: show what a .kiln artifact contains"};
   std::string path;
   bool json = false, ops = false;
+  int context = 0, threads = 0;
   app.add_option("model", path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
+  app.add_option("--context", context, "KV-cache length the session memory is reported for (default: the runtime's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "threads the session memory is reported for (default: every CPU)")
+      ->check(CLI::Range(0, 256));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
   CLI11_PARSE(app, argc, argv);
@@ -225,6 +243,19 @@ int main(int argc, char** argv) {
   kiln_model_t* model = nullptr;
   if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
     std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+    return 1;
+  }
+  // Everything a session will allocate (KV cache, arena, kernel scratch, buffers).
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.context_length = context;
+  so.num_threads = threads;
+  SessionMemory mem;
+  mem.context = context;
+  mem.threads = threads;
+  if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK) {
+    std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+    kiln_model_release(model);
     return 1;
   }
   kiln_model_release(model);
@@ -243,9 +274,9 @@ int main(int argc, char** argv) {
   }
   const fb::Model* m = fb::GetSizePrefixedModel(data);
   if (json)
-    PrintJson(m, path, static_cast<uint64_t>(st.st_size), ops);
+    PrintJson(m, path, static_cast<uint64_t>(st.st_size), ops, mem);
   else
-    PrintText(m, path, static_cast<uint64_t>(st.st_size), ops);
+    PrintText(m, path, static_cast<uint64_t>(st.st_size), ops, mem);
   munmap(data, st.st_size);
   return 0;
 }

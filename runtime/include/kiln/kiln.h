@@ -239,6 +239,15 @@ KILN_API kiln_status_t kiln_session_create(kiln_model_t* model,
 /* NULL is a no-op. */
 KILN_API void kiln_session_release(kiln_session_t* session);
 
+/* The bytes kiln_session_create would allocate for `options` (NULL: defaults): the
+ * KV cache, the activation arena, the kernels' scratch for the thread count, the
+ * stage buffers and the session itself. Computed without allocating, so that an app
+ * can decide against its memory budget before creating a session. The mapped
+ * weights are not included (kiln_model_info_t.weight_bytes). Thread-safe. */
+KILN_API kiln_status_t kiln_model_session_bytes(const kiln_model_t* model,
+                                                const kiln_session_options_t* options,
+                                                uint64_t* out_bytes, kiln_error_t* out_error);
+
 /* Sets the image the next prompt asks about, as 8-bit RGB pixels (row stride in
  * bytes, >= 3 * width). It is preprocessed as the checkpoint's image processor does
  * (resize, crop, rescale, normalise) and encoded by the vision encoder and projector

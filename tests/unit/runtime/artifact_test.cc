@@ -601,6 +601,60 @@ TEST_P(ArtifactTest, Issue12MisalignedLongVectorsAreRejected) {
   }
 }
 
+// Issue 12, defect 13: what kiln_model_session_bytes declares is what a session
+// allocates (the kernels' scratch included), for several contexts and thread counts.
+struct CountingAllocator {
+  uint64_t live = 0, peak = 0;
+  static void* Alloc(void* user, size_t size, size_t alignment) {
+    auto* self = static_cast<CountingAllocator*>(user);
+    void* p = nullptr;
+    if (posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size + 64) != 0) return nullptr;
+    std::memcpy(p, &size, sizeof(size));
+    self->live += size;
+    self->peak = std::max(self->peak, self->live);
+    return static_cast<uint8_t*>(p) + 64;
+  }
+  static void Free(void* user, void* ptr) {
+    if (ptr == nullptr) return;
+    uint8_t* base = static_cast<uint8_t*>(ptr) - 64;
+    size_t size;
+    std::memcpy(&size, base, sizeof(size));
+    static_cast<CountingAllocator*>(user)->live -= size;
+    free(base);
+  }
+};
+
+TEST_P(ArtifactTest, Issue12SessionBytesCoverWhatASessionAllocates) {
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  std::string path = dir_ + "/" + GetParam() + ".kiln";
+  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  for (int context : {16, 64}) {
+    for (int threads : {1, 3}) {
+      CountingAllocator counter;
+      kiln_allocator_t a = {CountingAllocator::Alloc, CountingAllocator::Free, &counter};
+      kiln_session_options_t so = {};
+      so.struct_size = sizeof(so);
+      so.num_threads = threads;
+      so.context_length = context;
+      so.allocator = &a;
+      uint64_t declared = 0;
+      ASSERT_EQ(kiln_model_session_bytes(model, &so, &declared, &err), KILN_OK) << err.message;
+      kiln_session_t* s = nullptr;
+      ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+      // Everything the session allocates at creation is declared, to the byte.
+      EXPECT_EQ(counter.peak, declared) << "context " << context << ", " << threads << " threads";
+      kiln_session_release(s);
+    }
+  }
+  kiln_session_options_t bad = {};
+  bad.struct_size = sizeof(bad);
+  bad.context_length = -5;
+  uint64_t bytes = 0;
+  EXPECT_EQ(kiln_model_session_bytes(model, &bad, &bytes, &err), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_model_release(model);
+}
+
 TEST_P(ArtifactTest, IdentifierAndEmptyFile) {
   std::vector<uint8_t> bad = bytes_;
   std::memcpy(bad.data() + 8, "GGUF", 4);
