@@ -10,6 +10,19 @@ if(KILN_SANITIZE)
   add_link_options(${_kiln_san})
 endif()
 
+# KILN_BUILD_FUZZERS: every target gets libFuzzer's coverage instrumentation plus ASan
+# and UBSan; only the fuzz_* executables link libFuzzer itself (KILN_FUZZER_LINK_FLAGS,
+# tests/fuzz/CMakeLists.txt), so that the rest still links with its own main().
+if(KILN_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KILN_BUILD_FUZZERS needs clang (libFuzzer), e.g. -DCMAKE_CXX_COMPILER=clang++-19")
+  endif()
+  set(_kiln_fuzz_san -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_compile_options(-fsanitize=fuzzer-no-link ${_kiln_fuzz_san})
+  add_link_options(${_kiln_fuzz_san})
+  set(KILN_FUZZER_LINK_FLAGS -fsanitize=fuzzer)
+endif()
+
 # kiln_runtime_target(<target>): flags for code that ships inside an app. No
 # exceptions or RTTI cross the C ABI; the runtime reports every failure by status.
 function(kiln_runtime_target target)

@@ -1,0 +1,20 @@
+# cmake -DREPLAYS="|<binary>=<dir>=<dir>|..." [-DEMULATOR=<cmd>,<arg>,...] -P replay_all.cmake
+# Runs each replay binary on its directories (regressions, then the seed corpus);
+# fails when any of them fails.
+set(_failed "")
+string(REPLACE "," ";" _emulator "${EMULATOR}")
+string(REPLACE "|" ";" _replays "${REPLAYS}")
+foreach(entry IN LISTS _replays)
+  if(entry STREQUAL "")
+    continue()
+  endif()
+  string(REPLACE "=" ";" parts "${entry}")
+  list(POP_FRONT parts binary)
+  execute_process(COMMAND ${_emulator} ${binary} ${parts} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    list(APPEND _failed "${binary} (${rc})")
+  endif()
+endforeach()
+if(_failed)
+  message(FATAL_ERROR "fuzz regressions failed: ${_failed}")
+endif()
