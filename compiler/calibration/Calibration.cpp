@@ -207,6 +207,10 @@ llvm::Expected<std::vector<Sample>> readCalibrationSet(llvm::StringRef path) {
       }
       if (!llvm::sys::fs::exists(p))
         return fail(file + ":" + llvm::Twine(i + 1) + ": image '" + p + "' does not exist");
+      // A FIFO or device would block or never end: images are regular files
+      // (symlinks followed, as in the Hugging Face cache).
+      if (!llvm::sys::fs::is_regular_file(p))
+        return fail(file + ":" + llvm::Twine(i + 1) + ": image '" + p + "' is not a regular file");
       s.image = std::string(p);
     }
     if (auto answer = o->getString("answer"))

@@ -50,9 +50,12 @@ int32_t Argmax(const float* logits, int64_t n) {
 }
 
 // Temperature, top-k and top-p (nucleus) sampling; `order` is scratch of n ints.
+// NaN logits are never chosen; when every logit is NaN the result is n (the caller
+// reports it).
 int32_t Sample(const float* logits, int64_t n, const kiln_generate_options_t& o, Rng* rng, int32_t* order,
                float* probs) {
   if (!(o.temperature > 0.0f)) return Argmax(logits, n);
+  if (Argmax(logits, n) == n) return static_cast<int32_t>(n);  // every logit NaN
   for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
   int64_t k = o.top_k > 0 && o.top_k < n ? o.top_k : n;
   std::partial_sort(order, order + k, order + n, [&](int32_t a, int32_t b) {
@@ -295,6 +298,8 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   int32_t* order = reinterpret_cast<int32_t*>(s->scratch);
   float* probs = s->scratch + vocab;  // scratch holds at least 2 * vocab floats
   int32_t token = Sample(s->logits, vocab, o, &rng, order, probs);
+  if (token < 0 || token >= vocab)
+    return Fail(error, KILN_ERROR_NONFINITE, "every logit of the first token is NaN (non-finite weights or activations)");
   kiln_status_t st = KILN_OK;
   bool done = IsEos(s, token);
   if (!done) {
@@ -322,6 +327,11 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     st = Head(s, error);
     if (st != KILN_OK) break;
     token = Sample(s->logits, vocab, o, &rng, order, probs);
+    if (token < 0 || token >= vocab) {
+      st = Fail(error, KILN_ERROR_NONFINITE, "every logit at position %lld is NaN (non-finite weights or activations)",
+                static_cast<long long>(s->position));
+      break;
+    }
     if (decoded == 0) s->stats.first_decode_ms = Ms(NowSeconds() - t0);
     ++decoded;
     if (IsEos(s, token)) break;
@@ -445,8 +455,9 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   return KILN_OK;
 }
 
-kiln_status_t ReadSessionOptions(const kiln_session_options_t* options, kiln_session_options_t* o,
-                                 kiln_error_t* error) {
+// Reads the caller's options (of any struct size) into `o` and plans the session.
+kiln_status_t PlanFromOptions(const kiln_model_t* model, const kiln_session_options_t* options,
+                              kiln_session_options_t* o, SessionPlan* plan, kiln_error_t* error) {
   *o = {};
   o->struct_size = sizeof(*o);
   if (options != nullptr) {
@@ -454,7 +465,7 @@ kiln_status_t ReadSessionOptions(const kiln_session_options_t* options, kiln_ses
       return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_options_t.struct_size is not set");
     std::memcpy(o, options, std::min<size_t>(options->struct_size, sizeof(*o)));
   }
-  return KILN_OK;
+  return PlanSession(model, *o, plan, error);
 }
 
 }  // namespace
@@ -526,8 +537,7 @@ kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_ses
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_session_bytes: model and out_bytes are required");
   kiln_session_options_t o;
   SessionPlan plan;
-  if (kiln_status_t st = ReadSessionOptions(options, &o, out_error); st != KILN_OK) return st;
-  if (kiln_status_t st = PlanSession(model, o, &plan, out_error); st != KILN_OK) return st;
+  if (kiln_status_t st = PlanFromOptions(model, options, &o, &plan, out_error); st != KILN_OK) return st;
   *out_bytes = plan.Total(model->multimodal);
   return KILN_OK;
 }
@@ -539,8 +549,7 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_create: model and out_session are required");
   kiln_session_options_t o;
   SessionPlan plan;
-  if (kiln_status_t st = ReadSessionOptions(options, &o, out_error); st != KILN_OK) return st;
-  if (kiln_status_t st = PlanSession(model, o, &plan, out_error); st != KILN_OK) return st;
+  if (kiln_status_t st = PlanFromOptions(model, options, &o, &plan, out_error); st != KILN_OK) return st;
   const fb::Model* m = model->fb;
 
   const kiln_allocator_t* a = o.allocator != nullptr ? o.allocator : &model->allocator.raw();

@@ -88,6 +88,7 @@ typedef enum kiln_status_t {
 
   /* 200 – 299: execution */
   KILN_ERROR_CONTEXT_FULL = 200,   /* the request does not fit the session's context */
+  KILN_ERROR_NONFINITE = 201,      /* the model computed NaN for every logit */
 
   /* 300 – 399: inputs */
   KILN_ERROR_INPUT_IMAGE = 300,    /* image of a size or format that cannot be used */
