@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/threads_available.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -474,27 +476,6 @@ TEST(TokenizerVectors, LookupsMatchSpec) {
     EXPECT_FALSE(t->IsSpecial(t->vocab_size()));
     EXPECT_FALSE(t->IsSpecial(s.RawId("a")));
   }
-}
-
-// Whether a thread can be started here. Under Debian 12's qemu-aarch64 (7.2) in some
-// containers pthread_create never returns; a forked child tries, so that the test
-// skips instead of hanging.
-bool ThreadsWork() {
-  pid_t pid = fork();
-  if (pid < 0) return false;
-  if (pid == 0) {
-    std::thread t([] {});
-    t.join();
-    _exit(0);
-  }
-  for (int i = 0; i < 100; ++i) {  // 5 s
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return false;
 }
 
 TEST(TokenizerVectors, ConcurrentEncodeIsConsistent) {
