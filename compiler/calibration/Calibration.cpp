@@ -98,7 +98,6 @@ struct TensorUse {
   bool quantizable = false;
   bool int8Activations = false;  // a matrix product: int8 activations apply
   bool visionSide = false;  // read by the vision encoder or projector
-  fb::OpKind kind = fb::OpKind::Linear;
 };
 
 std::vector<TensorUse> tensorUses(const fb::Model* m) {
@@ -113,7 +112,6 @@ std::vector<TensorUse> tensorUses(const fb::Model* m) {
         uint32_t t = op->weights()->Get(i);
         TensorUse& u = uses[t];
         u.visionSide |= vision;
-        u.kind = op->kind();
         if (info && format::HasSlot(info->quantizable_weights, i) && m->tensors()->Get(t)->shape()->size() >= 2)
           u.quantizable = true;
         if (info && format::HasSlot(info->int8_act_weights, i))
