@@ -29,6 +29,8 @@ enum CpuFeature : uint64_t {
   kCpuX86Avx512F = 1ull << 2,
   kCpuX86Avx512Bw = 1ull << 3,
   kCpuX86Avx512Vnni = 1ull << 4,
+  kCpuX86Avx512Vl = 1ull << 5,
+  kCpuX86F16c = 1ull << 6,
   kCpuArmNeon = 1ull << 8,
   kCpuArmFp16 = 1ull << 9,
   kCpuArmDotProd = 1ull << 10,
@@ -37,7 +39,7 @@ enum CpuFeature : uint64_t {
   kCpuArmSme = 1ull << 13,
   kCpuArmSme2 = 1ull << 14,
 };
-constexpr uint64_t kKnownCpuFeatures = 0x1full | (0x7full << 8);
+constexpr uint64_t kKnownCpuFeatures = 0x7full | (0x7full << 8);
 
 // Names of the feature bits, for tools and error messages.
 inline const char* CpuFeatureName(uint64_t bit) {
@@ -47,6 +49,8 @@ inline const char* CpuFeatureName(uint64_t bit) {
     case kCpuX86Avx512F: return "avx512f";
     case kCpuX86Avx512Bw: return "avx512bw";
     case kCpuX86Avx512Vnni: return "avx512vnni";
+    case kCpuX86Avx512Vl: return "avx512vl";
+    case kCpuX86F16c: return "f16c";
     case kCpuArmNeon: return "neon";
     case kCpuArmFp16: return "fp16";
     case kCpuArmDotProd: return "dotprod";

@@ -29,6 +29,27 @@ UkernelSet MakePortable() {
 }
 const UkernelSet kPortable = MakePortable();
 
+#if defined(KILN_HAVE_X86_AVX512_KERNELS)
+// x86-64 AVX-512: the vectorised matmul family, attention and activations; the
+// reference for the rest.
+UkernelSet MakeX86Avx512() {
+  UkernelSet u = MakePortable();
+  u.matmul_f32 = kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512;
+  u.matmul_a8 = kiln_uk_matmul_bias_f32_qai8dx_wq_4x4_x86_avx512vnni;
+  u.matmul_scratch = kiln_uk_matmul_scratch_x86_avx512;
+  u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;
+  u.attention = kiln_uk_attention_f32_f32_f32_x86_avx512;
+  u.act = kiln_uk_act_f32_f32_x86_avx512;
+  u.gated_act = kiln_uk_gatedact_f32_f32_f32_x86_avx512;
+  return u;
+}
+const UkernelSet kX86Avx512 = MakeX86Avx512();
+#define KILN_UKERNELS_x86_avx512 (&kX86Avx512)
+#else
+// Not built for this architecture: the verifier refuses ops bound to these kernels.
+#define KILN_UKERNELS_x86_avx512 nullptr
+#endif
+
 // Micro-kernels by the ISA column of kernels.def.
 #define KILN_UKERNELS_portable (&kPortable)
 

@@ -62,6 +62,13 @@ void kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(const kiln_uk_matmul_par
 void kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                         int64_t n_end, float* scratch);
 
+/* x86-64 AVX-512 (F, BW, VL, VNNI) with FMA and F16C: runtime/kernels/x86/avx512. */
+size_t kiln_uk_matmul_scratch_x86_avx512(int64_t K);
+void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params_t* p, int64_t n_begin,
+                                                     int64_t n_end, float* scratch);
+void kiln_uk_matmul_bias_f32_qai8dx_wq_4x4_x86_avx512vnni(const kiln_uk_matmul_params_t* p, int64_t n_begin,
+                                                          int64_t n_end, float* scratch);
+
 /* ---- quant_rows: dynamic per-row int8 quantisation of activations ----
  * q = rint(x / s), s = absmax / 127 (1 for a zero row), clamped to [-127, 127].
  * Tile unit: rows. */
@@ -74,6 +81,8 @@ typedef struct kiln_uk_quant_rows_params_t {
 } kiln_uk_quant_rows_params_t;
 void kiln_uk_lhs_quant_qai8dx_f32_ref_portable(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
                                                int64_t row_end);
+void kiln_uk_lhs_quant_qai8dx_f32_x86_avx512(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
+                                             int64_t row_end);
 
 /* ---- norms: tile unit rows; scratch per thread: 2 * cols floats ---- */
 typedef struct kiln_uk_norm_params_t {
@@ -104,6 +113,8 @@ void kiln_uk_mul_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int
 void kiln_uk_act_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 /* y = act(a) * b (the gated MLP's middle). */
 void kiln_uk_gatedact_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
+void kiln_uk_act_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
+void kiln_uk_gatedact_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 
 /* ---- rope: rotate-half rotary embedding; tile unit rows ---- */
 typedef struct kiln_uk_rope_params_t {
@@ -117,9 +128,11 @@ typedef struct kiln_uk_rope_params_t {
 void kiln_uk_rope_f32_f32_ref_portable(const kiln_uk_rope_params_t* p, int64_t row_begin, int64_t row_end);
 
 /* ---- attention: softmax(q k^T * scale) v per head; tile unit (row, head) tasks,
- * task = row * heads + head; scratch per thread: n_keys floats.
+ * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH_ROWS *
+ * n_keys floats (kernels may score that many rows of one head together).
  * Row t attends to keys [0, limit(t)): limit = n_keys, or t + 1 when causal, or
  * positions[t] + 1 when positions is given (KV cache). */
+#define KILN_UK_ATTENTION_SCRATCH_ROWS 4
 typedef struct kiln_uk_attention_params_t {
   const float* q;
   int64_t ldq;
@@ -136,6 +149,8 @@ typedef struct kiln_uk_attention_params_t {
 } kiln_uk_attention_params_t;
 void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                                 int64_t task_end, float* scratch);
+void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention_params_t* p, int64_t task_begin,
+                                              int64_t task_end, float* scratch);
 
 /* ---- gather rows of a weight table (embedding, position and class embeddings) ----
  * y[r, :] = decode(W[ids[r], :]) (+ x[r, :] when x is given); ids NULL: row r.

@@ -63,6 +63,8 @@ uint64_t DetectCpuFeatures() {
   if (__builtin_cpu_supports("avx512f")) f |= format::kCpuX86Avx512F;
   if (__builtin_cpu_supports("avx512bw")) f |= format::kCpuX86Avx512Bw;
   if (__builtin_cpu_supports("avx512vnni")) f |= format::kCpuX86Avx512Vnni;
+  if (__builtin_cpu_supports("avx512vl")) f |= format::kCpuX86Avx512Vl;
+  if (__builtin_cpu_supports("f16c")) f |= format::kCpuX86F16c;
 #elif defined(__aarch64__)
   f |= format::kCpuArmNeon;
 #if defined(__linux__)

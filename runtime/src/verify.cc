@@ -563,6 +563,9 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   if (uint64_t missing = kernel->cpu_features & ~cpu_; missing != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs %s, which this CPU lacks", OpName(op),
                kernel->name, format::CpuFeatureName(missing & (~missing + 1)));
+  if (kernel->uk == nullptr)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s is not built into this runtime (another CPU architecture)",
+               OpName(op), kernel->name);
   if ((kernel->cpu_features & ~model_->required_cpu_features()) != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs CPU features the artifact does not declare",
                OpName(op), kernel->name);

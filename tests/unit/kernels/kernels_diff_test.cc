@@ -21,6 +21,7 @@
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
+#include "platform/platform.h"
 
 namespace {
 
@@ -103,7 +104,10 @@ std::vector<SetUnderTest> Sets() {
   std::vector<SetUnderTest> out;
   size_t n;
   const kiln::rt::KernelEntry* k = kiln::rt::AllKernels(&n);
+  const uint64_t cpu = kiln::rt::DetectCpuFeatures();
   for (size_t i = 0; i < n; ++i) {
+    // Kernels of another architecture (not built) or needing features this CPU lacks.
+    if (k[i].uk == nullptr || (k[i].cpu_features & ~cpu) != 0) continue;
     SetUnderTest* s = nullptr;
     for (SetUnderTest& o : out)
       if (o.uk == k[i].uk) s = &o;
@@ -242,6 +246,9 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
       for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y[i], x[i] + z[i]);
       for (auto [b0, b1] : Split(rows * cols, 4, rng)) set.uk->mul(&e, b0, b1);
       for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(y[i], x[i] * z[i]);
+      // Inputs over a wider range than N(0, 1): the activations' tails and saturation.
+      for (int64_t i = 0; i < rows * cols; i += 3) x[i] *= 6.0f;
+      std::vector<double> plain(rows * cols);
       for (int32_t kind = KILN_UK_SILU; kind <= KILN_UK_RELU; ++kind) {
         e.activation = kind;
         for (auto [b0, b1] : Split(rows * cols, 4, rng)) set.uk->gated_act(&e, b0, b1);
@@ -255,32 +262,46 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
             default: a = v > 0 ? v : 0; break;
           }
           want[i] = a * z[i];
+          plain[i] = a;
         }
-        EXPECT_LT(Nmse(y, want), 1e-12) << "activation " << kind;
+        EXPECT_LT(Nmse(y, want), 1e-12) << "gated activation " << kind;
+        for (auto [b0, b1] : Split(rows * cols, 4, rng)) set.uk->act(&e, b0, b1);
+        EXPECT_LT(Nmse(y, plain), 1e-12) << "activation " << kind;
       }
     }
-    // Attention: causal within the inputs and over positions, GQA.
-    for (int64_t t : {1, 3, 17}) {
-      const int64_t heads = 4, kv_heads = 2, hd = 8;
+    // Attention: causal within the inputs, over positions (KV cache), and full (vision
+    // encoders); GQA; head sizes with and without a vector tail. The range split as
+    // for 2 to 4 threads gives the unsplit result bit for bit.
+    for (int64_t t : {1, 3, 17, 40})
+    for (int64_t hd : {8, 64, 72}) {
+      const int64_t heads = 4, kv_heads = 2;
       std::vector<float> q(t * heads * hd), k(t * kv_heads * hd), v(t * kv_heads * hd), y(t * heads * hd),
-          scratch(t);
+          whole(y.size()), scratch(KILN_UK_ATTENTION_SCRATCH_ROWS * t);
       for (float& a : q) a = dist(rng);
       for (float& a : k) a = dist(rng);
       for (float& a : v) a = dist(rng);
       std::vector<int32_t> pos(t);
       for (int64_t i = 0; i < t; ++i) pos[i] = static_cast<int32_t>(i);
-      for (bool positions : {false, true}) {
-        kiln_uk_attention_params_t p = {q.data(), heads * hd, k.data(), v.data(), kv_heads * hd, y.data(),
-                                        heads * hd, heads, kv_heads, hd, t, 0.35f, positions ? 0 : 1,
+      for (int mode : {0, 1, 2}) {  // causal, positions, full
+        const bool positions = mode == 1, causal = mode == 0;
+        kiln_uk_attention_params_t p = {q.data(), heads * hd, k.data(), v.data(), kv_heads * hd, whole.data(),
+                                        heads * hd, heads, kv_heads, hd, t, 0.35f, causal ? 1 : 0,
                                         positions ? pos.data() : nullptr};
-        for (auto [b0, b1] : Split(t * heads, 3, rng)) set.uk->attention(&p, b0, b1, scratch.data());
+        set.uk->attention(&p, 0, t * heads, scratch.data());
+        p.y = y.data();
+        for (int threads = 2; threads <= 4; ++threads) {
+          std::fill(y.begin(), y.end(), 0.0f);
+          for (auto [b0, b1] : Split(t * heads, threads, rng)) set.uk->attention(&p, b0, b1, scratch.data());
+          ASSERT_EQ(std::memcmp(y.data(), whole.data(), y.size() * 4), 0) << "attention split, t=" << t << " hd=" << hd;
+        }
         std::vector<double> want(y.size());
         for (int64_t r = 0; r < t; ++r)
           for (int64_t h = 0; h < heads; ++h) {
             int64_t g = h / (heads / kv_heads);
-            std::vector<double> s(r + 1);
+            const int64_t n = mode == 2 ? t : r + 1;
+            std::vector<double> s(n);
             double mx = -1e300, sum = 0;
-            for (int64_t j = 0; j <= r; ++j) {
+            for (int64_t j = 0; j < n; ++j) {
               double d = 0;
               for (int64_t i = 0; i < hd; ++i) d += double(q[r * heads * hd + h * hd + i]) * k[j * kv_heads * hd + g * hd + i];
               s[j] = d * 0.35f;
@@ -289,11 +310,11 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
             for (double& a : s) sum += (a = std::exp(a - mx));
             for (int64_t i = 0; i < hd; ++i) {
               double acc = 0;
-              for (int64_t j = 0; j <= r; ++j) acc += s[j] / sum * v[j * kv_heads * hd + g * hd + i];
+              for (int64_t j = 0; j < n; ++j) acc += s[j] / sum * v[j * kv_heads * hd + g * hd + i];
               want[r * heads * hd + h * hd + i] = acc;
             }
           }
-        EXPECT_LT(Nmse(y, want), 1e-10) << "attention t=" << t << " positions=" << positions;
+        EXPECT_LT(Nmse(y, want), 1e-10) << "attention t=" << t << " hd=" << hd << " mode=" << mode;
       }
     }
   }
