@@ -2,6 +2,10 @@
 
 #include <new>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::rt {
 
 ThreadPool* ThreadPool::Create(int num_threads, Allocator* allocator) {
@@ -28,11 +32,26 @@ ThreadPool* ThreadPool::Create(int num_threads, Allocator* allocator) {
   return pool;
 }
 
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+// Spin iterations before a worker sleeps (roughly a millisecond).
+constexpr int kSpinBeforeSleep = 1 << 15;
+
+}  // namespace
+
 void ThreadPool::Destroy(ThreadPool* pool) {
   if (pool == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(pool->mutex_);
-    pool->stop_ = true;
+    pool->stop_.store(true);
   }
   pool->wake_.notify_all();
   for (int i = 0; i < pool->num_workers_; ++i) {
@@ -57,17 +76,21 @@ void ThreadPool::RunChunks(int thread) {
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (++spins < kSpinBeforeSleep) {
+        CpuRelax();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     RunChunks(index);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
-    }
+    busy_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -82,20 +105,21 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     fn(ctx, 0, n, 0);
     return;
   }
+  fn_ = fn;
+  ctx_ = ctx;
+  n_ = n;
+  chunk_ = chunk;
+  next_.store(0, std::memory_order_relaxed);
+  busy_.store(num_workers_, std::memory_order_relaxed);
   {
+    // Under the mutex, so that a worker about to sleep either sees the new
+    // generation or is counted in sleepers_ before it is read below.
     std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = fn;
-    ctx_ = ctx;
-    n_ = n;
-    chunk_ = chunk;
-    next_.store(0, std::memory_order_relaxed);
-    busy_ = num_workers_;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_.notify_all();
+  if (sleepers_.load() > 0) wake_.notify_all();
   RunChunks(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return busy_ == 0; });
+  while (busy_.load(std::memory_order_acquire) != 0) CpuRelax();
 }
 
 }  // namespace kiln::rt

@@ -1,5 +1,10 @@
 // A fixed pool of worker threads for the kernels' parallel loops. The calling thread
 // takes part, so a pool of N threads uses N - 1 workers.
+//
+// A decode step runs hundreds of short parallel loops back to back, so waking a
+// sleeping thread per loop (a futex round trip, tens of microseconds on a VM) would
+// cost more than the loops. Workers spin for a while after a loop before they sleep
+// on the condition variable, and the caller spins for the loop's end.
 #ifndef KILN_RUNTIME_SRC_THREAD_POOL_H_
 #define KILN_RUNTIME_SRC_THREAD_POOL_H_
 
@@ -49,10 +54,10 @@ class ThreadPool {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int busy_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> busy_{0};
+  std::atomic<int> sleepers_{0};
 
   // The current job.
   RangeFn fn_ = nullptr;
