@@ -16,12 +16,14 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
     the kernel (formats/kernels.def) that runs it on the target. The choice is made
     at compile time, so that no op falls back silently at run time: an op whose
     weight encoding no kernel of the target accepts is an error naming the op.
-    The first kernel of formats/kernels.def that runs the op's kind, reads its
-    weights' encodings and needs no CPU feature the target lacks is chosen; every
-    binding is reported as a remark (kernel, ISA, features), and a binding to a
-    portable reference kernel says so. The artifact's required CPU features are
-    derived from the bound kernels. Today every op binds to a portable reference
-    kernel.
+    Of the kernels of formats/kernels.def that run the op's kind, read its
+    weights' encodings and need no CPU feature the target lacks, the most
+    specialised (most CPU features) is chosen, the first in table order among
+    equals; every binding is reported as a remark (kernel, ISA, features), and a
+    binding to a portable reference kernel says so. The artifact's required CPU
+    features are derived from the bound kernels. The target defaults to the host
+    with the CPU features it detects; `target=portable` binds the reference
+    kernels.
 
     Example:
 
@@ -31,7 +33,7 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"\"",
-           "Target triple (default: the host); an unknown triple is an error">,
+           "host (default: this machine, detected CPU features), portable, or a triple; an unknown triple is an error">,
     Option<"cpuFeatures", "cpu-features", "std::string", /*default=*/"\"\"",
            "CPU features the target has, e.g. +avx2,+fma or +dotprod,+i8mm">,
   ];

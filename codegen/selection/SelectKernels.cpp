@@ -8,6 +8,7 @@
 #include "passes/OpTable.h"
 #include "passes/Passes.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/bit.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNSELECTKERNELS
@@ -55,15 +56,16 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
           needed |= format::EncodingBit(encodingSpec(enc).id);
           encodingNames.push_back(stringifyEncodingKind(enc.getKind()).str());
         }
-        // The first kernel of the table that runs this op kind, reads these
-        // encodings and needs no CPU feature the target lacks.
+        // Of the kernels that run this op kind, read these encodings and need no
+        // CPU feature the target lacks: the most specialised one (the most CPU
+        // features used), the first in table order among equals.
         const format::KernelInfo* chosen = nullptr;
         for (const format::KernelInfo& k : allKernels()) {
           if (k.op_kind != static_cast<uint16_t>(*kind) || (needed & ~k.encodings) != 0 ||
               (k.cpu_features & ~tgt.features) != 0)
             continue;
-          chosen = &k;
-          break;
+          if (!chosen || llvm::popcount(k.cpu_features) > llvm::popcount(chosen->cpu_features))
+            chosen = &k;
         }
         if (!chosen) {
           op->emitOpError("has no kernel for weight encoding(s) ")

@@ -3,6 +3,7 @@
 
 #include "formats/kiln_format.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
@@ -19,9 +20,59 @@ Target hostTarget() {
   return host;
 }
 
+uint64_t detectHostFeatures() {
+  Target host = hostTarget();
+  uint64_t f = host.features;
+  const llvm::StringMap<bool, llvm::MallocAllocator> have = llvm::sys::getHostCPUFeatures();
+  auto has = [&](llvm::StringRef name) {
+    auto it = have.find(name);
+    return it != have.end() && it->second;
+  };
+  if (host.arch == TargetArch::X86_64) {
+    static const std::pair<const char*, uint64_t> kX86[] = {
+        {"avx2", format::kCpuX86Avx2},         {"fma", format::kCpuX86Fma},
+        {"f16c", format::kCpuX86F16c},         {"avx512f", format::kCpuX86Avx512F},
+        {"avx512bw", format::kCpuX86Avx512Bw}, {"avx512vl", format::kCpuX86Avx512Vl},
+        {"avx512vnni", format::kCpuX86Avx512Vnni}};
+    for (const auto& [name, bit] : kX86)
+      if (has(name))
+        f |= bit;
+  } else {
+    static const std::pair<const char*, uint64_t> kArm[] = {
+        {"fullfp16", format::kCpuArmFp16}, {"dotprod", format::kCpuArmDotProd}, {"i8mm", format::kCpuArmI8mm},
+        {"sve", format::kCpuArmSve},       {"sme", format::kCpuArmSme},         {"sme2", format::kCpuArmSme2}};
+    for (const auto& [name, bit] : kArm)
+      if (has(name))
+        f |= bit;
+  }
+  return f;
+}
+
 llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef features) {
-  // No triple: the build host's architecture; features are still checked against it.
-  const std::string triple = tripleArg.empty() ? hostTarget().triple : tripleArg.str();
+  // "" / "host": this machine with what it detects; "portable": its architecture with
+  // baseline features. Features are still checked against the architecture.
+  if (tripleArg.empty() || tripleArg == "host" || tripleArg == "portable") {
+    Target t = hostTarget();
+    if (tripleArg != "portable")
+      t.features = detectHostFeatures();
+    llvm::Expected<Target> adjusted = parseTarget(t.triple, features);
+    if (!adjusted)
+      return adjusted.takeError();
+    adjusted->features |= t.features;
+    // Re-apply removals ("-avx512f") on top of the detected set.
+    llvm::SmallVector<llvm::StringRef> items;
+    features.split(items, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef item : items) {
+      item = item.trim();
+      if (!item.consume_front("-"))
+        continue;
+      for (uint64_t b = 1; b != 0; b <<= 1)
+        if ((b & format::kKnownCpuFeatures) && item == format::CpuFeatureName(b))
+          adjusted->features &= ~b;
+    }
+    return adjusted;
+  }
+  const std::string triple = tripleArg.str();
   llvm::Triple t(triple);
   Target target;
   target.triple = triple;

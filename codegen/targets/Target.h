@@ -19,11 +19,19 @@ struct Target {
   uint64_t features = 0; // kiln::format::CpuFeature bits
 };
 
-/// The build host (x86_64-linux-gnu or aarch64-linux-gnu).
+/// The build host (x86_64-linux-gnu or aarch64-linux-gnu) with the features every
+/// CPU of its architecture has.
 Target hostTarget();
 
-/// Parses a triple ("aarch64-linux-android", "x86_64-linux-gnu",
-/// "arm64-apple-ios", ...) and an optional feature list ("+dotprod,+i8mm").
+/// The CPU features of the machine the compiler runs on (LLVM's host detection:
+/// cpuid on x86, the OS on Arm), as kiln::format::CpuFeature bits.
+uint64_t detectHostFeatures();
+
+/// Parses a target: "" or "host" (the machine the compiler runs on, with every CPU
+/// feature it detects), "portable" (the host's architecture with baseline features
+/// only: the reference kernels, any CPU), or a triple ("aarch64-linux-android",
+/// "x86_64-linux-gnu", "arm64-apple-ios", ...; baseline features). `features`
+/// ("+dotprod,+i8mm", "-avx512f") adds to or removes from those.
 llvm::Expected<Target> parseTarget(llvm::StringRef triple, llvm::StringRef features);
 
 /// "neon,dotprod" style list of a feature bit set.

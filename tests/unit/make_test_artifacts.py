@@ -39,7 +39,8 @@ def main():
         golden = os.path.join(args.out, preset + ".golden")
         shutil.rmtree(ckpt, ignore_errors=True)
         run([sys.executable, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
-        run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln")])
+        # Portable: the runtime tests run these on every architecture (also under qemu).
+        run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln"), "--target=portable"])
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]
         if vlm:

@@ -55,8 +55,9 @@ static cl::opt<EmitKind> emit(
     cl::init(EmitKind::Artifact), cl::cat(kilnCategory));
 
 static cl::opt<std::string> target("target",
-                                   cl::desc("Target triple (default: the host), e.g. "
-                                            "aarch64-linux-android"),
+                                   cl::desc("host (default: this machine and the CPU features it "
+                                            "detects), portable (reference kernels, any CPU), or a "
+                                            "triple, e.g. aarch64-linux-android"),
                                    cl::init(""), cl::cat(kilnCategory));
 static cl::opt<std::string> cpuFeatures("cpu-features",
                                         cl::desc("CPU features to assume, e.g. +dotprod,+i8mm"),
