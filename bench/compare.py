@@ -7,6 +7,9 @@
     # vision encoder: Kiln VLM artifact (its vision stage) vs ONNX Runtime on the exported encoder
     /usr/bin/python3 bench/compare.py vision --kiln VLM.kiln --image photo.png --onnx enc.onnx \\
         [--threads 1,2] [--reps 5] [--json out.json]
+    # time to first token: a Kiln artifact against another (e.g. the same model --target=portable)
+    /usr/bin/python3 bench/compare.py ttft --kiln VLM.kiln --baseline VLM-portable.kiln --image photo.png \
+        [--threads 2] [--reps 5] [--json out.json]
     # memory bandwidth (streaming read) of this machine, the decode roofline
     /usr/bin/python3 bench/compare.py membw [--threads 1,2] [--reps 5]
 
@@ -133,7 +136,8 @@ def table(rows: list[tuple]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["llm", "vision", "membw"])
+    ap.add_argument("mode", choices=["llm", "vision", "ttft", "membw"])
+    ap.add_argument("--baseline")
     ap.add_argument("--kiln")
     ap.add_argument("--gguf")
     ap.add_argument("--onnx")
@@ -186,6 +190,27 @@ def main() -> None:
         for t in threads:
             print(f"Kiln decode effective weight bandwidth, {t} thread(s): "
                   f"{result[f'kiln_decode_weight_gb_s_{t}t']:.1f} GB/s ({wbytes / 1e6:.1f} MB x tokens/s)")
+    elif a.mode == "ttft":
+        if not (a.kiln and a.baseline and a.image):
+            ap.error("ttft needs --kiln, --baseline and --image")
+        result.update(kiln=a.kiln, baseline=a.baseline)
+        args = ["--image", a.image, "--prompt", "How do I install this?", "--max-new-tokens", "1"]
+        for t in threads:
+            ks, bs, stages = [], [], []
+            for _ in range(a.reps):
+                result["loadavg"].append(loadavg())
+                s = kiln_json([a.kiln, *args, "--threads", str(t)])
+                ks.append(s["ttft_ms"])
+                stages.append({k: s[k] for k in ("image_preprocess_ms", "vision_encoder_ms", "projector_ms",
+                                                  "prefill_ms", "first_token_ms")})
+                result["loadavg"].append(loadavg())
+                bs.append(kiln_json([a.baseline, *args, "--threads", str(t)])["ttft_ms"])
+            kk, bb = summary(ks), summary(bs)
+            result[f"kiln_ttft_ms_{t}t"] = kk
+            result[f"baseline_ttft_ms_{t}t"] = bb
+            result[f"kiln_stages_{t}t"] = stages
+            rows.append((f"{a.label} time to first token (ms)", t, kk, bb, bb["median"] / kk["median"]))
+        print(table(rows).replace("Kiln / peer", "speed-up over baseline").replace("peer (", "baseline ("))
     else:
         if not (a.kiln and a.onnx and a.image):
             ap.error("vision needs --kiln, --image and --onnx")

@@ -183,6 +183,78 @@ void MatmulDecodedWeights(const kiln_uk_matmul_params_t* p, int64_t n_begin, int
   }
 }
 
+// Many activation rows (prefill, vision encoders): outer products against a packed
+// panel of kNR weight rows, [K][kNR] floats decoded from any encoding into scratch
+// (decoding costs 1/M of the products). A tile of up to kMR activation rows x kNR
+// columns accumulates in 2 * kMR registers, each output lane summing along K in order,
+// so no horizontal sums and no dependence on the tile an output falls in.
+constexpr int kMR = 8;
+constexpr int kNR = 32;
+constexpr int64_t kPackedMinRows = 256;  // below, packing costs more than it saves (measured)
+
+// Local accumulators (an output array could alias the float inputs and keep them in
+// memory), copied out at the end.
+template <int MR>
+void PanelTile(const float* x, int64_t ldx, const float* panel, int64_t k, __m512 (&out)[kMR][2]) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; ++i) {
+    const __m512 w0 = _mm512_loadu_ps(panel + i * kNR), w1 = _mm512_loadu_ps(panel + i * kNR + 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + i]);
+      acc[r][0] = _mm512_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    out[r][0] = acc[r][0];
+    out[r][1] = acc[r][1];
+  }
+}
+
+void MatmulPacked(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end, float* scratch) {
+  const int64_t k = p->K;
+  float* panel = scratch;            // [k][kNR]
+  float* row = scratch + kNR * k;    // one decoded weight row
+  alignas(64) float bias[kNR];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kNR) {
+    const int nr = static_cast<int>(std::min<int64_t>(kNR, n_end - n0));
+    for (int j = 0; j < kNR; ++j) {
+      if (j >= nr) {
+        for (int64_t i = 0; i < k; ++i) panel[i * kNR + j] = 0.0f;
+        continue;
+      }
+      const float* w = uk::WeightRow(p->w, n0 + j, row);
+      for (int64_t i = 0; i < k; ++i) panel[i * kNR + j] = w[i];
+    }
+    for (int j = 0; j < kNR; ++j) bias[j] = 0.0f;
+    if (p->bias != nullptr) uk::DecodeElements(*p->bias, n0, nr, bias);
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : static_cast<__mmask16>((1u << (nr - 16)) - 1);
+    const __m512 b0 = _mm512_load_ps(bias), b1 = _mm512_load_ps(bias + 16);
+    for (int64_t r0 = 0; r0 < p->M; r0 += kMR) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, p->M - r0));
+      __m512 acc[kMR][2];
+      const float* x = p->x + r0 * p->ldx;
+      switch (mr) {
+        case 1: PanelTile<1>(x, p->ldx, panel, k, acc); break;
+        case 2: PanelTile<2>(x, p->ldx, panel, k, acc); break;
+        case 3: PanelTile<3>(x, p->ldx, panel, k, acc); break;
+        case 4: PanelTile<4>(x, p->ldx, panel, k, acc); break;
+        case 5: PanelTile<5>(x, p->ldx, panel, k, acc); break;
+        case 6: PanelTile<6>(x, p->ldx, panel, k, acc); break;
+        case 7: PanelTile<7>(x, p->ldx, panel, k, acc); break;
+        default: PanelTile<8>(x, p->ldx, panel, k, acc); break;
+      }
+      for (int r = 0; r < mr; ++r) {
+        float* y = p->y + (r0 + r) * p->ldy + n0;
+        _mm512_mask_storeu_ps(y, m0, p->bias != nullptr ? _mm512_add_ps(acc[r][0], b0) : acc[r][0]);
+        _mm512_mask_storeu_ps(y + 16, m1, p->bias != nullptr ? _mm512_add_ps(acc[r][1], b1) : acc[r][1]);
+      }
+    }
+  }
+}
+
 // ---- int8 activations ----
 
 inline int64_t Chunks128(int64_t k) { return (k + 127) / 128; }
@@ -418,11 +490,13 @@ size_t kiln_uk_matmul_scratch_x86_avx512(int64_t K) {
   // int4 path: kMT rows of 128 bytes and 16 int32 per 128-column chunk.
   const int64_t chunks = (K + 127) / 128;
   const int64_t int4_floats = (kMT * chunks * (128 + 64)) / 4;
-  return static_cast<size_t>(std::max<int64_t>(kNT * K, int4_floats) + 16);
+  // Packed path: a [K][kNR] panel and one decoded row.
+  return static_cast<size_t>(std::max<int64_t>((kNR + 1) * K, int4_floats) + 16);
 }
 
 void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                      int64_t n_end, float* scratch) {
+  if (p->M >= kPackedMinRows) return MatmulPacked(p, n_begin, n_end, scratch);
   switch (p->w.encoding) {
     case format::kEncF32: return MatmulFloatWeights<format::kEncF32>(p, n_begin, n_end);
     case format::kEncF16: return MatmulFloatWeights<format::kEncF16>(p, n_begin, n_end);
