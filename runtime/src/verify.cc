@@ -9,6 +9,7 @@
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
+#include "ops/shapes.h"
 #include "support/allocator.h"
 #include "support/error.h"
 
@@ -30,33 +31,6 @@ bool AlignUp(uint64_t v, uint64_t* out) {
   return true;
 }
 
-// Row symbols: which run-time row count a dynamic (-1) first dimension stands for.
-// Two dynamic row counts are equal only when they carry the same symbol.
-constexpr int kSymStatic = 0;    // d[0] is the static row count
-constexpr int kSymTokens = 1;    // the tokens of a prefill chunk (input_ids, positions, hidden states)
-constexpr int kSymImage = 2;     // the image-feature rows of a prefill chunk (its image tokens)
-constexpr int kSymFirstFree = 3;
-
-// Shape of a value as the verifier reasons about it: dims, -1 = dynamic rows whose
-// run-time count is named by `sym`.
-struct Dims {
-  int rank = 0;
-  int64_t d[4] = {0, 0, 0, 0};
-  int sym = kSymStatic;
-};
-
-// Same number of rows at run time: equal static counts, or the same symbol.
-bool SameRows(const Dims& a, const Dims& b) { return a.d[0] == b.d[0] && a.sym == b.sym; }
-
-// "12", "tokens", "image rows", "dynamic #3": for messages.
-const char* RowsName(const Dims& d, char* buf, size_t n) {
-  if (d.sym == kSymStatic) snprintf(buf, n, "%lld", static_cast<long long>(d.d[0]));
-  else if (d.sym == kSymTokens) snprintf(buf, n, "tokens");
-  else if (d.sym == kSymImage) snprintf(buf, n, "image rows");
-  else snprintf(buf, n, "dynamic #%d", d.sym);
-  return buf;
-}
-
 const char* ValueName(const fb::Value* v) { return v->name() != nullptr ? v->name()->c_str() : "<unnamed>"; }
 
 // flatbuffers 2.0.8's verifier checks only the 4-byte alignment of a vector's
@@ -66,10 +40,6 @@ bool Aligned8(const Vector<T>* v) {
   return v == nullptr || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
 }
 
-
-const char* OpName(const fb::Op* op) {
-  return op->name() != nullptr ? op->name()->c_str() : "<unnamed>";
-}
 
 class Verifier {
  public:
@@ -637,180 +607,13 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
 }
 
 kiln_status_t Verifier::OpShapes(const fb::Op* op, const Dims& o) {
-  auto in = [&](int i) -> const Dims& { return V(op->inputs()->Get(i)); };
-  auto indt = [&](int i) { return model_->values()->Get(op->inputs()->Get(i))->dtype(); };
-  auto w = [&](int i) { return W(op->weights()->Get(i)); };
-  // Same rows at run time: equal static counts or the same row symbol (-1 == -1
-  // alone says nothing: prefill's tokens and image rows are different numbers).
-  auto rows_eq = [&](const Dims& a, const Dims& b) { return SameRows(a, b); };
-  int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
-  int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
-  // Every op but the patch embedding reads 1-D ids or 2-D activations.
-  auto mat = [&](const Dims& d) { return d.rank == 2; };
-  auto f32in = [&](int i) { return indt(i) == fb::DType::F32; };
-  switch (op->kind()) {
-    case fb::OpKind::Embedding: {
-      Dims t = w(0);
-      if (in(0).rank != 1 || indt(0) != fb::DType::I32 || t.rank != 2 || !mat(o) || !rows_eq(o, in(0)) ||
-          o.d[1] != t.d[1])
-        return ShapeBad(op, "expects ids [T], table [V, H] and output [T, H]");
-      break;
-    }
-    case fb::OpKind::MergeImageTokens:
-      if (!mat(in(0)) || in(1).rank != 1 || indt(1) != fb::DType::I32 || !mat(in(2)) || !f32in(0) || !f32in(2) ||
-          !rows_eq(in(1), in(0)) || in(2).d[1] != in(0).d[1] || o.rank != 2 || !rows_eq(o, in(0)) ||
-          o.d[1] != in(0).d[1])
-        return ShapeBad(op, "expects embeds [T, H], ids [T], image [N, H] and output [T, H]");
-      break;
-    case fb::OpKind::Linear:
-    case fb::OpKind::LmHead: {
-      Dims wt = w(0);
-      if (!mat(in(0)) || !f32in(0) || wt.rank != 2 || in(0).d[1] != wt.d[1] || !mat(o) || !rows_eq(o, in(0)) ||
-          o.d[1] != wt.d[0])
-        return ShapeBad(op, "expects input [R, K], weight [N, K] and output [R, N]");
-      if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [N]");
-      break;
-    }
-    case fb::OpKind::Add:
-    case fb::OpKind::Mul:
-      if (!mat(in(0)) || !f32in(0) || !f32in(1) || in(1).rank != 2 || !rows_eq(in(0), in(1)) ||
-          in(0).d[1] != in(1).d[1] || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1]) {
-        char a[32], b[32];
-        return Bad(KILN_ERROR_ARTIFACT_SHAPE,
-                   "op '%s' (%s): operands and output must have the same shape (rows: %s and %s)", OpName(op),
-                   fb::EnumNameOpKind(op->kind()), RowsName(in(0), a, sizeof(a)), RowsName(in(1), b, sizeof(b)));
-      }
-      break;
-    case fb::OpKind::Activation:
-      if (op->params_as_ActivationParams()->kind() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
-      if (!mat(in(0)) || !f32in(0) || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1])
-        return ShapeBad(op, "output must have the input's shape");
-      break;
-    case fb::OpKind::GatedMlp: {
-      if (op->params_as_GatedMlpParams()->activation() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
-      Dims g = w(0), u = w(1), d = w(2);
-      int64_t h = in(0).d[1];
-      if (!mat(in(0)) || !f32in(0) || g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h ||
-          u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != h)
-        return ShapeBad(op, "expects gate/up [I, H], down [H, I] and output [R, H]");
-      break;
-    }
-    case fb::OpKind::Moe: {
-      const fb::MoeParams* p = op->params_as_MoeParams();
-      if (p->expert_ids() == nullptr) return OpBad(op, "expert_ids missing");
-      int64_t e = p->expert_ids()->size();
-      if (e < 1 || nw != 1 + 3 * e) return OpBad(op, "weights must be the router and gate/up/down per expert");
-      if (p->top_k() < 1 || p->top_k() > e) return OpBad(op, "top_k out of range");
-      if (p->activation() > fb::ActivationKind::MAX) return OpBad(op, "unknown activation");
-      int64_t h = in(0).d[1];
-      Dims r = w(0);
-      if (!mat(in(0)) || !f32in(0) || r.rank != 2 || r.d[0] != e || r.d[1] != h || !mat(o) || !rows_eq(o, in(0)) ||
-          o.d[1] != h)
-        return ShapeBad(op, "expects router [E, H] and output [R, H]");
-      for (int64_t x = 0; x < e; ++x) {
-        Dims g = w(1 + x), u = w(1 + e + x), d = w(1 + 2 * e + x);
-        if (g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h || u.d[0] != g.d[0] ||
-            d.d[0] != h || d.d[1] != g.d[0])
-          return ShapeBad(op, "an expert's gate/up/down weights do not fit");
-      }
-      break;
-    }
-    case fb::OpKind::RmsNorm:
-    case fb::OpKind::LayerNorm: {
-      float eps = op->params_as_NormParams()->epsilon();
-      if (!(eps > 0.0f) || !std::isfinite(eps)) return OpBad(op, "epsilon must be positive");
-      if (!mat(in(0)) || !f32in(0) || !mat(o) || !rows_eq(o, in(0)) || o.d[1] != in(0).d[1])
-        return ShapeBad(op, "output must have the input's shape");
-      for (int i = 0; i < nw; ++i)
-        if (w(i).rank != 1 || w(i).d[0] != in(0).d[1]) return ShapeBad(op, "weight and bias must be [H]");
-      break;
-    }
-    case fb::OpKind::Rope: {
-      const fb::RopeParams* p = op->params_as_RopeParams();
-      if (p->num_heads() < 1 || p->head_dim() < 2 || p->head_dim() % 2 != 0 || p->head_dim() > 4096 ||
-          !(p->theta() > 0.0) || !std::isfinite(p->theta()) || p->rope_type() > fb::RopeType::MAX)
-        return OpBad(op, "invalid rotary parameters");
-      if (p->rope_type() == fb::RopeType::Llama3 &&
-          (!(p->factor() > 0.0) || !(p->low_freq_factor() > 0.0) || !(p->high_freq_factor() > p->low_freq_factor()) ||
-           p->original_max_position_embeddings() < 1))
-        return OpBad(op, "invalid llama3 rope scaling");
-      if (!mat(in(0)) || !f32in(0) || in(1).rank != 1 || indt(1) != fb::DType::I32 || !rows_eq(in(1), in(0)) ||
-          in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() || !mat(o) || !rows_eq(o, in(0)) ||
-          o.d[1] != in(0).d[1])
-        return ShapeBad(op, "expects input [T, heads * head_dim], positions [T]");
-      break;
-    }
-    case fb::OpKind::Attention: {
-      const fb::AttentionParams* p = op->params_as_AttentionParams();
-      int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
-      if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
-        return OpBad(op, "invalid attention parameters");
-      bool cached = p->cache_layer() >= 0;
-      if (cached && (p->cache_layer() >= layers_ || nkv != kv_heads_ || hd != head_dim_ || !p->causal() || ni != 4))
-        return OpBad(op, "KV-cache binding does not match the text config");
-      if (!cached && ni != 3) return OpBad(op, "positions without a KV cache");
-      for (int i = 0; i < 3; ++i)
-        if (!mat(in(i)) || !f32in(i) || !rows_eq(in(i), in(0))) return ShapeBad(op, "q, k, v must be [T, width]");
-      if (in(0).d[1] != nh * hd || in(1).d[1] != nkv * hd || in(2).d[1] != nkv * hd || !mat(o) ||
-          !rows_eq(o, in(0)) || o.d[1] != nh * hd)
-        return ShapeBad(op, "q [T, heads * head_dim], k/v [T, kv_heads * head_dim]");
-      if (cached && (in(3).rank != 1 || indt(3) != fb::DType::I32 || !rows_eq(in(3), in(0))))
-        return ShapeBad(op, "positions must be [T]");
-      break;
-    }
-    case fb::OpKind::PatchEmbed: {
-      uint32_t p = op->params_as_PatchEmbedParams()->patch_size();
-      Dims px = in(0), wt = w(0);
-      if (px.rank != 3 || !f32in(0) || p < 1 || wt.rank != 4 || wt.d[1] != px.d[0] || wt.d[2] != p || wt.d[3] != p ||
-          px.d[1] % p != 0 || px.d[2] % p != 0 || !mat(o) || o.sym != kSymStatic ||
-          o.d[0] != (px.d[1] / p) * (px.d[2] / p) ||
-          o.d[1] != wt.d[0])
-        return ShapeBad(op, "expects pixels [C, H, W], kernel [D, C, p, p], output [(H/p)(W/p), D]");
-      if (nw == 2 && (w(1).rank != 1 || w(1).d[0] != wt.d[0])) return ShapeBad(op, "bias must be [D]");
-      break;
-    }
-    case fb::OpKind::ClassToken:
-      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || w(0).rank != 1 ||
-          w(0).d[0] != in(0).d[1] || !mat(o) || o.sym != kSymStatic || o.d[0] != in(0).d[0] + 1 ||
-          o.d[1] != in(0).d[1])
-        return ShapeBad(op, "expects [P, D] and class embedding [D], output [P + 1, D]");
-      break;
-    case fb::OpKind::PositionEmbedding:
-      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || w(0).rank != 2 ||
-          w(0).d[1] != in(0).d[1] || in(0).d[0] > w(0).d[0] || !mat(o) || !rows_eq(o, in(0)) ||
-          o.d[1] != in(0).d[1])
-        return ShapeBad(op, "expects [P, D] and a table of at least P rows");
-      break;
-    case fb::OpKind::SliceRows: {
-      int64_t start = op->params_as_SliceRowsParams()->start();
-      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || in(0).d[0] < 1 || !mat(o) ||
-          o.sym != kSymStatic || o.d[0] < 1 || o.d[1] != in(0).d[1] || start < 0 || start > in(0).d[0] ||
-          o.d[0] > in(0).d[0] - start)
-        return ShapeBad(op, "row range outside the input");
-      break;
-    }
-    case fb::OpKind::Concat: {
-      int64_t width = 0;
-      for (int i = 0; i < ni; ++i) {
-        if (!mat(in(i)) || !f32in(i) || in(i).sym != kSymStatic || !rows_eq(in(i), in(0)) || in(i).d[0] < 1)
-          return ShapeBad(op, "inputs must be [R, C_i] with equal static R");
-        width += in(i).d[1];
-      }
-      if (!mat(o) || !rows_eq(o, in(0)) || o.d[1] != width) return ShapeBad(op, "output must be [R, sum C_i]");
-      break;
-    }
-    case fb::OpKind::PixelShuffle: {
-      int64_t r = op->params_as_PixelShuffleParams()->scale_factor();
-      int64_t seq = in(0).d[0], side = 0;
-      while ((side + 1) * (side + 1) <= seq) ++side;
-      if (!mat(in(0)) || !f32in(0) || in(0).sym != kSymStatic || seq < 1 || side * side != seq || r < 1 ||
-          side % r != 0 || !mat(o) || o.sym != kSymStatic || o.d[0] != seq / (r * r) ||
-          o.d[1] != in(0).d[1] * r * r)
-        return ShapeBad(op, "expects a square patch grid divisible by scale_factor");
-      break;
-    }
-  }
-  return KILN_OK;
+  ops::ShapeRule rule = ops::ShapeRuleOf(op->kind());
+  if (rule == nullptr) return OpBad(op, "no shape rule for this op kind");
+  const ShapeCheck check{model_, op, o, stage_dims_,
+                         op->inputs() ? static_cast<int>(op->inputs()->size()) : 0,
+                         op->weights() ? static_cast<int>(op->weights()->size()) : 0,
+                         layers_, kv_heads_, head_dim_, error_};
+  return rule(check);
 }
 
 kiln_status_t Verifier::Run(const fb::Model** out) {

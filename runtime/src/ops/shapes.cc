@@ -1,0 +1,233 @@
+// The shape rules of the ops (ops/shapes.h), one per row of formats/ops.def.
+#include "ops/shapes.h"
+
+#include <cmath>
+#include <cstdarg>
+
+#include "formats/kiln_format.h"
+
+namespace kiln::rt {
+
+kiln_status_t ShapeCheck::Fail(kiln_status_t status, const char *fmt, ...) const {
+  if (error != nullptr) {
+    error->status = status;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(error->message, sizeof(error->message), fmt, args);
+    va_end(args);
+  }
+  return status;
+}
+
+kiln_status_t ShapeCheck::OpBad(const char *what) const {
+  return Fail(KILN_ERROR_ARTIFACT_OP, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
+}
+
+kiln_status_t ShapeCheck::ShapeBad(const char *what) const {
+  return Fail(KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
+}
+
+namespace ops {
+
+kiln_status_t ShapeEmbedding(const ShapeCheck &c) {
+  Dims t = c.w(0);
+  if (c.in(0).rank != 1 || c.indt(0) != fb::DType::I32 || t.rank != 2 || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) ||
+      c.out.d[1] != t.d[1])
+    return c.ShapeBad("expects ids [T], table [V, H] and output [T, H]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeMergeImageTokens(const ShapeCheck &c) {
+  if (!c.mat(c.in(0)) || c.in(1).rank != 1 || c.indt(1) != fb::DType::I32 || !c.mat(c.in(2)) || !c.f32in(0) ||
+      !c.f32in(2) || !c.rows_eq(c.in(1), c.in(0)) || c.in(2).d[1] != c.in(0).d[1] || c.out.rank != 2 ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("expects embeds [T, H], ids [T], image [N, H] and output [T, H]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeLinear(const ShapeCheck &c) {
+  Dims wt = c.w(0);
+  if (!c.mat(c.in(0)) || !c.f32in(0) || wt.rank != 2 || c.in(0).d[1] != wt.d[1] || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != wt.d[0])
+    return c.ShapeBad("expects input [R, K], weight [N, K] and output [R, N]");
+  if (c.nw == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [N]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeLmHead(const ShapeCheck &c) { return ShapeLinear(c); }
+
+kiln_status_t ShapeAdd(const ShapeCheck &c) {
+  if (!c.mat(c.in(0)) || !c.f32in(0) || !c.f32in(1) || c.in(1).rank != 2 || !c.rows_eq(c.in(0), c.in(1)) ||
+      c.in(0).d[1] != c.in(1).d[1] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1]) {
+    char a[32], b[32];
+    return c.Fail(KILN_ERROR_ARTIFACT_SHAPE,
+                  "op '%s' (%s): operands and output must have the same shape "
+                  "(rows: %s and %s)",
+                  OpName(c.op), fb::EnumNameOpKind(c.op->kind()), RowsName(c.in(0), a, sizeof(a)),
+                  RowsName(c.in(1), b, sizeof(b)));
+  }
+  return KILN_OK;
+}
+
+kiln_status_t ShapeMul(const ShapeCheck &c) { return ShapeAdd(c); }
+
+kiln_status_t ShapeActivation(const ShapeCheck &c) {
+  if (c.op->params_as_ActivationParams()->kind() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
+  if (!c.mat(c.in(0)) || !c.f32in(0) || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("output must have the input's shape");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeGatedMlp(const ShapeCheck &c) {
+  if (c.op->params_as_GatedMlpParams()->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
+  Dims g = c.w(0), u = c.w(1), d = c.w(2);
+  int64_t h = c.in(0).d[1];
+  if (!c.mat(c.in(0)) || !c.f32in(0) || g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h ||
+      u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) ||
+      c.out.d[1] != h)
+    return c.ShapeBad("expects gate/up [I, H], down [H, I] and output [R, H]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeMoe(const ShapeCheck &c) {
+  const fb::MoeParams *p = c.op->params_as_MoeParams();
+  if (p->expert_ids() == nullptr) return c.OpBad("expert_ids missing");
+  int64_t e = p->expert_ids()->size();
+  if (e < 1 || c.nw != 1 + 3 * e) return c.OpBad("weights must be the router and gate/up/down per expert");
+  if (p->top_k() < 1 || p->top_k() > e) return c.OpBad("top_k out of range");
+  if (p->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
+  int64_t h = c.in(0).d[1];
+  Dims r = c.w(0);
+  if (!c.mat(c.in(0)) || !c.f32in(0) || r.rank != 2 || r.d[0] != e || r.d[1] != h || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != h)
+    return c.ShapeBad("expects router [E, H] and output [R, H]");
+  for (int64_t x = 0; x < e; ++x) {
+    Dims g = c.w(1 + x), u = c.w(1 + e + x), d = c.w(1 + 2 * e + x);
+    if (g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h || u.d[0] != g.d[0] || d.d[0] != h ||
+        d.d[1] != g.d[0])
+      return c.ShapeBad("an expert's gate/up/down weights do not fit");
+  }
+  return KILN_OK;
+}
+
+kiln_status_t ShapeRmsNorm(const ShapeCheck &c) {
+  float eps = c.op->params_as_NormParams()->epsilon();
+  if (!(eps > 0.0f) || !std::isfinite(eps)) return c.OpBad("epsilon must be positive");
+  if (!c.mat(c.in(0)) || !c.f32in(0) || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("output must have the input's shape");
+  for (int i = 0; i < c.nw; ++i)
+    if (c.w(i).rank != 1 || c.w(i).d[0] != c.in(0).d[1]) return c.ShapeBad("weight and bias must be [H]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeLayerNorm(const ShapeCheck &c) { return ShapeRmsNorm(c); }
+
+kiln_status_t ShapeRope(const ShapeCheck &c) {
+  const fb::RopeParams *p = c.op->params_as_RopeParams();
+  if (p->num_heads() < 1 || p->head_dim() < 2 || p->head_dim() % 2 != 0 || p->head_dim() > 4096 ||
+      !(p->theta() > 0.0) || !std::isfinite(p->theta()) || p->rope_type() > fb::RopeType::MAX)
+    return c.OpBad("invalid rotary parameters");
+  if (p->rope_type() == fb::RopeType::Llama3 &&
+      (!(p->factor() > 0.0) || !(p->low_freq_factor() > 0.0) || !(p->high_freq_factor() > p->low_freq_factor()) ||
+       p->original_max_position_embeddings() < 1))
+    return c.OpBad("invalid llama3 rope scaling");
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(1).rank != 1 || c.indt(1) != fb::DType::I32 ||
+      !c.rows_eq(c.in(1), c.in(0)) || c.in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() ||
+      !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("expects input [T, heads * head_dim], positions [T]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeAttention(const ShapeCheck &c) {
+  const fb::AttentionParams *p = c.op->params_as_AttentionParams();
+  int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
+  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
+    return c.OpBad("invalid attention parameters");
+  bool cached = p->cache_layer() >= 0;
+  if (cached && (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal() || c.ni != 4))
+    return c.OpBad("KV-cache binding does not match the text config");
+  if (!cached && c.ni != 3) return c.OpBad("positions without a KV cache");
+  for (int i = 0; i < 3; ++i)
+    if (!c.mat(c.in(i)) || !c.f32in(i) || !c.rows_eq(c.in(i), c.in(0))) return c.ShapeBad("q, k, v must be [T, width]");
+  if (c.in(0).d[1] != nh * hd || c.in(1).d[1] != nkv * hd || c.in(2).d[1] != nkv * hd || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != nh * hd)
+    return c.ShapeBad("q [T, heads * head_dim], k/v [T, kv_heads * head_dim]");
+  if (cached && (c.in(3).rank != 1 || c.indt(3) != fb::DType::I32 || !c.rows_eq(c.in(3), c.in(0))))
+    return c.ShapeBad("positions must be [T]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapePatchEmbed(const ShapeCheck &c) {
+  uint32_t p = c.op->params_as_PatchEmbedParams()->patch_size();
+  Dims px = c.in(0), wt = c.w(0);
+  if (px.rank != 3 || !c.f32in(0) || p < 1 || wt.rank != 4 || wt.d[1] != px.d[0] || wt.d[2] != p || wt.d[3] != p ||
+      px.d[1] % p != 0 || px.d[2] % p != 0 || !c.mat(c.out) || c.out.sym != kSymStatic ||
+      c.out.d[0] != (px.d[1] / p) * (px.d[2] / p) || c.out.d[1] != wt.d[0])
+    return c.ShapeBad(
+        "expects pixels [C, H, W], kernel [D, C, p, p], output "
+        "[(H/p)(W/p), D]");
+  if (c.nw == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [D]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeClassToken(const ShapeCheck &c) {
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).sym != kSymStatic || c.in(0).d[0] < 1 || c.w(0).rank != 1 ||
+      c.w(0).d[0] != c.in(0).d[1] || !c.mat(c.out) || c.out.sym != kSymStatic || c.out.d[0] != c.in(0).d[0] + 1 ||
+      c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("expects [P, D] and class embedding [D], output [P + 1, D]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapePositionEmbedding(const ShapeCheck &c) {
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).sym != kSymStatic || c.in(0).d[0] < 1 || c.w(0).rank != 2 ||
+      c.w(0).d[1] != c.in(0).d[1] || c.in(0).d[0] > c.w(0).d[0] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) ||
+      c.out.d[1] != c.in(0).d[1])
+    return c.ShapeBad("expects [P, D] and a table of at least P rows");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeSliceRows(const ShapeCheck &c) {
+  int64_t start = c.op->params_as_SliceRowsParams()->start();
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).sym != kSymStatic || c.in(0).d[0] < 1 || !c.mat(c.out) ||
+      c.out.sym != kSymStatic || c.out.d[0] < 1 || c.out.d[1] != c.in(0).d[1] || start < 0 || start > c.in(0).d[0] ||
+      c.out.d[0] > c.in(0).d[0] - start)
+    return c.ShapeBad("row range outside the input");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeConcat(const ShapeCheck &c) {
+  int64_t width = 0;
+  for (int i = 0; i < c.ni; ++i) {
+    if (!c.mat(c.in(i)) || !c.f32in(i) || c.in(i).sym != kSymStatic || !c.rows_eq(c.in(i), c.in(0)) || c.in(i).d[0] < 1)
+      return c.ShapeBad("inputs must be [R, C_i] with equal static R");
+    width += c.in(i).d[1];
+  }
+  if (!c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != width)
+    return c.ShapeBad("output must be [R, sum C_i]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapePixelShuffle(const ShapeCheck &c) {
+  int64_t r = c.op->params_as_PixelShuffleParams()->scale_factor();
+  int64_t seq = c.in(0).d[0], side = 0;
+  while ((side + 1) * (side + 1) <= seq) ++side;
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).sym != kSymStatic || seq < 1 || side * side != seq || r < 1 ||
+      side % r != 0 || !c.mat(c.out) || c.out.sym != kSymStatic || c.out.d[0] != seq / (r * r) ||
+      c.out.d[1] != c.in(0).d[1] * r * r)
+    return c.ShapeBad("expects a square patch grid divisible by scale_factor");
+  return KILN_OK;
+}
+
+ShapeRule ShapeRuleOf(fb::OpKind kind) {
+  switch (static_cast<uint32_t>(kind)) {
+#define KILN_OP(kind, id, mlir, in_min, in_max, w_min, w_max, params, in_place, quant, act8) \
+  case id:                                                                                   \
+    return Shape##kind;
+#include "formats/ops.def"
+#undef KILN_OP
+  }
+  return nullptr;
+}
+
+}  // namespace ops
+}  // namespace kiln::rt
