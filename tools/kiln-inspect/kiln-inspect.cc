@@ -49,6 +49,12 @@ const char* KernelName(uint32_t id) {
   return k != nullptr ? k->name : "unknown";
 }
 
+// Its ISA column ("portable", "x86_avx512", ...).
+const char* KernelIsa(uint32_t id) {
+  const kiln::format::KernelInfo* k = kiln::format::FindKernelInfo(id);
+  return k != nullptr ? k->isa : "unknown";
+}
+
 // The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
 std::string Label(const fb::Tensor* t) {
   const char* name = kiln::format::EncodingName(static_cast<uint8_t>(t->encoding()));
@@ -147,7 +153,8 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  out: %s%s\n", S(m->values()->Get(o)->name()), Shape(m->values()->Get(o)->shape()).c_str());
     if (ops)
       for (const fb::Op* op : *s->ops())
-        std::printf("    %-18s %-24s %s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()), S(op->name()));
+        std::printf("    %-18s %-44s %-11s %s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()),
+                    KernelIsa(op->kernel()), S(op->name()));
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
   std::printf("  %-64s %-16s %-14s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
@@ -200,9 +207,12 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
       std::printf(", \"op_list\": [");
       for (uint32_t j = 0; j < s->ops()->size(); ++j) {
         const fb::Op* op = s->ops()->Get(j);
-        std::printf("%s{\"kind\": %s, \"kernel\": %u, \"kernel_name\": %s, \"name\": %s}", j ? ", " : "",
-                    J(fb::EnumNameOpKind(op->kind())).c_str(), op->kernel(),
-                    J(KernelName(op->kernel())).c_str(), J(S(op->name())).c_str());
+        const std::string isa = KernelIsa(op->kernel());
+        std::printf("%s{\"kind\": %s, \"kernel\": %u, \"kernel_name\": %s, \"isa\": %s, \"portable\": %s, "
+                    "\"name\": %s}",
+                    j ? ", " : "", J(fb::EnumNameOpKind(op->kind())).c_str(), op->kernel(),
+                    J(KernelName(op->kernel())).c_str(), J(isa.c_str()).c_str(), isa == "portable" ? "true" : "false",
+                    J(S(op->name())).c_str());
       }
       std::printf("]");
     }
