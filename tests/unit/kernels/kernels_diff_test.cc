@@ -133,7 +133,7 @@ TEST(KernelsDiff, MatmulEveryEncodingAndShape) {
   const std::vector<MatmulShape> float_shapes = {{1, 1, 1},   {1, 3, 17},    {3, 17, 63},    {17, 63, 3},
                                                  {1, 17, 4097}, {5, 33, 64}, {20, 70, 300}, {300, 33, 200}};
   const std::vector<MatmulShape> int4_shapes = {{1, 1, 128}, {1, 3, 256}, {3, 17, 128}, {17, 63, 384},
-                                                {1, 5, 4096}, {40, 17, 256}};
+                                                {1, 5, 4096}, {40, 17, 256}, {70, 9, 1024}};
   int cases = 0;
   for (const SetUnderTest& set : Sets()) {
     for (uint8_t enc = 0; enc < kiln::format::kNumEncodings; ++enc) {

@@ -261,8 +261,9 @@ inline int64_t Chunks128(int64_t k) { return (k + 127) / 128; }
 
 // Activation rows prepared for the int4 tile: per 128-column chunk, 64 bytes of the
 // even columns then 64 of the odd ones (zero past K), then per chunk 16 int32 lane
-// sums (lane l: the 8 activations its 4 low and 4 high nibbles multiply), times the
-// zero point 8 when the weight is symmetric.
+// sums (lane l: the 8 activations its 4 low and 4 high nibbles multiply); for a
+// symmetric weight the sums times -8, the zero point's share the dot products start
+// from.
 struct PreparedInt4 {
   const int8_t* x;       // [rows][chunks][128]
   const int32_t* sums;   // [rows][chunks][16]
@@ -294,7 +295,7 @@ void PrepareInt4(const kiln_uk_matmul_params_t* p, int64_t m0, int mt, bool symm
       _mm512_storeu_si512(dst, e);
       _mm512_storeu_si512(dst + 64, o);
       __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, e), ones, o);
-      if (symmetric) s = _mm512_slli_epi32(s, 3);
+      if (symmetric) s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 3));
       _mm512_storeu_si512(sums + (r * chunks + c) * 16, s);
     }
   }
@@ -339,8 +340,15 @@ void TileInt4(const PreparedInt4& xp, const format::Int4View* v, const int64_t* 
       const __m512i xe = _mm512_loadu_si512(xr), xo = _mm512_loadu_si512(xr + 64);
       const __m512i xs = _mm512_loadu_si512(xp.sums + (r * xp.chunks + c) * 16);
       for (int j = 0; j < NT; ++j) {
-        __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xe), hi[j], xo);
-        d = _mm512_sub_epi32(d, v->zeros != nullptr ? _mm512_mullo_epi32(zl[j], xs) : xs);
+        // Symmetric: the sums start at -8 * (the lane's activation sum); asymmetric:
+        // the lane's zero point times it is subtracted.
+        __m512i d;
+        if (v->zeros == nullptr) {
+          d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xs, lo[j], xe), hi[j], xo);
+        } else {
+          d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xe), hi[j], xo);
+          d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zl[j], xs));
+        }
         acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sl[j], acc[r][j]);
       }
     }
@@ -427,7 +435,7 @@ void MatmulInt4(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end
             _mm_prefetch(reinterpret_cast<const char*>(ps + off), _MM_HINT_T0);
         }
         int64_t rows[kNT];
-        for (int j = 0; j < kNT; ++j) rows[j] = n0 + std::min(j, nt - 1);
+        for (int j = 0; j < kNT; ++j) rows[j] = n0 + std::min(j, nt - 1);  // j >= nt: unused
         DispatchMN(mt, nt, [&](auto M, auto N) { TileInt4<M(), N()>(xp, &v, rows, k, lane_group, tile); });
         if (p->bias != nullptr) uk::DecodeElements(*p->bias, n0, nt, bias);
         for (int r = 0; r < mt; ++r) {
@@ -435,6 +443,162 @@ void MatmulInt4(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end
           const float sx = p->xs[m0 + r];
           for (int j = 0; j < nt; ++j) {
             float val = tile[r * kNT + j] * sx;
+            y[j] = p->bias != nullptr ? val + bias[j] : val;
+          }
+        }
+      }
+    }
+  }
+}
+
+// int4 with group size 32 and many activation rows (prefill): one zmm lane per group.
+// Per block of 16 groups, weight rows are repacked into scratch as 4 steps of a
+// 64-byte low-nibble and a 64-byte high-nibble vector (lane l: 4 codes of group l,
+// so nibbles are unpacked once per call, not once per activation tile), activation
+// rows likewise (the even and the odd columns each code byte multiplies) with each
+// group's sum. A lane's integer dot product is then its whole group's, exact, started
+// from -8 x the group's activation sum (symmetric) or with zero point x sum
+// subtracted; one conversion and one multiply-add by the 16 group scales per block.
+// The repacking costs 1/kMB4 of the products; below kInt4BlockedMinRows rows the
+// chunked kernel above (no repacking) runs.
+constexpr int kMT4 = 4;               // activation rows per tile
+constexpr int kNT4 = 2;               // weight rows per tile
+constexpr int64_t kMB4 = 64;          // activation rows prepared per block
+constexpr int64_t kInt4BlockedMinRows = 16;
+constexpr int64_t kXBlockBytes = 4 * 128 + 64;  // per row and block: 4 x (even, odd) + 16 int32 sums
+constexpr int64_t kWBlockBytes = 4 * 128;       // per row and block: 4 x (low, high)
+
+inline int64_t Blocks16(int64_t groups) { return (groups + 15) / 16; }
+
+void PrepareInt4Blocked(const kiln_uk_matmul_params_t* p, int64_t m0, int64_t mb, bool symmetric, uint8_t* area) {
+  const int64_t k = p->K, groups = k / 32, blocks = Blocks16(groups);
+  for (int64_t r = 0; r < mb; ++r) {
+    const int8_t* xq = p->xq + (m0 + r) * k;
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      int8_t* dst = reinterpret_cast<int8_t*>(area + (r * blocks + bi) * kXBlockBytes);
+      int32_t* sums = reinterpret_cast<int32_t*>(dst + 4 * 128);
+      for (int l = 0; l < 16; ++l) {
+        const int64_t g = 16 * bi + l;
+        int32_t sum = 0;
+        for (int t = 0; t < 4; ++t)
+          for (int e = 0; e < 4; ++e) {
+            const int8_t xe = g < groups ? xq[g * 32 + 8 * t + 2 * e] : 0;
+            const int8_t xo = g < groups ? xq[g * 32 + 8 * t + 2 * e + 1] : 0;
+            dst[t * 128 + l * 4 + e] = xe;
+            dst[t * 128 + 64 + l * 4 + e] = xo;
+            sum += xe + xo;
+          }
+        sums[l] = symmetric ? -8 * sum : sum;
+      }
+    }
+  }
+}
+
+// Low and high nibbles of weight row `n` in the per-lane-group order.
+void PackInt4Row(const format::Int4View& v, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t groups = k / 32, blocks = Blocks16(groups);
+  const uint8_t* codes = v.codes + n * k / 2;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    // 16 groups x 16 bytes, as dwords [group][4]: transposed to [step][group].
+    const int64_t bytes = std::min<int64_t>(256, (groups - 16 * bi) * 16);
+    alignas(64) uint32_t src[64] = {};
+    std::memcpy(src, codes + bi * 256, static_cast<size_t>(bytes));
+    for (int t = 0; t < 4; ++t) {
+      const __m512i idx = _mm512_setr_epi32(t, 4 + t, 8 + t, 12 + t, 16 + t, 20 + t, 24 + t, 28 + t, 32 + t, 36 + t,
+                                            40 + t, 44 + t, 48 + t, 52 + t, 56 + t, 60 + t);
+      const __m512i lo = _mm512_load_si512(src), hi = _mm512_load_si512(src + 16);
+      const __m512i lo2 = _mm512_load_si512(src + 32), hi2 = _mm512_load_si512(src + 48);
+      // Dwords t, 4 + t, ...: the first 8 from src[0..31], the last 8 from src[32..63].
+      const __m512i a = _mm512_permutex2var_epi32(lo, idx, hi);
+      const __m512i idx2 = _mm512_sub_epi32(idx, _mm512_set1_epi32(32));
+      const __m512i b = _mm512_permutex2var_epi32(lo2, idx2, hi2);
+      const __m512i d = _mm512_mask_blend_epi32(0xFF00, a, b);
+      uint8_t* out = dst + bi * kWBlockBytes + t * 128;
+      _mm512_storeu_si512(out, _mm512_and_si512(d, nib));
+      _mm512_storeu_si512(out + 64, _mm512_and_si512(_mm512_srli_epi16(d, 4), nib));
+    }
+  }
+}
+
+template <int MT, int NT>
+void TileInt4Blocked(const uint8_t* xb, int64_t blocks, const uint8_t* const* wb, const format::Int4View& v,
+                     const int64_t* rows, float* out) {
+  __m512 accf[MT][NT];
+  for (int r = 0; r < MT; ++r)
+    for (int j = 0; j < NT; ++j) accf[r][j] = _mm512_setzero_ps();
+  const int64_t gpr = static_cast<int64_t>(v.groups_per_row);
+  for (int64_t bi = 0; bi < blocks; ++bi) {
+    const int64_t ng = std::min<int64_t>(16, gpr - 16 * bi);
+    const __mmask16 gm = ng >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << ng) - 1);
+    __m512 sv[NT];
+    __m512i zv[NT];
+    for (int j = 0; j < NT; ++j) {
+      const int64_t gi = rows[j] * gpr + 16 * bi;
+      sv[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(gm, v.scales + 2 * gi));
+      if (v.zeros != nullptr) zv[j] = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(gm, v.zeros + gi));
+    }
+    __m512i acc[MT][NT];
+    for (int r = 0; r < MT; ++r) {
+      const __m512i sums = _mm512_loadu_si512(xb + (r * blocks + bi) * kXBlockBytes + 4 * 128);
+      for (int j = 0; j < NT; ++j) acc[r][j] = v.zeros == nullptr ? sums : _mm512_setzero_si512();
+    }
+    for (int t = 0; t < 4; ++t) {
+      __m512i wl[NT], wh[NT];
+      for (int j = 0; j < NT; ++j) {
+        wl[j] = _mm512_loadu_si512(wb[j] + bi * kWBlockBytes + t * 128);
+        wh[j] = _mm512_loadu_si512(wb[j] + bi * kWBlockBytes + t * 128 + 64);
+      }
+      for (int r = 0; r < MT; ++r) {
+        const uint8_t* x = xb + (r * blocks + bi) * kXBlockBytes + t * 128;
+        const __m512i xe = _mm512_loadu_si512(x), xo = _mm512_loadu_si512(x + 64);
+        for (int j = 0; j < NT; ++j) acc[r][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][j], wl[j], xe), wh[j], xo);
+      }
+    }
+    for (int r = 0; r < MT; ++r) {
+      __m512i sums;
+      if (v.zeros != nullptr) sums = _mm512_loadu_si512(xb + (r * blocks + bi) * kXBlockBytes + 4 * 128);
+      for (int j = 0; j < NT; ++j) {
+        __m512i d = acc[r][j];
+        if (v.zeros != nullptr) d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zv[j], sums));
+        accf[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv[j], accf[r][j]);
+      }
+    }
+  }
+  ReduceTile<MT, NT>(accf, out);
+}
+
+void MatmulInt4Blocked(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end, float* scratch) {
+  const int64_t k = p->K, blocks = Blocks16(k / 32);
+  const format::Int4View v = format::Int4View::Of(uk::SpecOf(p->w), p->w.data, static_cast<uint64_t>(p->w.rows),
+                                                  static_cast<uint64_t>(k));
+  uint8_t* xb = reinterpret_cast<uint8_t*>(scratch);
+  uint8_t* wbuf = xb + kMB4 * blocks * kXBlockBytes;
+  float tile[kMT * kNT], bias[kNT4];
+  for (int64_t mb0 = 0; mb0 < p->M; mb0 += kMB4) {
+    const int64_t mb = std::min<int64_t>(kMB4, p->M - mb0);
+    PrepareInt4Blocked(p, mb0, mb, p->w.symmetric != 0, xb);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kNT4) {
+      const int nt = static_cast<int>(std::min<int64_t>(kNT4, n_end - n0));
+      const uint8_t* wb[kNT4];
+      int64_t rows[kNT4];
+      for (int j = 0; j < kNT4; ++j) {
+        rows[j] = n0 + std::min(j, nt - 1);
+        wb[j] = wbuf + std::min(j, nt - 1) * blocks * kWBlockBytes;
+        if (j < nt) PackInt4Row(v, n0 + j, k, wbuf + j * blocks * kWBlockBytes);
+      }
+      if (p->bias != nullptr) uk::DecodeElements(*p->bias, n0, nt, bias);
+      for (int64_t m0 = 0; m0 < mb; m0 += kMT4) {
+        const int mt = static_cast<int>(std::min<int64_t>(kMT4, mb - m0));
+        const uint8_t* x = xb + m0 * blocks * kXBlockBytes;
+        DispatchMN(mt, nt, [&](auto M, auto N) {
+          if constexpr (N() <= kNT4) TileInt4Blocked<M(), N()>(x, blocks, wb, v, rows, tile);
+        });
+        for (int r = 0; r < mt; ++r) {
+          float* y = p->y + (mb0 + m0 + r) * p->ldy + n0;
+          const float sx = p->xs[mb0 + m0 + r];
+          for (int j = 0; j < nt; ++j) {
+            const float val = tile[r * kNT + j] * sx;
             y[j] = p->bias != nullptr ? val + bias[j] : val;
           }
         }
@@ -490,8 +654,12 @@ size_t kiln_uk_matmul_scratch_x86_avx512(int64_t K) {
   // int4 path: kMT rows of 128 bytes and 16 int32 per 128-column chunk.
   const int64_t chunks = (K + 127) / 128;
   const int64_t int4_floats = (kMT * chunks * (128 + 64)) / 4;
-  // Packed path: a [K][kNR] panel and one decoded row.
-  return static_cast<size_t>(std::max<int64_t>((kNR + 1) * K, int4_floats) + 16);
+  // Packed path: a [K][kNR] panel and one decoded row. Blocked int4 (group 32):
+  // kMB4 prepared activation rows and kNT4 repacked weight rows.
+  const int64_t blocks = Blocks16(K / 32);
+  const int64_t int4_blocked_floats = (blocks * (kMB4 * kXBlockBytes + kNT4 * kWBlockBytes)) / 4;
+  return static_cast<size_t>(std::max<int64_t>(std::max<int64_t>((kNR + 1) * K, int4_floats), int4_blocked_floats) +
+                             16);
 }
 
 void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params_t* p, int64_t n_begin,
@@ -510,6 +678,10 @@ void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params
 void kiln_uk_matmul_bias_f32_qai8dx_wq_4x4_x86_avx512vnni(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                           int64_t n_end, float* scratch) {
   if (p->w.encoding == format::kEncINT8) return MatmulInt8(p, n_begin, n_end, scratch);
+  // Blocks of 16 groups: worth it when at most an eighth of the lanes idle in the last one.
+  const int64_t groups = p->w.group == 32 ? p->K / 32 : 0;
+  if (groups > 0 && p->M >= kInt4BlockedMinRows && (Blocks16(groups) * 16 - groups) * 8 <= Blocks16(groups) * 16)
+    return MatmulInt4Blocked(p, n_begin, n_end, scratch);
   if (Int4Vectorised(p->w)) return MatmulInt4(p, n_begin, n_end, scratch);
   // Group sizes the tile does not cover (not a multiple of 32 lanes' worth of
   // columns) take the reference path.
