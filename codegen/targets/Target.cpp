@@ -48,31 +48,10 @@ uint64_t detectHostFeatures() {
   return f;
 }
 
-llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef features) {
-  // "" / "host": this machine with what it detects; "portable": its architecture with
-  // baseline features. Features are still checked against the architecture.
-  if (tripleArg.empty() || tripleArg == "host" || tripleArg == "portable") {
-    Target t = hostTarget();
-    if (tripleArg != "portable")
-      t.features = detectHostFeatures();
-    llvm::Expected<Target> adjusted = parseTarget(t.triple, features);
-    if (!adjusted)
-      return adjusted.takeError();
-    adjusted->features |= t.features;
-    // Re-apply removals ("-avx512f") on top of the detected set.
-    llvm::SmallVector<llvm::StringRef> items;
-    features.split(items, ',', -1, /*KeepEmpty=*/false);
-    for (llvm::StringRef item : items) {
-      item = item.trim();
-      if (!item.consume_front("-"))
-        continue;
-      for (uint64_t b = 1; b != 0; b <<= 1)
-        if ((b & format::kKnownCpuFeatures) && item == format::CpuFeatureName(b))
-          adjusted->features &= ~b;
-    }
-    return adjusted;
-  }
-  const std::string triple = tripleArg.str();
+namespace {
+
+// The architecture and baseline features of a triple.
+llvm::Expected<Target> baseTarget(const std::string& triple) {
   llvm::Triple t(triple);
   Target target;
   target.triple = triple;
@@ -90,6 +69,24 @@ llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef fe
                                        "': Kiln targets x86_64 and aarch64 (e.g. "
                                        "aarch64-linux-android, x86_64-linux-gnu)");
   }
+  return target;
+}
+
+} // namespace
+
+llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef features) {
+  // "" / "host": this machine with what it detects; "portable": its architecture with
+  // baseline features; a triple: that architecture's baseline features.
+  const bool host = tripleArg.empty() || tripleArg == "host";
+  const bool portable = tripleArg == "portable";
+  llvm::Expected<Target> parsed =
+      (host || portable) ? llvm::Expected<Target>(hostTarget()) : baseTarget(tripleArg.str());
+  if (!parsed)
+    return parsed.takeError();
+  Target target = *parsed;
+  if (host)
+    target.features = detectHostFeatures();
+  // "+a,-b": add or remove, each checked against the architecture.
   llvm::SmallVector<llvm::StringRef> items;
   features.split(items, ',', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef item : items) {
@@ -103,7 +100,7 @@ llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef fe
     bool armBit = bit >= format::kCpuArmNeon;
     if (bit == 0 || armBit != (target.arch == TargetArch::AArch64))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "unknown CPU feature '" + item + "' for " + triple);
+                                     "unknown CPU feature '" + item + "' for " + target.triple);
     target.features = add ? (target.features | bit) : (target.features & ~bit);
   }
   return target;

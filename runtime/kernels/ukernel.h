@@ -128,11 +128,17 @@ typedef struct kiln_uk_rope_params_t {
 void kiln_uk_rope_f32_f32_ref_portable(const kiln_uk_rope_params_t* p, int64_t row_begin, int64_t row_end);
 
 /* ---- attention: softmax(q k^T * scale) v per head; tile unit (row, head) tasks,
- * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH_ROWS *
- * n_keys floats (kernels may score that many rows of one head together).
+ * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH(n_keys,
+ * head_dim, positions given) floats: with positions (KV cache) a few rows of scores
+ * of one head; without (all keys in the inputs, e.g. vision encoders) also room for
+ * the keys of one head transposed.
  * Row t attends to keys [0, limit(t)): limit = n_keys, or t + 1 when causal, or
  * positions[t] + 1 when positions is given (KV cache). */
-#define KILN_UK_ATTENTION_SCRATCH_ROWS 4
+#define KILN_UK_ATTENTION_SCRATCH_ROWS 8
+#define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
+  ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys)                 \
+            : ((size_t)KILN_UK_ATTENTION_SCRATCH_ROWS + (size_t)(head_dim)) *           \
+                  (((size_t)(n_keys) + 31) / 32 * 32))
 typedef struct kiln_uk_attention_params_t {
   const float* q;
   int64_t ldq;

@@ -142,7 +142,7 @@ kiln_status_t RunAttention(const OpContext& c) {
     p.ldkv = k.cols;
     p.n_keys = k.rows;
     p.causal = ap->causal() ? 1 : 0;
-    per_thread = static_cast<size_t>(KILN_UK_ATTENTION_SCRATCH_ROWS * k.rows);
+    per_thread = KILN_UK_ATTENTION_SCRATCH(k.rows, hd, 0);
   } else {
     // Over the KV cache: write the new keys and values at their positions, then
     // each new row attends causally to every cached position up to its own.
@@ -161,15 +161,16 @@ kiln_status_t RunAttention(const OpContext& c) {
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = pos;
-    per_thread = static_cast<size_t>(KILN_UK_ATTENTION_SCRATCH_ROWS * kv->context);
+    per_thread = KILN_UK_ATTENTION_SCRATCH(kv->context, hd, 1);
   }
   const UkernelSet* uk = c.uk;
   Rows(c, rows * heads, 1, per_thread, [&](int64_t b, int64_t e, float* s) { uk->attention(&p, b, e, s); });
   return KILN_OK;
 }
 size_t ScratchAttention(const fb::Op* op, const WeightView*, int, int64_t rows, int64_t context, int threads) {
-  int64_t n = op->params_as_AttentionParams()->cache_layer() >= 0 ? context : rows;
-  return static_cast<size_t>(threads) * static_cast<size_t>(KILN_UK_ATTENTION_SCRATCH_ROWS * n);
+  const fb::AttentionParams* p = op->params_as_AttentionParams();
+  const bool cached = p->cache_layer() >= 0;
+  return static_cast<size_t>(threads) * KILN_UK_ATTENTION_SCRATCH(cached ? context : rows, p->head_dim(), cached);
 }
 
 kiln_status_t RunPositionEmbedding(const OpContext& c) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/ukernel.h"
 #include "kernels/x86/avx512/common.h"
@@ -22,7 +23,8 @@ inline __mmask16 Mask(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static
 // scratch + g * n_keys. A row's result does not depend on the group it is computed in:
 // its dot products, softmax and sums go through the same operations (zero weights of
 // keys past its own limit add exact zeros).
-constexpr int kGroup = KILN_UK_ATTENTION_SCRATCH_ROWS;
+constexpr int kGroup = 4;
+static_assert(kGroup <= KILN_UK_ATTENTION_SCRATCH_ROWS, "scores of a group live in the scratch");
 
 template <int G>
 void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* rows, float* scratch) {
@@ -104,6 +106,137 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* 
   }
 }
 
+// All keys in the inputs (vision encoders) and many of them: per head, the keys
+// transposed once per call into scratch ([head_dim][keys], 32-aligned), then tiles of
+// kTileRows query rows x 32 keys as outer products (no horizontal sums), the softmax
+// per row, and the values summed into 4 rows at a time. Chosen by the problem alone
+// (no KV cache, kTransposedMinKeys keys or more), never by the range, so a row's result
+// does not depend on how the tasks are split.
+constexpr int kTileRows = KILN_UK_ATTENTION_SCRATCH_ROWS;  // 8
+constexpr int64_t kTransposedMinKeys = 64;
+
+template <int MR>
+void ScoreTile(const float* const* q, const float* kt, int64_t npad, int64_t hd, int64_t j0, __m512 scale,
+               float* const* s) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    const __m512 k0 = _mm512_loadu_ps(kt + d * npad + j0), k1 = _mm512_loadu_ps(kt + d * npad + j0 + 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 qb = _mm512_set1_ps(q[r][d]);
+      acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_storeu_ps(s[r] + j0, _mm512_mul_ps(acc[r][0], scale));
+    _mm512_storeu_ps(s[r] + j0 + 16, _mm512_mul_ps(acc[r][1], scale));
+  }
+}
+
+// Softmax of s[0, n) in place, zeros in [n, nmax); returns 1 / the sum.
+inline float Softmax(float* s, int64_t n, int64_t nmax) {
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const __mmask16 km = Mask(n - j0);
+    vmax = _mm512_mask_max_ps(vmax, km, vmax, _mm512_maskz_loadu_ps(km, s + j0));
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const __mmask16 km = Mask(n - j0);
+    const __m512 e = _mm512_maskz_mov_ps(km, kiln::x86::Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, s + j0), mx)));
+    _mm512_mask_storeu_ps(s + j0, km, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  for (int64_t j = n; j < nmax; ++j) s[j] = 0.0f;
+  return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
+template <int G>
+void SumValues(const float* vals, int64_t ldkv, int64_t hd, int64_t nmax, float* const* s, const float* inv,
+               float* const* out) {
+  for (int64_t d = 0; d < hd; d += 64) {
+    __m512 o[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < 4; ++i) o[g][i] = _mm512_setzero_ps();
+    __mmask16 m[4];
+    for (int i = 0; i < 4; ++i) m[i] = Mask(hd - d - 16 * i);
+    for (int64_t j = 0; j < nmax; ++j) {
+      const float* v = vals + j * ldkv + d;
+      __m512 vv[4];
+      for (int i = 0; i < 4; ++i) vv[i] = _mm512_maskz_loadu_ps(m[i], v + 16 * i);
+      for (int g = 0; g < G; ++g) {
+        const __m512 w = _mm512_set1_ps(s[g][j]);
+        for (int i = 0; i < 4; ++i) o[g][i] = _mm512_fmadd_ps(w, vv[i], o[g][i]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 iv = _mm512_set1_ps(inv[g]);
+      for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(out[g] + d + 16 * i, m[i], _mm512_mul_ps(o[g][i], iv));
+    }
+  }
+}
+
+// Rows [ra, rb] of head h.
+void AttendTransposed(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra, int64_t rb, float* scratch) {
+  const int64_t hd = p->head_dim, kvh = h / (p->heads / p->kv_heads);
+  const int64_t nall = p->causal ? rb + 1 : p->n_keys;
+  const int64_t npad = (nall + 31) / 32 * 32;
+  float* kt = scratch;
+  float* srows = scratch + hd * npad;
+  const float* keys = p->k + kvh * hd;
+  // Transpose 16 keys at a time: one gather per head dimension (offsets fit int32:
+  // checked by the caller).
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t j0 = 0; j0 < npad; j0 += 16) {
+    const __mmask16 km = Mask(nall - j0);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(j0))),
+                                           _mm512_set1_epi32(static_cast<int32_t>(p->ldkv)));
+    for (int64_t d = 0; d < hd; ++d)
+      _mm512_storeu_ps(kt + d * npad + j0, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, idx, keys + d, 4));
+  }
+  const __m512 scale = _mm512_set1_ps(p->scale);
+  for (int64_t r0 = ra; r0 <= rb; r0 += kTileRows) {
+    const int mr = static_cast<int>(std::min<int64_t>(kTileRows, rb + 1 - r0));
+    const float* q[kTileRows];
+    float* s[kTileRows];
+    float* out[kTileRows];
+    int64_t n[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) {
+      const int64_t t = r0 + std::min(r, mr - 1);
+      q[r] = p->q + t * p->ldq + h * hd;
+      s[r] = srows + r * npad;
+      out[r] = p->y + t * p->ldy + h * hd;
+      n[r] = p->causal ? t + 1 : p->n_keys;
+    }
+    const int64_t nmax = n[mr - 1];  // rows ascend: the last has the most keys
+    for (int64_t j0 = 0; j0 < nmax; j0 += 32) {
+      switch (mr) {
+        case 1: ScoreTile<1>(q, kt, npad, hd, j0, scale, s); break;
+        case 2: ScoreTile<2>(q, kt, npad, hd, j0, scale, s); break;
+        case 3: ScoreTile<3>(q, kt, npad, hd, j0, scale, s); break;
+        case 4: ScoreTile<4>(q, kt, npad, hd, j0, scale, s); break;
+        case 5: ScoreTile<5>(q, kt, npad, hd, j0, scale, s); break;
+        case 6: ScoreTile<6>(q, kt, npad, hd, j0, scale, s); break;
+        case 7: ScoreTile<7>(q, kt, npad, hd, j0, scale, s); break;
+        default: ScoreTile<8>(q, kt, npad, hd, j0, scale, s); break;
+      }
+    }
+    float inv[kTileRows];
+    for (int r = 0; r < mr; ++r) inv[r] = Softmax(s[r], n[r], nmax);
+    const float* vals = p->v + kvh * hd;
+    for (int g0 = 0; g0 < mr; g0 += 4) {
+      switch (std::min(4, mr - g0)) {
+        case 1: SumValues<1>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
+        case 2: SumValues<2>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
+        case 3: SumValues<3>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
+        default: SumValues<4>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention_params_t* p, int64_t task_begin,
@@ -111,6 +244,15 @@ extern "C" void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention
   // Tasks are row * heads + head: per head, the rows of the range in groups.
   if (task_begin >= task_end) return;
   const int64_t heads = p->heads, r0 = task_begin / heads, r1 = (task_end - 1) / heads;
+  if (p->positions == nullptr && p->n_keys >= kTransposedMinKeys && (p->n_keys + 16) * p->ldkv <= INT32_MAX) {
+    for (int64_t h = 0; h < heads; ++h) {
+      // The rows of this head in the range: contiguous.
+      const int64_t ra = r0 * heads + h >= task_begin ? r0 : r0 + 1;
+      const int64_t rb = r1 * heads + h < task_end ? r1 : r1 - 1;
+      if (ra <= rb) AttendTransposed(p, h, ra, rb, scratch);
+    }
+    return;
+  }
   for (int64_t h = 0; h < heads; ++h) {
     int64_t rows[kGroup];
     int g = 0;

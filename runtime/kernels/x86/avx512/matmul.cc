@@ -1,18 +1,21 @@
 // AVX-512 micro-kernels of the matmul family (x86-64 with AVX-512 F/BW/VL/VNNI, FMA,
-// F16C): y[m, n] = x[m, :] . W[n, :] (+ bias), tiles of up to 4 activation rows x 4
-// weight rows, the dot products along K in 16 (float) or 64 (int8) lanes.
+// F16C): y[m, n] = x[m, :] . W[n, :] (+ bias).
 //
-// Float activations: f32, f16, bf16, fp8 E4M3/E5M2 weights are widened to f32 in
-// registers (fp8 through the f16 converter, its row scale applied to the dot
-// product); int8/int4 weights are decoded a tile of
-// rows at a time into scratch (the W8A16/W4A16 path, not the fast one).
+// Float activations: below 256 rows (decode, short prompts), tiles of 4 activation
+// rows x 4 weight rows with the dot products along K in 16 lanes; f32, f16, bf16 and
+// fp8 E4M3/E5M2 weights are widened to f32 in registers (fp8 through the f16
+// converter, its row scale applied to the dot product), int8/int4 weights decoded a
+// tile of rows at a time into scratch (the W8A16/W4A16 path, not the fast one). From
+// 256 rows (prefill, vision encoders): outer products against a panel of 32 weight
+// rows decoded into scratch.
 // Int8 activations (W8A8, W4A8; `quant_rows` below): integer dot products with
 // VPDPBUSD. int8 weights: the activations are offset to u8 (x + 128) and 128 * sum(W)
 // is subtracted (VPDPBUSD with ones), so the result is the reference's exact integer.
-// int4 weights: the codes are u8 already; the activations of each 128-column chunk are
-// stored even columns first, odd second, so the low and high nibbles of a 64-byte load
-// multiply them directly; zero points are subtracted per 4-byte lane with the lane's
-// activation sum, and group scales applied per lane in f32.
+// int4 weights, few rows: the codes are u8 already; the activations of each
+// 128-column chunk are stored even columns first, odd second, so the low and high
+// nibbles of a 64-byte load multiply them directly; zero points are subtracted per
+// 4-byte lane with the lane's activation sum, group scales applied per lane in f32.
+// int4 with group 32 and 16+ rows: a lane per group (MatmulInt4Blocked below).
 //
 // Every output is computed by the same sequence of operations whatever tile or range
 // it falls in, so splitting the range across threads gives bit-identical results.
@@ -31,7 +34,7 @@ constexpr int kMT = 4;   // activation rows per tile
 constexpr int kNT = 4;   // weight rows per tile
 static_assert(kMT * kNT == 16, "a tile of dot products is reduced by one Reduce16");
 constexpr int64_t kNB = 64;  // weight rows per block kept in cache while every activation tile passes
-constexpr int64_t kPrefetchAhead = 4096;  // bytes of int4 codes prefetched ahead of the tile (decode)
+constexpr int64_t kPrefetchTiles = 4;  // decode: tiles of int4 codes and scales prefetched ahead
 
 // out[r * kNT + j] = the sum of acc[r][j]'s lanes, all through Reduce16.
 template <int MT, int NT>
@@ -41,6 +44,13 @@ inline void ReduceTile(const __m512 (&acc)[MT][NT], float* out) {
   for (int r = 0; r < MT; ++r)
     for (int j = 0; j < NT; ++j) v[r * kNT + j] = acc[r][j];
   _mm512_storeu_ps(out, kiln::x86::Reduce16(v));
+}
+
+// Decode streams each weight once: the tiles kPrefetchTiles ahead are prefetched
+// (the hardware prefetcher stops at page boundaries). Prefetches do not fault, past
+// the end of the weight included.
+inline void PrefetchBytes(const uint8_t* p, int64_t n) {
+  for (int64_t off = 0; off < n; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
 
 // ---- float activations ----
@@ -144,6 +154,7 @@ void MatmulFloatWeights(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64
       const int mt = static_cast<int>(std::min<int64_t>(kMT, p->M - m0));
       for (int64_t n0 = nb; n0 < ne; n0 += kNT) {
         const int nt = static_cast<int>(std::min<int64_t>(kNT, ne - n0));
+        if (p->M <= kMT) PrefetchBytes(p->w.data + (n0 + kPrefetchTiles * kNT) * row_bytes, kNT * row_bytes);
         const uint8_t* w[kNT];
         for (int j = 0; j < kNT; ++j) w[j] = p->w.data + (n0 + std::min(j, nt - 1)) * row_bytes;
         TileF32MN<Enc>(mt, nt, p->x + m0 * p->ldx, p->ldx, w, k, tile);
@@ -424,15 +435,11 @@ void MatmulInt4(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end
       PrepareInt4(p, m0, mt, p->w.symmetric != 0, reinterpret_cast<uint8_t*>(scratch), &xp);
       for (int64_t n0 = nb; n0 < ne; n0 += kNT) {
         const int nt = static_cast<int>(std::min<int64_t>(kNT, ne - n0));
-        // Decode streams the weight once: prefetch the codes and scales a few tiles
-        // ahead (the hardware prefetcher stops at page boundaries). Prefetches do
-        // not fault, past the end of the weight included.
         if (p->M <= kMT) {
-          const uint8_t* pc = v.codes + (n0 * k) / 2 + kPrefetchAhead;
-          for (int64_t off = 0; off < kNT * k / 2; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pc + off), _MM_HINT_T0);
-          const uint8_t* ps = v.scales + 2 * n0 * static_cast<int64_t>(v.groups_per_row) + kPrefetchAhead / 16;
-          for (int64_t off = 0; off < 2 * kNT * static_cast<int64_t>(v.groups_per_row); off += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ps + off), _MM_HINT_T0);
+          const int64_t ahead = n0 + kPrefetchTiles * kNT;
+          PrefetchBytes(v.codes + (ahead * k) / 2, kNT * k / 2);
+          PrefetchBytes(v.scales + 2 * ahead * static_cast<int64_t>(v.groups_per_row),
+                        2 * kNT * static_cast<int64_t>(v.groups_per_row));
         }
         int64_t rows[kNT];
         for (int j = 0; j < kNT; ++j) rows[j] = n0 + std::min(j, nt - 1);  // j >= nt: unused
@@ -626,6 +633,7 @@ void MatmulInt8(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end
       }
       for (int64_t n0 = nb; n0 < ne; n0 += kNT) {
         const int nt = static_cast<int>(std::min<int64_t>(kNT, ne - n0));
+        if (p->M <= kMT) PrefetchBytes(p->w.data + (n0 + kPrefetchTiles * kNT) * k, kNT * k);
         const int8_t* w[kNT];
         for (int j = 0; j < kNT; ++j) w[j] = codes + (n0 + std::min(j, nt - 1)) * k;
         DispatchMN(mt, nt, [&](auto M, auto N) { TileInt8<M(), N()>(xu, k64, w, k, tile); });
