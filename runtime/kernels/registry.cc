@@ -30,8 +30,8 @@ UkernelSet MakePortable() {
 const UkernelSet kPortable = MakePortable();
 
 #if defined(KILN_HAVE_X86_AVX512_KERNELS)
-// x86-64 AVX-512: the vectorised matmul family, attention and activations; the
-// reference for the rest.
+// x86-64 AVX-512: the vectorised matmul family, attention, activations, norms, add
+// and multiply; the reference for the rest (rope, gathers, im2col).
 UkernelSet MakeX86Avx512() {
   UkernelSet u = MakePortable();
   u.matmul_f32 = kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512;
@@ -41,6 +41,10 @@ UkernelSet MakeX86Avx512() {
   u.attention = kiln_uk_attention_f32_f32_f32_x86_avx512;
   u.act = kiln_uk_act_f32_f32_x86_avx512;
   u.gated_act = kiln_uk_gatedact_f32_f32_f32_x86_avx512;
+  u.rms_norm = kiln_uk_rmsnorm_f32_f32_wfloat_x86_avx512;
+  u.layer_norm = kiln_uk_layernorm_f32_f32_wfloat_x86_avx512;
+  u.add = kiln_uk_add_f32_f32_f32_x86_avx512;
+  u.mul = kiln_uk_mul_f32_f32_f32_x86_avx512;
   return u;
 }
 const UkernelSet kX86Avx512 = MakeX86Avx512();

@@ -97,6 +97,10 @@ void kiln_uk_rmsnorm_f32_f32_wfloat_ref_portable(const kiln_uk_norm_params_t* p,
                                                  int64_t row_end, float* scratch);
 void kiln_uk_layernorm_f32_f32_wfloat_ref_portable(const kiln_uk_norm_params_t* p, int64_t row_begin,
                                                    int64_t row_end, float* scratch);
+void kiln_uk_rmsnorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, int64_t row_begin, int64_t row_end,
+                                               float* scratch);
+void kiln_uk_layernorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, int64_t row_begin, int64_t row_end,
+                                                 float* scratch);
 
 /* ---- element-wise: tile unit elements ---- */
 enum kiln_uk_activation_t {
@@ -110,6 +114,8 @@ typedef struct kiln_uk_eltwise_params_t {
 } kiln_uk_eltwise_params_t;
 void kiln_uk_add_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 void kiln_uk_mul_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
+void kiln_uk_add_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
+void kiln_uk_mul_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 void kiln_uk_act_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 /* y = act(a) * b (the gated MLP's middle). */
 void kiln_uk_gatedact_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);

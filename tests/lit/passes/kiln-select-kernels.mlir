@@ -1,7 +1,7 @@
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels=target=portable | FileCheck %s
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels=target=portable --kiln-select-kernels=target=portable | FileCheck %s
-// An AVX-512 target binds the matmul-family ops to the AVX-512 micro-kernels (the
-// most specialised kernel that runs them), the others still to the reference.
+// An AVX-512 target binds ops that have AVX-512 micro-kernels to them (the most
+// specialised kernel that runs them: here the norm and the linear).
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni" | FileCheck %s --check-prefix=AVX512
 // Without VNNI the AVX-512 kernels do not qualify.
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl" | FileCheck %s
@@ -15,7 +15,7 @@ func.func @stage(%x: tensor<?x32xf32>) -> tensor<?x32xf32> attributes {kiln.stag
   %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x32xf32>, tensor<32xf32> -> tensor<?x32xf32>
   %w = kiln.weight_ref @w : tensor<32x32xbf16>
   // CHECK: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_1x16_ref_portable"}
-  // AVX512: kiln.rms_norm {{.*}} kiln.kernel = "rmsnorm_f32_f32_wfloat_ref_portable"
+  // AVX512: kiln.rms_norm {{.*}} kiln.kernel = "rmsnorm_f32_f32_wfloat_x86_avx512"
   // AVX512: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_4x4_x86_avx512"}
   %y = kiln.linear %h, %w : tensor<?x32xf32>, tensor<32x32xbf16> -> tensor<?x32xf32>
   // CHECK: kiln.activation {{.*}} {kiln.kernel = "act_f32_f32_ref_portable", kind = #kiln.activation<silu>}

@@ -1,8 +1,13 @@
 // AVX-512 element-wise micro-kernels: the activations (and the gated MLP's
-// act(gate) * up) with vectorised exp, tanh and erf, 16 elements at a time. The
-// reference (runtime/kernels/reference/uk/eltwise.cc) calls libm per element.
+// act(gate) * up) with vectorised exp, tanh and erf, 16 elements at a time (the
+// reference, runtime/kernels/reference/uk/eltwise.cc, calls libm per element); RMSNorm
+// and LayerNorm (LayerNorm's mean and variance summed in f64 lanes, as the reference
+// sums in f64); add and multiply.
 #include <immintrin.h>
 
+#include <cmath>
+
+#include "kernels/reference/uk/common.h"
 #include "kernels/ukernel.h"
 #include "kernels/x86/avx512/common.h"
 
@@ -74,9 +79,98 @@ void Dispatch(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end) {
   else kiln_uk_act_f32_f32_ref_portable(p, begin, end);
 }
 
+inline __mmask16 Mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+// The upper 8 floats of a vector (AVX-512 F only: no DQ).
+inline __m256 High8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// Sum of x[0, n) accumulated in f64 lanes.
+inline double SumF64(const float* x, int64_t n) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(Mask(n - i), x + i);
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(High8(v)));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
 }  // namespace
 
 extern "C" {
+
+void kiln_uk_rmsnorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, int64_t row_begin, int64_t row_end,
+                                               float* scratch) {
+  const int64_t n = p->cols;
+  float* w = scratch;
+  kiln::uk::DecodeElements(p->weight, 0, n, w);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* xr = p->x + r * n;
+    float* yr = p->y + r * n;
+    __m512 ss = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(Mask(n - i), xr + i);
+      ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    const float inv = 1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(n) + p->epsilon);
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Mask(n - i);
+      _mm512_mask_storeu_ps(yr + i, m,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), iv)));
+    }
+  }
+}
+
+void kiln_uk_layernorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, int64_t row_begin, int64_t row_end,
+                                                 float* scratch) {
+  const int64_t n = p->cols;
+  float* w = scratch;
+  float* bias = w + n;
+  kiln::uk::DecodeElements(p->weight, 0, n, w);
+  kiln::uk::DecodeElements(p->bias, 0, n, bias);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* xr = p->x + r * n;
+    float* yr = p->y + r * n;
+    const float mean = static_cast<float>(SumF64(xr, n) / static_cast<double>(n));
+    const __m512 mv = _mm512_set1_ps(mean);
+    // Sum of (x - mean)^2 in f64, as the reference.
+    const __m512d md = _mm512_set1_pd(mean);
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Mask(n - i);
+      const __m512 x = _mm512_maskz_loadu_ps(m, xr + i);
+      const __m512d dl = _mm512_maskz_sub_pd(static_cast<__mmask8>(m), _mm512_cvtps_pd(_mm512_castps512_ps256(x)), md);
+      const __m512d dh =
+          _mm512_maskz_sub_pd(static_cast<__mmask8>(m >> 8), _mm512_cvtps_pd(High8(x)), md);
+      lo = _mm512_fmadd_pd(dl, dl, lo);
+      hi = _mm512_fmadd_pd(dh, dh, hi);
+    }
+    const double var = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(n) + p->epsilon));
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Mask(n - i);
+      const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + i), mv), iv),
+                                       _mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, bias + i));
+      _mm512_mask_storeu_ps(yr + i, m, y);
+    }
+  }
+}
+
+void kiln_uk_add_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) {
+    const __mmask16 m = Mask(end - i);
+    _mm512_mask_storeu_ps(p->y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p->a + i), _mm512_maskz_loadu_ps(m, p->b + i)));
+  }
+}
+
+void kiln_uk_mul_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) {
+    const __mmask16 m = Mask(end - i);
+    _mm512_mask_storeu_ps(p->y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p->a + i), _mm512_maskz_loadu_ps(m, p->b + i)));
+  }
+}
 
 void kiln_uk_act_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end) {
   Dispatch<false>(p, begin, end);
