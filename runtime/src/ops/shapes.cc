@@ -2,29 +2,19 @@
 #include "ops/shapes.h"
 
 #include <cmath>
-#include <cstdarg>
 
 #include "formats/kiln_format.h"
+#include "support/error.h"
 
 namespace kiln::rt {
 
-kiln_status_t ShapeCheck::Fail(kiln_status_t status, const char *fmt, ...) const {
-  if (error != nullptr) {
-    error->status = status;
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(error->message, sizeof(error->message), fmt, args);
-    va_end(args);
-  }
-  return status;
-}
-
 kiln_status_t ShapeCheck::OpBad(const char *what) const {
-  return Fail(KILN_ERROR_ARTIFACT_OP, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
+  return rt::Fail(error, KILN_ERROR_ARTIFACT_OP, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
 }
 
 kiln_status_t ShapeCheck::ShapeBad(const char *what) const {
-  return Fail(KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()), what);
+  return rt::Fail(error, KILN_ERROR_ARTIFACT_SHAPE, "op '%s' (%s): %s", OpName(op), fb::EnumNameOpKind(op->kind()),
+                  what);
 }
 
 namespace ops {
@@ -60,11 +50,11 @@ kiln_status_t ShapeAdd(const ShapeCheck &c) {
   if (!c.mat(c.in(0)) || !c.f32in(0) || !c.f32in(1) || c.in(1).rank != 2 || !c.rows_eq(c.in(0), c.in(1)) ||
       c.in(0).d[1] != c.in(1).d[1] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1]) {
     char a[32], b[32];
-    return c.Fail(KILN_ERROR_ARTIFACT_SHAPE,
-                  "op '%s' (%s): operands and output must have the same shape "
-                  "(rows: %s and %s)",
-                  OpName(c.op), fb::EnumNameOpKind(c.op->kind()), RowsName(c.in(0), a, sizeof(a)),
-                  RowsName(c.in(1), b, sizeof(b)));
+    return Fail(c.error, KILN_ERROR_ARTIFACT_SHAPE,
+                "op '%s' (%s): operands and output must have the same shape "
+                "(rows: %s and %s)",
+                OpName(c.op), fb::EnumNameOpKind(c.op->kind()), RowsName(c.in(0), a, sizeof(a)),
+                RowsName(c.in(1), b, sizeof(b)));
   }
   return KILN_OK;
 }

@@ -75,7 +75,6 @@ struct ShapeCheck {
   bool mat(const Dims& d) const { return d.rank == 2; }
   bool f32in(int i) const { return indt(i) == fb::DType::F32; }
 
-  kiln_status_t Fail(kiln_status_t status, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
   kiln_status_t OpBad(const char* what) const;
   kiln_status_t ShapeBad(const char* what) const;
 };

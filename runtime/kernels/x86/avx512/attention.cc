@@ -17,123 +17,6 @@ namespace {
 
 inline __mmask16 Mask(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
 
-// Up to kGroup rows of one head at a time, so that each key and value loaded serves
-// every row of the group: scores 4 keys x G rows per Reduce16, the weighted sum of
-// values into G rows of outputs. Row g attends to keys [0, n[g]); its scores live in
-// scratch + g * n_keys. A row's result does not depend on the group it is computed in:
-// its dot products, softmax and sums go through the same operations (zero weights of
-// keys past its own limit add exact zeros).
-constexpr int kGroup = 4;
-static_assert(kGroup <= KILN_UK_ATTENTION_SCRATCH_ROWS, "scores of a group live in the scratch");
-
-template <int G>
-void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* rows, float* scratch) {
-  const int64_t hd = p->head_dim, kvh = h / (p->heads / p->kv_heads);
-  const float* keys = p->k + kvh * hd;
-  const float* vals = p->v + kvh * hd;
-  int64_t n[G], nmax = 0;
-  const float* q[G];
-  float* out[G];
-  float* s[G];
-  for (int g = 0; g < G; ++g) {
-    const int64_t t = rows[g];
-    n[g] = p->positions != nullptr ? static_cast<int64_t>(p->positions[t]) + 1 : p->causal ? t + 1 : p->n_keys;
-    nmax = std::max(nmax, n[g]);
-    q[g] = p->q + t * p->ldq + h * hd;
-    out[g] = p->y + t * p->ldy + h * hd;
-    s[g] = scratch + g * p->n_keys;
-  }
-  // Scores, 4 keys at a time.
-  const __m512 scale = _mm512_set1_ps(p->scale);
-  for (int64_t j0 = 0; j0 < nmax; j0 += 4) {
-    const int64_t nk = std::min<int64_t>(4, nmax - j0);
-    __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 16) {
-      const __mmask16 m = Mask(hd - d);
-      __m512 kv[4];
-      for (int kk = 0; kk < 4; ++kk)
-        kv[kk] = kk < nk ? _mm512_maskz_loadu_ps(m, keys + (j0 + kk) * p->ldkv + d) : _mm512_setzero_ps();
-      for (int g = 0; g < G; ++g) {
-        const __m512 qv = _mm512_maskz_loadu_ps(m, q[g] + d);
-        for (int kk = 0; kk < 4; ++kk) acc[g * 4 + kk] = _mm512_fmadd_ps(qv, kv[kk], acc[g * 4 + kk]);
-      }
-    }
-    alignas(64) float z[16];
-    _mm512_store_ps(z, _mm512_mul_ps(Reduce16(acc), scale));
-    for (int g = 0; g < G; ++g)
-      for (int64_t kk = 0; kk < nk; ++kk) s[g][j0 + kk] = z[g * 4 + kk];
-  }
-  // Softmax per row over its own keys; zero weights up to nmax.
-  float inv[G];
-  for (int g = 0; g < G; ++g) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j0 = 0; j0 < n[g]; j0 += 16) {
-      const __mmask16 km = Mask(n[g] - j0);
-      vmax = _mm512_mask_max_ps(vmax, km, vmax, _mm512_maskz_loadu_ps(km, s[g] + j0));
-    }
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j0 = 0; j0 < n[g]; j0 += 16) {
-      const __mmask16 km = Mask(n[g] - j0);
-      const __m512 e = _mm512_maskz_mov_ps(km, kiln::x86::Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(km, s[g] + j0), mx)));
-      _mm512_mask_storeu_ps(s[g] + j0, km, e);
-      vsum = _mm512_add_ps(vsum, e);
-    }
-    for (int64_t j = n[g]; j < nmax; ++j) s[g][j] = 0.0f;
-    inv[g] = 1.0f / _mm512_reduce_add_ps(vsum);
-  }
-  // Weighted sum of values, up to 64 columns of the G output rows at a time.
-  for (int64_t d = 0; d < hd; d += 64) {
-    __m512 o[G][4];
-    for (int g = 0; g < G; ++g)
-      for (int i = 0; i < 4; ++i) o[g][i] = _mm512_setzero_ps();
-    __mmask16 m[4];
-    for (int i = 0; i < 4; ++i) m[i] = Mask(hd - d - 16 * i);
-    for (int64_t j = 0; j < nmax; ++j) {
-      const float* v = vals + j * p->ldkv + d;
-      __m512 vv[4];
-      for (int i = 0; i < 4; ++i) vv[i] = _mm512_maskz_loadu_ps(m[i], v + 16 * i);
-      for (int g = 0; g < G; ++g) {
-        const __m512 w = _mm512_set1_ps(s[g][j]);
-        for (int i = 0; i < 4; ++i) o[g][i] = _mm512_fmadd_ps(w, vv[i], o[g][i]);
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      const __m512 iv = _mm512_set1_ps(inv[g]);
-      for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(out[g] + d + 16 * i, m[i], _mm512_mul_ps(o[g][i], iv));
-    }
-  }
-}
-
-// All keys in the inputs (vision encoders) and many of them: per head, the keys
-// transposed once per call into scratch ([head_dim][keys], 32-aligned), then tiles of
-// kTileRows query rows x 32 keys as outer products (no horizontal sums), the softmax
-// per row, and the values summed into 4 rows at a time. Chosen by the problem alone
-// (no KV cache, kTransposedMinKeys keys or more), never by the range, so a row's result
-// does not depend on how the tasks are split.
-constexpr int kTileRows = KILN_UK_ATTENTION_SCRATCH_ROWS;  // 8
-constexpr int64_t kTransposedMinKeys = 64;
-
-template <int MR>
-void ScoreTile(const float* const* q, const float* kt, int64_t npad, int64_t hd, int64_t j0, __m512 scale,
-               float* const* s) {
-  __m512 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < hd; ++d) {
-    const __m512 k0 = _mm512_loadu_ps(kt + d * npad + j0), k1 = _mm512_loadu_ps(kt + d * npad + j0 + 16);
-    for (int r = 0; r < MR; ++r) {
-      const __m512 qb = _mm512_set1_ps(q[r][d]);
-      acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    _mm512_storeu_ps(s[r] + j0, _mm512_mul_ps(acc[r][0], scale));
-    _mm512_storeu_ps(s[r] + j0 + 16, _mm512_mul_ps(acc[r][1], scale));
-  }
-}
-
 // Softmax of s[0, n) in place, zeros in [n, nmax); returns 1 / the sum.
 inline float Softmax(float* s, int64_t n, int64_t nmax) {
   __m512 vmax = _mm512_set1_ps(-INFINITY);
@@ -175,6 +58,87 @@ void SumValues(const float* vals, int64_t ldkv, int64_t hd, int64_t nmax, float*
       const __m512 iv = _mm512_set1_ps(inv[g]);
       for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(out[g] + d + 16 * i, m[i], _mm512_mul_ps(o[g][i], iv));
     }
+  }
+}
+
+// Up to kGroup rows of one head at a time, so that each key and value loaded serves
+// every row of the group: scores 4 keys x G rows per Reduce16, the weighted sum of
+// values into G rows of outputs. Row g attends to keys [0, n[g]); its scores live in
+// scratch + g * n_keys. A row's result does not depend on the group it is computed in:
+// its dot products, softmax and sums go through the same operations (zero weights of
+// keys past its own limit add exact zeros).
+constexpr int kGroup = 4;
+static_assert(kGroup == 4 && kGroup <= KILN_UK_ATTENTION_SCRATCH_ROWS, "groups of 4 rows; their scores live in the scratch");
+
+template <int G>
+void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* rows, float* scratch) {
+  const int64_t hd = p->head_dim, kvh = h / (p->heads / p->kv_heads);
+  const float* keys = p->k + kvh * hd;
+  const float* vals = p->v + kvh * hd;
+  int64_t n[G], nmax = 0;
+  const float* q[G];
+  float* out[G];
+  float* s[G];
+  for (int g = 0; g < G; ++g) {
+    const int64_t t = rows[g];
+    n[g] = p->positions != nullptr ? static_cast<int64_t>(p->positions[t]) + 1 : p->causal ? t + 1 : p->n_keys;
+    nmax = std::max(nmax, n[g]);
+    q[g] = p->q + t * p->ldq + h * hd;
+    out[g] = p->y + t * p->ldy + h * hd;
+    s[g] = scratch + g * p->n_keys;
+  }
+  // Scores, 4 keys at a time.
+  const __m512 scale = _mm512_set1_ps(p->scale);
+  for (int64_t j0 = 0; j0 < nmax; j0 += 4) {
+    const int64_t nk = std::min<int64_t>(4, nmax - j0);
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 16) {
+      const __mmask16 m = Mask(hd - d);
+      __m512 kv[4];
+      for (int kk = 0; kk < 4; ++kk)
+        kv[kk] = kk < nk ? _mm512_maskz_loadu_ps(m, keys + (j0 + kk) * p->ldkv + d) : _mm512_setzero_ps();
+      for (int g = 0; g < G; ++g) {
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q[g] + d);
+        for (int kk = 0; kk < 4; ++kk) acc[g * 4 + kk] = _mm512_fmadd_ps(qv, kv[kk], acc[g * 4 + kk]);
+      }
+    }
+    alignas(64) float z[16];
+    _mm512_store_ps(z, _mm512_mul_ps(Reduce16(acc), scale));
+    for (int g = 0; g < G; ++g)
+      for (int64_t kk = 0; kk < nk; ++kk) s[g][j0 + kk] = z[g * 4 + kk];
+  }
+  // Softmax per row over its own keys (zero weights up to nmax), then the values.
+  float inv[G];
+  for (int g = 0; g < G; ++g) inv[g] = Softmax(s[g], n[g], nmax);
+  SumValues<G>(vals, p->ldkv, hd, nmax, s, inv, out);
+}
+
+// All keys in the inputs (vision encoders) and many of them: per head, the keys
+// transposed once per call into scratch ([head_dim][keys], 32-aligned), then tiles of
+// kTileRows query rows x 32 keys as outer products (no horizontal sums), the softmax
+// per row, and the values summed into 4 rows at a time. Chosen by the problem alone
+// (no KV cache, kTransposedMinKeys keys or more), never by the range, so a row's result
+// does not depend on how the tasks are split.
+constexpr int kTileRows = KILN_UK_ATTENTION_SCRATCH_ROWS;  // 8
+constexpr int64_t kTransposedMinKeys = 64;
+
+template <int MR>
+void ScoreTile(const float* const* q, const float* kt, int64_t npad, int64_t hd, int64_t j0, __m512 scale,
+               float* const* s) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    const __m512 k0 = _mm512_loadu_ps(kt + d * npad + j0), k1 = _mm512_loadu_ps(kt + d * npad + j0 + 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 qb = _mm512_set1_ps(q[r][d]);
+      acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_storeu_ps(s[r] + j0, _mm512_mul_ps(acc[r][0], scale));
+    _mm512_storeu_ps(s[r] + j0 + 16, _mm512_mul_ps(acc[r][1], scale));
   }
 }
 
@@ -241,40 +205,26 @@ void AttendTransposed(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra
 
 extern "C" void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                                          int64_t task_end, float* scratch) {
-  // Tasks are row * heads + head: per head, the rows of the range in groups.
+  // Tasks are row * heads + head: the rows of one head in the range are contiguous.
   if (task_begin >= task_end) return;
   const int64_t heads = p->heads, r0 = task_begin / heads, r1 = (task_end - 1) / heads;
-  if (p->positions == nullptr && p->n_keys >= kTransposedMinKeys && (p->n_keys + 16) * p->ldkv <= INT32_MAX) {
-    for (int64_t h = 0; h < heads; ++h) {
-      // The rows of this head in the range: contiguous.
-      const int64_t ra = r0 * heads + h >= task_begin ? r0 : r0 + 1;
-      const int64_t rb = r1 * heads + h < task_end ? r1 : r1 - 1;
-      if (ra <= rb) AttendTransposed(p, h, ra, rb, scratch);
-    }
-    return;
-  }
+  const bool transposed =
+      p->positions == nullptr && p->n_keys >= kTransposedMinKeys && (p->n_keys + 16) * p->ldkv <= INT32_MAX;
   for (int64_t h = 0; h < heads; ++h) {
-    int64_t rows[kGroup];
-    int g = 0;
-    for (int64_t r = r0; r <= r1; ++r) {
-      const int64_t task = r * heads + h;
-      if (task < task_begin || task >= task_end) continue;
-      rows[g++] = r;
-      if (g == kGroup || r == r1) {
-        switch (g) {
-          case 1: AttendGroup<1>(p, h, rows, scratch); break;
-          case 2: AttendGroup<2>(p, h, rows, scratch); break;
-          case 3: AttendGroup<3>(p, h, rows, scratch); break;
-          default: AttendGroup<4>(p, h, rows, scratch); break;
-        }
-        g = 0;
-      }
+    const int64_t ra = r0 * heads + h >= task_begin ? r0 : r0 + 1;
+    const int64_t rb = r1 * heads + h < task_end ? r1 : r1 - 1;
+    if (ra > rb) continue;
+    if (transposed) {
+      AttendTransposed(p, h, ra, rb, scratch);
+      continue;
     }
-    if (g > 0) {
-      switch (g) {
+    for (int64_t r = ra; r <= rb; r += kGroup) {
+      const int64_t rows[kGroup] = {r, r + 1, r + 2, r + 3};
+      switch (std::min<int64_t>(kGroup, rb + 1 - r)) {
         case 1: AttendGroup<1>(p, h, rows, scratch); break;
         case 2: AttendGroup<2>(p, h, rows, scratch); break;
-        default: AttendGroup<3>(p, h, rows, scratch); break;
+        case 3: AttendGroup<3>(p, h, rows, scratch); break;
+        default: AttendGroup<4>(p, h, rows, scratch); break;
       }
     }
   }
