@@ -12,8 +12,16 @@ namespace kiln::format {
 // Schema version: major * 1000 + minor. A runtime reads every minor version of its
 // major (fields it does not know are ignored); a newer major is rejected.
 constexpr uint32_t kSchemaMajor = 1;
-constexpr uint32_t kSchemaMinor = 0;
+constexpr uint32_t kSchemaMinor = 1;  // 1: code segment (Model.code, Op.symbol)
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
+
+// The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
+// against corruption, not tampering: an artifact is as trusted as its source.
+inline uint64_t Checksum64(const uint8_t* data, uint64_t size) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (uint64_t i = 0; i < size; ++i) h = (h ^ data[i]) * 0x100000001B3ull;
+  return h;
+}
 
 // Data segments and every tensor in them start at multiples of this.
 constexpr uint64_t kAlignment = 64;

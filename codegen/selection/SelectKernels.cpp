@@ -1,4 +1,5 @@
 //===- SelectKernels.cpp - bind ops to kernels -------------------*- C++ -*-===//
+#include "codegen/generators/KernelGenerator.h"
 #include "codegen/selection/KernelRegistry.h"
 #include "codegen/targets/Target.h"
 #include "dialects/kiln/KilnOps.h"
@@ -32,6 +33,7 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
       return signalPassFailure();
     }
     const Target& tgt = *parsed;
+    setModuleTarget(module, tgt);
     const std::string targetName = tgt.triple + (tgt.features ? " (" + featureList(tgt.features) + ")" : "");
     mlir::SymbolTable symbols(module);
     bool failedAny = false;
@@ -59,12 +61,19 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
         // Of the kernels that run this op kind, read these encodings and need no
         // CPU feature the target lacks: the most specialised one (the most CPU
         // features used), the first in table order among equals.
+        // Kernels generated for the op (codegen/generators) rank above the portable
+        // ones and below hand-written kernels for the target's features.
         const format::KernelInfo* chosen = nullptr;
+        auto rank = [](const format::KernelInfo& k) {
+          return 2 * llvm::popcount(k.cpu_features) + (llvm::StringRef(k.isa) == "generated" ? 1 : 0);
+        };
         for (const format::KernelInfo& k : allKernels()) {
           if (k.op_kind != static_cast<uint16_t>(*kind) || (needed & ~k.encodings) != 0 ||
               (k.cpu_features & ~tgt.features) != 0)
             continue;
-          if (!chosen || llvm::popcount(k.cpu_features) > llvm::popcount(chosen->cpu_features))
+          if (llvm::StringRef(k.isa) == "generated" && !tgt.generate)
+            continue;
+          if (!chosen || rank(k) > rank(*chosen))
             chosen = &k;
         }
         if (!chosen) {

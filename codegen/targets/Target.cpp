@@ -84,6 +84,7 @@ llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef fe
   if (!parsed)
     return parsed.takeError();
   Target target = *parsed;
+  target.generate = !portable;
   if (host)
     target.features = detectHostFeatures();
   // "+a,-b": add or remove, each checked against the architecture.

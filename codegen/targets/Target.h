@@ -17,6 +17,8 @@ struct Target {
   std::string triple;
   TargetArch arch;
   uint64_t features = 0; // kiln::format::CpuFeature bits
+  /// Generate kernels for the target (false for `portable`: reference kernels only).
+  bool generate = true;
 };
 
 /// The build host (x86_64-linux-gnu or aarch64-linux-gnu) with the features every

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/generators/KernelGenerator.h"
 #include "codegen/selection/KernelRegistry.h"
 #include "compiler/importers/tokenizer/TokenizerJson.h"
 #include "compiler/serialize/OpParams.h"
@@ -173,6 +174,7 @@ private:
   LogicalResult emit(llvm::raw_ostream& os);
   mlir::InFlightDiagnostic error() { return module_.emitError(); }
   LogicalResult collect();
+  LogicalResult generateCode();
   LogicalResult buildHeader(uint64_t dataStart);
   LogicalResult writeFile(llvm::StringRef path);
   int64_t intAttr(mlir::DictionaryAttr dict, llvm::StringRef key, int64_t dflt = 0) {
@@ -199,8 +201,24 @@ private:
   uint64_t weightBytes_ = 0;
   uint64_t kernelFeatures_ = 0; // CPU features of the bound kernels
   uint64_t dataStart_ = 0;
+  GeneratedCode code_;        // the code segment (empty: no generated kernels)
+  uint64_t codeOffset_ = 0;
   std::map<std::string, std::unique_ptr<llvm::MemoryBuffer>> files_; // mapped source files
 };
+
+// Kernels generated for the ops bound to `generated` kernels (codegen/generators),
+// compiled for the target kiln-select-kernels recorded: the code segment.
+LogicalResult Writer::generateCode() {
+  llvm::Expected<Target> target = moduleTarget(module_);
+  if (!target)
+    return error() << llvm::toString(target.takeError());
+  mlir::OwningOpRef<mlir::ModuleOp> kernels = buildKernelModule(module_, *target);
+  if (!kernels)
+    return failure();
+  if (kernels->getBody()->empty())
+    return success();
+  return compileKernels(*kernels, *target, &code_);
+}
 
 LogicalResult Writer::collect() {
   auto ckpt = module_->getAttrOfType<mlir::StringAttr>("kiln.checkpoint");
@@ -246,6 +264,9 @@ LogicalResult Writer::collect() {
     weights_.push_back(e);
   }
 
+  if (failed(generateCode()))
+    return failure();
+
   // Tokenizer.
   llvm::SmallString<256> tokPath(checkpoint_);
   llvm::sys::path::append(tokPath, "tokenizer.json");
@@ -269,6 +290,20 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   }
   weightBytes_ = cursor - dataStart;
   std::vector<fb::Segment> segments = {fb::Segment(dataStart, weightBytes_)};
+  // The code segment follows the weights.
+  flatbuffers::Offset<fb::CodeSegment> codeSegment = 0;
+  if (!code_.object.empty()) {
+    codeOffset_ = cursor;
+    segments.push_back(fb::Segment(codeOffset_, code_.object.size()));
+    std::vector<flatbuffers::Offset<flatbuffers::String>> symbols;
+    for (const std::string& sym : code_.symbols)
+      symbols.push_back(b.CreateString(sym));
+    codeSegment = fb::CreateCodeSegment(
+        b, static_cast<uint32_t>(segments.size() - 1), code_.machine, code_.cpuFeatures,
+        format::Checksum64(code_.object.data(), code_.object.size()), b.CreateString(code_.triple),
+        b.CreateVector(symbols));
+    kernelFeatures_ |= code_.cpuFeatures;
+  }
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
   for (const WeightEntry& w : weights_) {
@@ -373,8 +408,11 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       if (mlir::failed(params))
         return failure();
       kernelFeatures_ |= kernel->cpu_features;
+      auto symbol = op.getAttrOfType<mlir::StringAttr>(kSymbolAttrName);
+      if (llvm::StringRef(kernel->isa) == "generated" && !symbol)
+        return op.emitOpError("is bound to generated kernel ") << kernel->name << " but no kernel was generated";
       ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, params->type,
-                                       params->table));
+                                       params->table, symbol ? symbol.getValue().str().c_str() : nullptr));
     }
     auto arena = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes");
     uint64_t arenaBytes = arena ? static_cast<uint64_t>(arena.getInt()) : 0;
@@ -513,7 +551,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       b, format::kSchemaVersion, metadata, options_.requiredCpuFeatures | kernelFeatures_,
       b.CreateVectorOfStructs(segments), b.CreateVector(tensors), b.CreateVector(values),
       b.CreateVector(stages), memoryPlan, textConfig, imageConfig, preprocess, tokenizer, generation,
-      b.CreateVector(precision));
+      b.CreateVector(precision), codeSegment);
   b.FinishSizePrefixed(model, fb::ModelIdentifier());
   (void)ctx;
   return success();
@@ -711,6 +749,10 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
     if (!converted)
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
     write(scratch.data(), scratch.size());
+  }
+  if (!code_.object.empty()) {
+    pad(codeOffset_);
+    write(code_.object.data(), code_.object.size());
   }
   pad(alignUp(pos));
   return success();

@@ -65,6 +65,11 @@ const Field kTokenizerFields[] = {{"file", FieldType::Str, true, 0},
                                   {"vocab", FieldType::I64, true, 0},
                                   {"added_tokens", FieldType::I64, true, 0}};
 
+// The target kiln-select-kernels bound kernels for (codegen/generators reads it).
+const Field kTargetFields[] = {{"triple", FieldType::Str, true, 0},
+                               {"features", FieldType::Str, true, 0},
+                               {"generate", FieldType::Bool, true, 0}};
+
 const char* typeName(FieldType t) {
   switch (t) {
   case FieldType::I64: return "an integer";
@@ -162,8 +167,8 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     return op->emitOpError("unknown attribute '")
            << attr.getName().getValue()
            << "' (kiln.* attributes: architecture, checkpoint, prompt_template, text, image, "
-              "preprocessor, generation, tokenizer, max_prefill_tokens, stage, arena_bytes, kernel, "
-              "offset, output, sensitivity)";
+              "preprocessor, generation, tokenizer, max_prefill_tokens, target, stage, arena_bytes, "
+              "kernel, symbol, offset, output, sensitivity)";
   };
   if (!name.consume_front("kiln."))
     return unknown();
@@ -178,7 +183,8 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
       return op->emitOpError("attribute 'kiln.prompt_template' must be one of llava, llava-chatml, idefics3, plain");
     return success();
   }
-  if (name == "text" || name == "image" || name == "preprocessor" || name == "generation" || name == "tokenizer") {
+  if (name == "text" || name == "image" || name == "preprocessor" || name == "generation" || name == "tokenizer" ||
+      name == "target") {
     if (failed(requireModule(op, attr)))
       return failure();
     llvm::ArrayRef<Field> fields = llvm::StringSwitch<llvm::ArrayRef<Field>>(name)
@@ -186,6 +192,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
                                        .Case("image", kImageFields)
                                        .Case("preprocessor", kPreprocessorFields)
                                        .Case("generation", kGenerationFields)
+                                       .Case("target", kTargetFields)
                                        .Default(kTokenizerFields);
     return verifyDictionary(op, attr, fields);
   }
@@ -201,7 +208,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
       return op->emitOpError("attribute 'kiln.arena_bytes' belongs on a stage function");
     return requireInt(op, attr, 0);
   }
-  if (name == "kernel")
+  if (name == "kernel" || name == "symbol")
     return failure(failed(requireStageOp(op, attr)) || failed(requireString(op, attr)));
   if (name == "offset")
     return failure(failed(requireStageOp(op, attr)) || failed(requireInt(op, attr, 0, 64)));

@@ -115,7 +115,14 @@ struct KernelEntry {
   OpRunner run;
   ScratchFn scratch;
   const UkernelSet* uk;
+  // isa "generated": the op's runner calls the function the op names in the
+  // artifact's code segment (BindGeneratedUkernel), with `uk` for the rest.
+  bool generated;
 };
+
+// Puts generated function `fn` into the family of `set` that ops of `kind` run
+// (RoPE: set->rope). False when the kind has no generated family.
+bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set);
 
 // The kernel with this id, or null.
 const KernelEntry* FindKernel(uint32_t id);

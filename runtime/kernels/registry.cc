@@ -54,12 +54,18 @@ const UkernelSet kX86Avx512 = MakeX86Avx512();
 #define KILN_UKERNELS_x86_avx512 nullptr
 #endif
 
-// Micro-kernels by the ISA column of kernels.def.
+// Micro-kernels by the ISA column of kernels.def. Generated kernels replace one
+// family per op (BindGeneratedUkernel) and run the reference for the others.
 #define KILN_UKERNELS_portable (&kPortable)
+#define KILN_UKERNELS_generated (&kPortable)
+#define KILN_GENERATED_portable false
+#define KILN_GENERATED_x86_avx512 false
+#define KILN_GENERATED_generated true
 
 const KernelEntry kKernels[] = {
 #define KILN_KERNEL(id, name, op, encodings, isa, features)                                                 \
-  {id, #name, fb::OpKind::op, encodings, features, ops::Run##op, ops::Scratch##op, KILN_UKERNELS_##isa},
+  {id, #name, fb::OpKind::op, encodings, features, ops::Run##op, ops::Scratch##op, KILN_UKERNELS_##isa,   \
+   KILN_GENERATED_##isa},
 #include "formats/kernels.def"
 #undef KILN_KERNEL
 };
@@ -70,6 +76,16 @@ const KernelEntry* FindKernel(uint32_t id) {
   for (const KernelEntry& k : kKernels)
     if (k.id == id) return &k;
   return nullptr;
+}
+
+bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
+  switch (kind) {
+    case fb::OpKind::Rope:
+      set->rope = reinterpret_cast<void (*)(const kiln_uk_rope_params_t*, int64_t, int64_t)>(fn);
+      return true;
+    default:
+      return false;
+  }
 }
 
 const KernelEntry* AllKernels(size_t* count) {

@@ -1,67 +1,25 @@
 /*
- * ukernel.h — the micro-kernel ABI: what every kernel (the portable reference
- * kernels here, generated kernels later) is called with.
- *
- * Plain C (C11 / C++17 compatible), no FlatBuffers types, no runtime types. A
- * micro-kernel receives a parameter struct (shapes, strides, pointers, encodings),
- * a tile range [begin, end) in the unit its family documents, and per-thread scratch
- * of the size the family's runner computed. It never allocates, never makes a system
- * call, never touches globals, never fails: the runner (runtime/src/ops) validates
- * everything first and splits the work into tile ranges across the thread pool.
- * Packing (weights: at compile time; activations: the `quant_rows` family) is
- * separate from compute.
- *
- * Names follow KleidiAI's grammar:
- *   kiln_uk_<op>_<fused>_<dst>_<lhs>_<rhs>_<MxN tile>_<isa>_<feature>
- * with lhs/rhs types: f32, qai8dx (int8 per-row dynamic), wany (any weight encoding
- * of formats/encodings.def), wq (int8 or int4 weights), wfloat (f32/f16/bf16).
+ * ukernel.h — the runtime's built-in micro-kernels: the portable reference kernels
+ * (every op, every CPU) and the hand-written ones per ISA. Their parameter structs
+ * and the calling convention are the ABI of formats/ukernel_abi.h, which generated
+ * kernels share.
  */
 #ifndef KILN_RUNTIME_KERNELS_UKERNEL_H_
 #define KILN_RUNTIME_KERNELS_UKERNEL_H_
 
-#include <stddef.h>
-#include <stdint.h>
+#include "formats/ukernel_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A stored weight viewed as [rows, cols] (cols = product of all but the first dim),
- * in its storage encoding (formats/encoding.h defines the bytes). */
-typedef struct kiln_uk_weight_t {
-  const uint8_t* data;
-  int64_t rows;
-  int64_t cols;
-  uint8_t encoding;         /* formats/encodings.def id */
-  uint8_t symmetric;        /* int4 */
-  uint8_t int8_activations; /* W8A8 / W4A8: multiply int8 per-token activations */
-  uint8_t layout;           /* 0: row-major */
-  uint32_t group;           /* int4 group size */
-} kiln_uk_weight_t;
-
-/* ---- matmul: y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for m < M ----
- * Tile unit: output channels n. Float activations read x; int8 activations read
- * xq/xs, produced by the quant_rows family first. */
-typedef struct kiln_uk_matmul_params_t {
-  const float* x;        /* [M, K], row stride ldx */
-  int64_t ldx;
-  const int8_t* xq;      /* [M, K] int8 activations (W8A8 / W4A8), else NULL */
-  const float* xs;       /* [M] their scales */
-  int64_t M, N, K;
-  kiln_uk_weight_t w;    /* [N, K] */
-  const kiln_uk_weight_t* bias; /* [N] float encoding, or NULL */
-  float* y;              /* [M, N], row stride ldy */
-  int64_t ldy;
-} kiln_uk_matmul_params_t;
-typedef void (*kiln_uk_matmul_fn)(const kiln_uk_matmul_params_t* p, int64_t n_begin, int64_t n_end,
-                                  float* scratch);
-/* Scratch per thread, in floats. */
+/* matmul */
+/* Scratch per thread, in floats: */
 size_t kiln_uk_matmul_scratch_ref(int64_t K);
 void kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                         int64_t n_end, float* scratch);
 void kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                         int64_t n_end, float* scratch);
-
 /* x86-64 AVX-512 (F, BW, VL, VNNI) with FMA and F16C: runtime/kernels/x86/avx512. */
 size_t kiln_uk_matmul_scratch_x86_avx512(int64_t K);
 void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params_t* p, int64_t n_begin,
@@ -69,30 +27,13 @@ void kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512(const kiln_uk_matmul_params
 void kiln_uk_matmul_bias_f32_qai8dx_wq_4x4_x86_avx512vnni(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                           int64_t n_end, float* scratch);
 
-/* ---- quant_rows: dynamic per-row int8 quantisation of activations ----
- * q = rint(x / s), s = absmax / 127 (1 for a zero row), clamped to [-127, 127].
- * Tile unit: rows. */
-typedef struct kiln_uk_quant_rows_params_t {
-  const float* x;
-  int64_t ldx;
-  int64_t K;
-  int8_t* q;  /* [rows, K] */
-  float* s;   /* [rows] */
-} kiln_uk_quant_rows_params_t;
+/* quant_rows */
 void kiln_uk_lhs_quant_qai8dx_f32_ref_portable(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
                                                int64_t row_end);
 void kiln_uk_lhs_quant_qai8dx_f32_x86_avx512(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
                                              int64_t row_end);
 
-/* ---- norms: tile unit rows; scratch per thread: 2 * cols floats ---- */
-typedef struct kiln_uk_norm_params_t {
-  const float* x;
-  float* y;
-  int64_t cols;
-  float epsilon;
-  kiln_uk_weight_t weight; /* [cols] float encoding */
-  kiln_uk_weight_t bias;   /* layer norm: [cols]; rms norm: data NULL */
-} kiln_uk_norm_params_t;
+/* norms */
 void kiln_uk_rmsnorm_f32_f32_wfloat_ref_portable(const kiln_uk_norm_params_t* p, int64_t row_begin,
                                                  int64_t row_end, float* scratch);
 void kiln_uk_layernorm_f32_f32_wfloat_ref_portable(const kiln_uk_norm_params_t* p, int64_t row_begin,
@@ -102,16 +43,7 @@ void kiln_uk_rmsnorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, i
 void kiln_uk_layernorm_f32_f32_wfloat_x86_avx512(const kiln_uk_norm_params_t* p, int64_t row_begin, int64_t row_end,
                                                  float* scratch);
 
-/* ---- element-wise: tile unit elements ---- */
-enum kiln_uk_activation_t {
-  KILN_UK_SILU = 0, KILN_UK_GELU = 1, KILN_UK_GELU_TANH = 2, KILN_UK_QUICK_GELU = 3, KILN_UK_RELU = 4
-};
-typedef struct kiln_uk_eltwise_params_t {
-  const float* a;
-  const float* b;        /* binary ops and the gated activation's `up` */
-  float* y;
-  int32_t activation;    /* kiln_uk_activation_t */
-} kiln_uk_eltwise_params_t;
+/* element-wise */
 void kiln_uk_add_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 void kiln_uk_mul_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 void kiln_uk_add_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
@@ -122,70 +54,20 @@ void kiln_uk_gatedact_f32_f32_f32_ref_portable(const kiln_uk_eltwise_params_t* p
 void kiln_uk_act_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 void kiln_uk_gatedact_f32_f32_f32_x86_avx512(const kiln_uk_eltwise_params_t* p, int64_t begin, int64_t end);
 
-/* ---- rope: rotate-half rotary embedding; tile unit rows ---- */
-typedef struct kiln_uk_rope_params_t {
-  const float* x;
-  float* y;
-  int64_t ld;            /* row stride of x and y */
-  const int32_t* positions;
-  const float* inv_freq; /* [head_dim / 2] */
-  int64_t heads, head_dim;
-} kiln_uk_rope_params_t;
+/* rope */
 void kiln_uk_rope_f32_f32_ref_portable(const kiln_uk_rope_params_t* p, int64_t row_begin, int64_t row_end);
 
-/* ---- attention: softmax(q k^T * scale) v per head; tile unit (row, head) tasks,
- * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH(n_keys,
- * head_dim, positions given) floats: with positions (KV cache) a few rows of scores
- * of one head; without (all keys in the inputs, e.g. vision encoders) also room for
- * the keys of one head transposed.
- * Row t attends to keys [0, limit(t)): limit = n_keys, or t + 1 when causal, or
- * positions[t] + 1 when positions is given (KV cache). */
-#define KILN_UK_ATTENTION_SCRATCH_ROWS 8
-#define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
-  ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys)                 \
-            : ((size_t)KILN_UK_ATTENTION_SCRATCH_ROWS + (size_t)(head_dim)) *           \
-                  (((size_t)(n_keys) + 31) / 32 * 32))
-typedef struct kiln_uk_attention_params_t {
-  const float* q;
-  int64_t ldq;
-  const float* k;
-  const float* v;
-  int64_t ldkv;          /* row stride of k and v */
-  float* y;
-  int64_t ldy;
-  int64_t heads, kv_heads, head_dim;
-  int64_t n_keys;
-  float scale;
-  int32_t causal;
-  const int32_t* positions;
-} kiln_uk_attention_params_t;
+/* attention */
 void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                                 int64_t task_end, float* scratch);
 void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                               int64_t task_end, float* scratch);
 
-/* ---- gather rows of a weight table (embedding, position and class embeddings) ----
- * y[r, :] = decode(W[ids[r], :]) (+ x[r, :] when x is given); ids NULL: row r.
- * Tile unit rows; scratch per thread: cols floats. */
-typedef struct kiln_uk_gather_params_t {
-  const int32_t* ids;
-  int64_t placeholder;   /* id that yields a zero row (-1: none) */
-  const float* x;        /* added when not NULL */
-  float* y;
-  int64_t ldy;
-  int64_t cols;
-  kiln_uk_weight_t table;
-} kiln_uk_gather_params_t;
+/* gather */
 void kiln_uk_gather_f32_wany_ref_portable(const kiln_uk_gather_params_t* p, int64_t row_begin, int64_t row_end,
                                           float* scratch);
 
-/* ---- im2col for a stride-p patch convolution: patches of [C, H, W] pixels as rows
- * of (c, ky, kx) values. Tile unit patches. */
-typedef struct kiln_uk_im2col_params_t {
-  const float* pixels;   /* [C, H, W] */
-  int64_t channels, height, width, patch;
-  float* y;              /* [patches, C * p * p] */
-} kiln_uk_im2col_params_t;
+/* im2col */
 void kiln_uk_im2col_f32_f32_ref_portable(const kiln_uk_im2col_params_t* p, int64_t patch_begin, int64_t patch_end);
 
 #ifdef __cplusplus

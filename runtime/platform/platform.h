@@ -29,6 +29,14 @@ int CpuCount();
 // Monotonic clock in seconds.
 double NowSeconds();
 
+// Pages for loaded machine code, never writable and executable at once:
+// AllocateCodePages maps `bytes` (rounded up to whole pages) zero-filled and
+// read+write, or returns nullptr; ProtectCodePages turns them read+execute (false if
+// the system refuses); FreeCodePages unmaps them (`bytes` as allocated).
+void* AllocateCodePages(size_t bytes);
+bool ProtectCodePages(void* p, size_t bytes);
+void FreeCodePages(void* p, size_t bytes);
+
 }  // namespace kiln::rt
 
 #endif  // KILN_RUNTIME_PLATFORM_PLATFORM_H_

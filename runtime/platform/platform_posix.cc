@@ -92,4 +92,16 @@ double NowSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+void* AllocateCodePages(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+bool ProtectCodePages(void* p, size_t bytes) { return ::mprotect(p, bytes, PROT_READ | PROT_EXEC) == 0; }
+
+void FreeCodePages(void* p, size_t bytes) {
+  if (p != nullptr) ::munmap(p, bytes);
+}
+
 }  // namespace kiln::rt

@@ -65,7 +65,9 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
   };
 
   ActView in_views[64];
-  for (const fb::Op* op : *stage->ops()) {
+  const Vec<const UkernelSet*>& generated = s->model->op_uk[static_cast<int>(stage->kind())];
+  for (uint32_t op_index = 0; op_index < stage->ops()->size(); ++op_index) {
+    const fb::Op* op = stage->ops()->Get(op_index);
     const KernelEntry* kernel = FindKernel(op->kernel());  // verified at load
     int ni = static_cast<int>(op->inputs()->size());
     for (int i = 0; i < ni; ++i) in_views[i] = view_of(op->inputs()->Get(i));
@@ -96,7 +98,7 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     ctx.scratch = s->scratch;
     ctx.scratch_floats = s->scratch_floats;
     ctx.kv = &s->kv;
-    ctx.uk = kernel->uk;
+    ctx.uk = op_index < generated.size() && generated[op_index] != nullptr ? generated[op_index] : kernel->uk;
     ctx.observer = s->observer;
     ctx.observer_user = s->observer_user;
     ctx.error = error;

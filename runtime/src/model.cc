@@ -123,9 +123,48 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   return KILN_OK;
 }
 
+// Loads the code segment (verified: checksum, machine, symbols listed) and points
+// every op bound to a generated kernel at its function.
+kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
+  const fb::Model* f = m->fb;
+  const fb::CodeSegment* code = f->code();
+  if (code == nullptr) return KILN_OK;
+  const fb::Segment* seg = f->segments()->Get(code->segment());
+  if (kiln_status_t st = m->code.Load(m->data + seg->offset(), seg->size(), error); st != KILN_OK) return st;
+  size_t generated = 0;
+  for (const fb::Stage* s : *f->stages())
+    for (const fb::Op* op : *s->ops()) generated += FindKernel(op->kernel())->generated ? 1 : 0;
+  m->generated_uk.set_allocator(&m->allocator);
+  if (!m->generated_uk.resize(generated)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  size_t next = 0;
+  for (const fb::Stage* s : *f->stages()) {
+    kiln::rt::Vec<const UkernelSet*>& table = m->op_uk[static_cast<int>(s->kind())];
+    table.set_allocator(&m->allocator);
+    if (!table.resize(s->ops()->size())) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t i = 0; i < s->ops()->size(); ++i) {
+      const fb::Op* op = s->ops()->Get(i);
+      const KernelEntry* k = FindKernel(op->kernel());
+      table[i] = nullptr;
+      if (!k->generated) continue;
+      void* fn = m->code.Find(op->symbol()->c_str());
+      if (fn == nullptr)
+        return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': the code segment defines no function '%s'",
+                    Str(op->name()), op->symbol()->c_str());
+      UkernelSet& set = m->generated_uk[next++];
+      set = *k->uk;
+      if (!BindGeneratedUkernel(op->kind(), fn, &set))
+        return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': %s ops cannot run generated kernels", Str(op->name()),
+                    fb::EnumNameOpKind(op->kind()));
+      table[i] = &set;
+    }
+  }
+  return KILN_OK;
+}
+
 kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* error) {
   kiln_status_t st = VerifyArtifact(m->data, m->size, DetectCpuFeatures(), &m->allocator, &m->fb, error);
   if (st == KILN_OK) st = Prepare(m, error);
+  if (st == KILN_OK) st = BindCode(m, error);
   if (st != KILN_OK) {
     kiln_model_release(m);
     return st;
@@ -209,6 +248,30 @@ kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* opti
   return st;
 }
 
+kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (path == nullptr) return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_artifact_verify: path is required");
+  FileMapping mapping;
+  if (kiln_status_t st = MapFile(path, &mapping, out_error); st != KILN_OK) return st;
+  Allocator allocator(nullptr);
+  const fb::Model* fbm = nullptr;
+  kiln_status_t st =
+      VerifyArtifact(mapping.data, mapping.size, DetectCpuFeatures(), &allocator, &fbm, out_error, for_this_cpu != 0);
+  // A code segment for this machine must also load (its ELF structure and relocations).
+  if (st == KILN_OK && for_this_cpu != 0 && fbm->code() != nullptr) {
+    CodeImage image;
+    const fb::Segment* seg = fbm->segments()->Get(fbm->code()->segment());
+    st = image.Load(mapping.data + seg->offset(), seg->size(), out_error);
+  }
+  UnmapFile(&mapping);
+  if (st != KILN_OK && out_error != nullptr) {
+    char msg[sizeof(out_error->message)];
+    std::snprintf(msg, sizeof(msg), "%s: %s", path, out_error->message);
+    std::memcpy(out_error->message, msg, sizeof(msg));
+  }
+  return st;
+}
+
 kiln_status_t kiln_model_load_from_memory(const void* data, size_t size, const kiln_model_options_t* options,
                                           kiln_model_t** out_model, kiln_error_t* out_error) {
   ClearError(out_error);
@@ -229,6 +292,8 @@ void kiln_model_release(kiln_model_t* model) {
   model->merges.set_allocator(nullptr);
   model->added.set_allocator(nullptr);
   model->eos_ids.set_allocator(nullptr);
+  model->generated_uk.set_allocator(nullptr);
+  for (auto& table : model->op_uk) table.set_allocator(nullptr);
   UnmapFile(&model->mapping);
   kiln_allocator_t raw = model->allocator.raw();
   model->~kiln_model_t();

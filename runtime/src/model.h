@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "code/elf_loader.h"
 #include "formats/kiln_generated.h"
 #include "image/preprocess.h"
 #include "kernels/kernel.h"
@@ -49,6 +50,11 @@ struct kiln_model_t {
   size_t image_token_text_len = 7;
   kiln::rt::Vec<int32_t> eos_ids;
   kiln_model_info_t info = {};
+  // The code segment's kernels, and per stage and op the micro-kernels an op bound
+  // to a generated kernel runs (null: its kernel's own).
+  kiln::rt::CodeImage code;
+  kiln::rt::Vec<kiln::rt::UkernelSet> generated_uk;
+  kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk[kiln::rt::kNumStages];
 };
 
 struct kiln_session_t {

@@ -22,6 +22,7 @@ extern "C" const char* kiln_status_message(kiln_status_t status) {
     case KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL: return "unknown kernel";
     case KILN_ERROR_ARTIFACT_CPU_FEATURES: return "CPU lacks required features";
     case KILN_ERROR_ARTIFACT_TOKENIZER: return "malformed tokenizer";
+    case KILN_ERROR_ARTIFACT_CODE: return "unloadable code segment";
     case KILN_ERROR_CONTEXT_FULL: return "context full";
     case KILN_ERROR_NONFINITE: return "non-finite logits";
     case KILN_ERROR_INPUT_IMAGE: return "unusable image";

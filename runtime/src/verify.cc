@@ -43,8 +43,8 @@ bool Aligned8(const Vector<T>* v) {
 
 class Verifier {
  public:
-  Verifier(const uint8_t* data, size_t size, uint64_t cpu, Allocator* allocator, kiln_error_t* error)
-      : data_(data), size_(size), cpu_(cpu), allocator_(allocator), error_(error) {}
+  Verifier(const uint8_t* data, size_t size, uint64_t cpu, bool this_cpu, Allocator* allocator, kiln_error_t* error)
+      : data_(data), size_(size), cpu_(cpu), this_cpu_(this_cpu), allocator_(allocator), error_(error) {}
 
   kiln_status_t Run(const fb::Model** out);
 
@@ -52,6 +52,7 @@ class Verifier {
   kiln_status_t Header();
   kiln_status_t VectorAlignment();
   kiln_status_t Segments();
+  kiln_status_t Code();
   kiln_status_t Tensors();
   kiln_status_t Values();
   kiln_status_t Stages();
@@ -80,6 +81,7 @@ class Verifier {
   const uint8_t* data_;
   size_t size_;
   uint64_t cpu_;
+  bool this_cpu_;  // hold CPU features and the machine against this CPU
   Allocator* allocator_;
   kiln_error_t* error_;
   const fb::Model* model_ = nullptr;
@@ -146,7 +148,7 @@ kiln_status_t Verifier::Header() {
   if (req & ~format::kKnownCpuFeatures)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "requires CPU features this runtime does not know (0x%llx)",
                static_cast<unsigned long long>(req & ~format::kKnownCpuFeatures));
-  uint64_t missing = req & ~cpu_;
+  uint64_t missing = this_cpu_ ? req & ~cpu_ : 0;
   if (missing != 0) {
     char names[256] = {0};
     size_t used = 0;
@@ -192,6 +194,40 @@ kiln_status_t Verifier::Segments() {
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "segment %u overlaps the header or the previous segment", i);
     prev_end = end;
   }
+  return KILN_OK;
+}
+
+// The code segment: in a segment, the checksum of its bytes, for this machine,
+// assuming no CPU feature the artifact does not declare. Its ELF structure is the
+// loader's to check (code/elf_loader.h).
+kiln_status_t Verifier::Code() {
+  const fb::CodeSegment* code = model_->code();
+  if (code == nullptr) return KILN_OK;
+  if (code->segment() >= model_->segments()->size())
+    return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "code segment: segment %u out of range", code->segment());
+  if (code->symbols() == nullptr || code->triple() == nullptr)
+    return Bad(KILN_ERROR_ARTIFACT_CODE, "code segment: no symbol list or target triple");
+  for (const flatbuffers::String* sym : *code->symbols())
+    if (sym == nullptr || sym->size() == 0) return Bad(KILN_ERROR_ARTIFACT_CODE, "code segment: an empty symbol name");
+#if defined(__x86_64__)
+  constexpr uint16_t kMachine = 62;
+  const char* here = "x86-64";
+#elif defined(__aarch64__)
+  constexpr uint16_t kMachine = 183;
+  const char* here = "AArch64";
+#else
+  constexpr uint16_t kMachine = 0;
+  const char* here = "this architecture";
+#endif
+  if (this_cpu_ && code->machine() != kMachine)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "the code segment is for %s (ELF machine %u); this runtime runs on %s",
+               code->triple()->c_str(), code->machine(), here);
+  if ((code->cpu_features() & ~model_->required_cpu_features()) != 0)
+    return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "the code segment assumes CPU features the artifact does not declare");
+  const fb::Segment* seg = model_->segments()->Get(code->segment());
+  if (format::Checksum64(data_ + seg->offset(), seg->size()) != code->checksum())
+    return Bad(KILN_ERROR_ARTIFACT_CODE, "code segment: checksum mismatch (the %llu bytes at offset %llu are corrupt)",
+               static_cast<unsigned long long>(seg->size()), static_cast<unsigned long long>(seg->offset()));
   return KILN_OK;
 }
 
@@ -530,15 +566,24 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   if (kernel->op_kind != op->kind())
     return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s does not run %s ops", OpName(op), kernel->name,
                fb::EnumNameOpKind(op->kind()));
-  if (uint64_t missing = kernel->cpu_features & ~cpu_; missing != 0)
+  if (uint64_t missing = kernel->cpu_features & ~cpu_; this_cpu_ && missing != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs %s, which this CPU lacks", OpName(op),
                kernel->name, format::CpuFeatureName(missing & (~missing + 1)));
-  if (kernel->uk == nullptr)
+  if (this_cpu_ && kernel->uk == nullptr)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s is not built into this runtime (another CPU architecture)",
                OpName(op), kernel->name);
   if ((kernel->cpu_features & ~model_->required_cpu_features()) != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs CPU features the artifact does not declare",
                OpName(op), kernel->name);
+  if (kernel->generated) {
+    bool listed = false;
+    if (op->symbol() != nullptr && model_->code() != nullptr)
+      for (const flatbuffers::String* sym : *model_->code()->symbols())
+        listed = listed || (sym->size() == op->symbol()->size() && memcmp(sym->c_str(), op->symbol()->c_str(), sym->size()) == 0);
+    if (!listed)
+      return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': generated kernel %s names no function of the code segment (%s)",
+                 OpName(op), kernel->name, op->symbol() ? op->symbol()->c_str() : "no symbol");
+  }
   Arity a = ArityOf(op->kind());
   int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;
   int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
@@ -620,6 +665,7 @@ kiln_status_t Verifier::Run(const fb::Model** out) {
   if (kiln_status_t st = Header(); st != KILN_OK) return st;
   if (kiln_status_t st = VectorAlignment(); st != KILN_OK) return st;
   if (kiln_status_t st = Segments(); st != KILN_OK) return st;
+  if (kiln_status_t st = Code(); st != KILN_OK) return st;
   if (kiln_status_t st = Tensors(); st != KILN_OK) return st;
   if (kiln_status_t st = Values(); st != KILN_OK) return st;
   if (kiln_status_t st = Configs(); st != KILN_OK) return st;
@@ -654,10 +700,10 @@ kiln_status_t Verifier::Run(const fb::Model** out) {
 }  // namespace
 
 kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_features, Allocator* allocator,
-                             const fb::Model** out_model, kiln_error_t* error) {
+                             const fb::Model** out_model, kiln_error_t* error, bool for_this_cpu) {
   if (data == nullptr || out_model == nullptr || allocator == nullptr)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null artifact");
-  Verifier v(data, size, cpu_features, allocator, error);
+  Verifier v(data, size, cpu_features, for_this_cpu, allocator, error);
   return v.Run(out_model);
 }
 

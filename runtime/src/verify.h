@@ -15,10 +15,14 @@
 namespace kiln::rt {
 
 // Verifies the artifact in [data, data + size). `data` must be 64-byte aligned.
-// `cpu_features` are the kiln::format::CpuFeature bits of this CPU.
+// `cpu_features` are the kiln::format::CpuFeature bits of this CPU. With
+// `for_this_cpu` false, nothing is held against this CPU or this runtime's
+// architecture (CPU features, kernels built for another ISA, the code segment's
+// machine): the artifact is verified for the device it was built for.
 // Scratch memory comes from `allocator`.
 kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_features,
-                             Allocator* allocator, const fb::Model** out_model, kiln_error_t* error);
+                             Allocator* allocator, const fb::Model** out_model, kiln_error_t* error,
+                             bool for_this_cpu = true);
 
 // Largest values the runtime accepts, so that no declared size can make it
 // allocate absurd amounts of memory or overflow arithmetic.

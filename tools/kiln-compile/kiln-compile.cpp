@@ -3,6 +3,8 @@
 //   kiln-compile CHECKPOINT_DIR -o model.kiln [--target TRIPLE]   the artifact
 //   kiln-compile CHECKPOINT_DIR --emit=ir                         imported kiln IR
 //   kiln-compile CHECKPOINT_DIR --emit=planned-ir                 after lowering
+//   kiln-compile CHECKPOINT_DIR --emit=kernels-mlir|kernels-llvm|kernels-asm
+//                                                                 the generated kernels
 //   kiln-compile --from-ir PLANNED.mlir -o model.kiln             the artifact of lowered IR
 //
 //===----------------------------------------------------------------------===//
@@ -10,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 
+#include "codegen/generators/KernelGenerator.h"
 #include "compiler/pipelines/Pipeline.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -45,13 +48,17 @@ static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln)"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(kilnCategory));
 
-enum class EmitKind { Artifact, IR, PlannedIR };
+enum class EmitKind { Artifact, IR, PlannedIR, KernelsMLIR, KernelsLLVM, KernelsAsm };
 static cl::opt<EmitKind> emit(
     "emit", cl::desc("What to produce"),
     cl::values(clEnumValN(EmitKind::Artifact, "artifact", "the .kiln artifact (needs -o)"),
                clEnumValN(EmitKind::IR, "ir", "the imported kiln IR"),
                clEnumValN(EmitKind::PlannedIR, "planned-ir",
-                          "kiln IR after kernel selection and memory planning")),
+                          "kiln IR after kernel selection and memory planning"),
+               clEnumValN(EmitKind::KernelsMLIR, "kernels-mlir",
+                          "the generated kernels in MLIR (scf, vector, arith on LLVM pointers)"),
+               clEnumValN(EmitKind::KernelsLLVM, "kernels-llvm", "the generated kernels in optimised LLVM IR"),
+               clEnumValN(EmitKind::KernelsAsm, "kernels-asm", "the generated kernels' assembly")),
     cl::init(EmitKind::Artifact), cl::cat(kilnCategory));
 
 static cl::opt<std::string> target("target",
@@ -275,6 +282,35 @@ int main(int argc, char** argv) {
     module->print(llvm::outs());
     llvm::outs() << "\n";
     return 0;
+  case EmitKind::KernelsMLIR:
+  case EmitKind::KernelsLLVM:
+  case EmitKind::KernelsAsm: {
+    llvm::Expected<kiln::Target> tgt = kiln::moduleTarget(*module);
+    if (!tgt) {
+      llvm::errs() << "kiln-compile: error: " << llvm::toString(tgt.takeError()) << "\n";
+      return 1;
+    }
+    mlir::OwningOpRef<mlir::ModuleOp> kernels = kiln::buildKernelModule(*module, *tgt);
+    if (!kernels || failedAny)
+      return 1;
+    if (kernels->getBody()->empty())
+      llvm::errs() << "kiln-compile: note: no op is bound to a generated kernel on target " << tgt->triple
+                   << (tgt->generate ? "" : " (portable)") << "\n";
+    if (emit == EmitKind::KernelsMLIR) {
+      kernels->print(llvm::outs());
+      llvm::outs() << "\n";
+      return 0;
+    }
+    if (kernels->getBody()->empty())
+      return 0;
+    kiln::GeneratedCode code;
+    if (mlir::failed(kiln::compileKernels(*kernels, *tgt, &code,
+                                          emit == EmitKind::KernelsLLVM ? &llvm::outs() : nullptr,
+                                          emit == EmitKind::KernelsAsm ? &llvm::outs() : nullptr)) ||
+        failedAny)
+      return 1;
+    return 0;
+  }
   case EmitKind::Artifact:
     if (mlir::failed(kiln::emitArtifact(*module, options, outputPath, &hessians)) || failedAny)
       return 1;

@@ -105,6 +105,8 @@ struct SessionMemory {
   int context = 0;  // 0: the runtime's default
   int threads = 0;  // 0: every CPU
   uint64_t bytes = 0;
+  bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
+  std::string why_not;
 };
 
 void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops, const SessionMemory& mem) {
@@ -114,9 +116,16 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  architecture     %s\n", S(md->architecture()));
   std::printf("  target           %s\n", S(md->target_triple()));
   std::printf("  cpu features     %s\n", Features(m->required_cpu_features()).c_str());
+  if (!mem.runs_here) std::printf("  runs here        no: %s\n", mem.why_not.c_str());
   std::printf("  compiler         %s\n", S(md->compiler_version()));
   std::printf("  source hash      %s\n", S(md->source_hash()));
   std::printf("  prompt template  %s\n", S(md->prompt_template()));
+  if (const fb::CodeSegment* code = m->code()) {
+    const fb::Segment* seg = code->segment() < m->segments()->size() ? m->segments()->Get(code->segment()) : nullptr;
+    std::printf("  code segment     %.1f KB of generated kernels for %s (%s), %u functions, checksum %016" PRIx64 "\n",
+                seg ? seg->size() / 1e3 : 0.0, S(code->triple()), Features(code->cpu_features()).c_str(),
+                code->symbols() ? code->symbols()->size() : 0, code->checksum());
+  }
   const fb::TextConfig* t = m->text();
   std::printf("  text             %u layers, hidden %u, heads %u/%u kv, head_dim %u, vocab %u, max positions %u\n",
               t->num_layers(), t->hidden_size(), t->num_heads(), t->num_kv_heads(), t->head_dim(), t->vocab_size(),
@@ -139,10 +148,13 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
               mp->max_prefill_tokens());
   std::printf("  stage buffers    %12.1f MB\n", mp->io_bytes() / 1e6);
   std::printf("  KV cache         %12.1f KB per token\n", mp->kv_bytes_per_token() / 1e3);
-  std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads): KV cache, arena, kernel "
-              "scratch, stage buffers\n",
-              mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
-              mem.threads ? std::to_string(mem.threads).c_str() : "all");
+  if (mem.runs_here)
+    std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads): KV cache, arena, kernel "
+                "scratch, stage buffers\n",
+                mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
+                mem.threads ? std::to_string(mem.threads).c_str() : "all");
+  else
+    std::printf("  session          not computed: the artifact does not run on this CPU\n");
   std::printf("\nstages\n");
   for (const fb::Stage* s : *m->stages()) {
     std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
@@ -153,8 +165,8 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  out: %s%s\n", S(m->values()->Get(o)->name()), Shape(m->values()->Get(o)->shape()).c_str());
     if (ops)
       for (const fb::Op* op : *s->ops())
-        std::printf("    %-18s %-44s %-11s %s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()),
-                    KernelIsa(op->kernel()), S(op->name()));
+        std::printf("    %-18s %-44s %-11s %s%s%s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()),
+                    KernelIsa(op->kernel()), S(op->name()), op->symbol() ? "  -> " : "", S(op->symbol()));
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
   std::printf("  %-64s %-16s %-14s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
@@ -184,6 +196,16 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
               J(Features(m->required_cpu_features()).c_str()).c_str());
   std::printf("  \"compiler\": %s, \"source_hash\": %s, \"prompt_template\": %s,\n", J(S(md->compiler_version())).c_str(),
               J(S(md->source_hash())).c_str(), J(S(md->prompt_template())).c_str());
+  if (const fb::CodeSegment* code = m->code()) {
+    const fb::Segment* seg = code->segment() < m->segments()->size() ? m->segments()->Get(code->segment()) : nullptr;
+    std::printf("  \"code\": {\"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"triple\": %s, \"cpu_features\": %s, \"machine\": %u, "
+                "\"checksum\": \"%016" PRIx64 "\", \"symbols\": [",
+                seg ? seg->offset() : 0, seg ? seg->size() : 0, J(S(code->triple())).c_str(), J(Features(code->cpu_features()).c_str()).c_str(),
+                code->machine(), code->checksum());
+    for (uint32_t i = 0; code->symbols() && i < code->symbols()->size(); ++i)
+      std::printf("%s%s", i ? ", " : "", J(S(code->symbols()->Get(i))).c_str());
+    std::printf("]},\n");
+  }
   std::printf("  \"text\": {\"num_layers\": %u, \"hidden_size\": %u, \"num_heads\": %u, \"num_kv_heads\": %u, "
               "\"head_dim\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u},\n",
               t->num_layers(), t->hidden_size(), t->num_heads(), t->num_kv_heads(), t->head_dim(), t->vocab_size(),
@@ -196,8 +218,10 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
               ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64 "},\n",
               mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token());
-  std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d},\n", mem.bytes, mem.context,
-              mem.threads);
+  std::printf("  \"runs_here\": %s,\n", mem.runs_here ? "true" : "false");
+  if (mem.runs_here)
+    std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d},\n", mem.bytes,
+                mem.context, mem.threads);
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
     const fb::Stage* s = m->stages()->Get(i);
@@ -209,10 +233,12 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
         const fb::Op* op = s->ops()->Get(j);
         const std::string isa = KernelIsa(op->kernel());
         std::printf("%s{\"kind\": %s, \"kernel\": %u, \"kernel_name\": %s, \"isa\": %s, \"portable\": %s, "
-                    "\"name\": %s}",
+                    "\"name\": %s",
                     j ? ", " : "", J(fb::EnumNameOpKind(op->kind())).c_str(), op->kernel(),
                     J(KernelName(op->kernel())).c_str(), J(isa.c_str()).c_str(), isa == "portable" ? "true" : "false",
                     J(S(op->name())).c_str());
+        if (op->symbol()) std::printf(", \"symbol\": %s", J(S(op->symbol())).c_str());
+        std::printf("}");
       }
       std::printf("]");
     }
@@ -251,24 +277,31 @@ int main(int argc, char** argv) {
 
   kiln_error_t err;
   kiln_model_t* model = nullptr;
-  if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
-    std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
-    return 1;
-  }
-  // Everything a session will allocate (KV cache, arena, kernel scratch, buffers).
-  kiln_session_options_t so = {};
-  so.struct_size = sizeof(so);
-  so.context_length = context;
-  so.num_threads = threads;
   SessionMemory mem;
   mem.context = context;
   mem.threads = threads;
-  if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK) {
-    std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+  if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
+    // An artifact for another device: verified for the CPU it was built for.
+    kiln_error_t any;
+    if (err.status != KILN_ERROR_ARTIFACT_CPU_FEATURES || kiln_artifact_verify(path.c_str(), 0, &any) != KILN_OK) {
+      std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+      return 1;
+    }
+    mem.runs_here = false;
+    mem.why_not = err.message;
+  } else {
+    // Everything a session will allocate (KV cache, arena, kernel scratch, buffers).
+    kiln_session_options_t so = {};
+    so.struct_size = sizeof(so);
+    so.context_length = context;
+    so.num_threads = threads;
+    if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK) {
+      std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
+      kiln_model_release(model);
+      return 1;
+    }
     kiln_model_release(model);
-    return 1;
   }
-  kiln_model_release(model);
   // Verified: read the header directly.
   int fd = open(path.c_str(), O_RDONLY);
   struct stat st;

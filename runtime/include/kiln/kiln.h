@@ -85,6 +85,7 @@ typedef enum kiln_status_t {
   KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL = 108, /* a kernel id this runtime does not have */
   KILN_ERROR_ARTIFACT_CPU_FEATURES = 109, /* the CPU lacks features the kernels need */
   KILN_ERROR_ARTIFACT_TOKENIZER = 110,    /* the tokenizer data is inconsistent */
+  KILN_ERROR_ARTIFACT_CODE = 111,         /* the code segment cannot be loaded (bad ELF, relocation, symbol) */
 
   /* 200 – 299: execution */
   KILN_ERROR_CONTEXT_FULL = 200,   /* the request does not fit the session's context */
@@ -171,6 +172,13 @@ KILN_API kiln_status_t kiln_model_load_from_memory(const void* data, size_t size
                                                    const kiln_model_options_t* options,
                                                    kiln_model_t** out_model,
                                                    kiln_error_t* out_error);
+
+/* Verifies the artifact at `path` completely, as kiln_model_load does, without
+ * loading it. With `for_this_cpu` 0 the artifact is checked as for a CPU with every
+ * feature it may require (an artifact built for a phone, checked on a build host):
+ * its CPU features, its kernels' ISA and its code segment's machine are not held
+ * against this CPU; everything else is. Thread-safe: yes. */
+KILN_API kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_error_t* out_error);
 
 /* Releases a model. Every session created from it must be released first. NULL is
  * a no-op. */

@@ -40,6 +40,22 @@ TEST(Status, KnownCodesHaveDistinctMessages) {
   }
 }
 
+TEST(Status, ArtifactCodesHaveDistinctMessages) {
+  const kiln_status_t codes[] = {
+      KILN_ERROR_ARTIFACT_NOT_KILN,       KILN_ERROR_ARTIFACT_VERSION,      KILN_ERROR_ARTIFACT_TRUNCATED,
+      KILN_ERROR_ARTIFACT_MALFORMED,      KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, KILN_ERROR_ARTIFACT_ALIGNMENT,
+      KILN_ERROR_ARTIFACT_SHAPE,          KILN_ERROR_ARTIFACT_OP,           KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL,
+      KILN_ERROR_ARTIFACT_CPU_FEATURES,   KILN_ERROR_ARTIFACT_TOKENIZER,    KILN_ERROR_ARTIFACT_CODE};
+  std::set<std::string> seen;
+  for (kiln_status_t code : codes) {
+    const char* msg = kiln_status_message(code);
+    EXPECT_TRUE(kiln_status_is_artifact_error(code)) << code;
+    EXPECT_STRNE(msg, "artifact error") << "code " << code << " has no message of its own";
+    EXPECT_TRUE(seen.insert(msg).second) << "duplicate message for code " << code;
+  }
+  EXPECT_EQ(static_cast<int>(KILN_ERROR_ARTIFACT_CODE), 111);
+}
+
 TEST(Status, UnknownCodesAreDescribedByRange) {
   EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(150)), "artifact error");
   EXPECT_STREQ(kiln_status_message(static_cast<kiln_status_t>(250)), "execution error");

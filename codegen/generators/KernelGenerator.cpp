@@ -1,0 +1,452 @@
+//===- KernelGenerator.cpp - kernels generated for one model -----*- C++ -*-===//
+#include "codegen/generators/KernelGenerator.h"
+
+#include <cstddef>
+#include <map>
+
+#include "codegen/selection/KernelRegistry.h"
+#include "dialects/kiln/KilnOps.h"
+#include "formats/kiln_format.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "formats/ukernel_abi.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/BinaryFormat/ELF.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Object/ELFObjectFile.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+
+namespace kiln {
+
+using mlir::Value;
+
+void setModuleTarget(mlir::ModuleOp module, const Target& target) {
+  mlir::Builder b(module.getContext());
+  module->setAttr(kTargetAttrName,
+                  b.getDictionaryAttr({b.getNamedAttr("triple", b.getStringAttr(target.triple)),
+                                       b.getNamedAttr("features", b.getStringAttr(featureList(target.features))),
+                                       b.getNamedAttr("generate", b.getBoolAttr(target.generate))}));
+}
+
+llvm::Expected<Target> moduleTarget(mlir::ModuleOp module) {
+  auto dict = module->getAttrOfType<mlir::DictionaryAttr>(kTargetAttrName);
+  if (!dict)
+    return parseTarget("", "");
+  auto triple = dict.getAs<mlir::StringAttr>("triple");
+  auto features = dict.getAs<mlir::StringAttr>("features");
+  auto generate = dict.getAs<mlir::BoolAttr>("generate");
+  if (!triple || !features || !generate)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "module attribute kiln.target needs triple, features (strings) and "
+                                   "generate (bool)");
+  std::string list;
+  for (llvm::StringRef f : llvm::split(features.getValue(), ','))
+    if (!f.empty())
+      list += "+" + f.str() + ",";
+  auto target = parseTarget(triple.getValue(), list);
+  if (target)
+    target->generate = generate.getValue();
+  return target;
+}
+
+namespace {
+
+void initLLVMTargets() {
+  static bool done = [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+    return true;
+  }();
+  (void)done;
+}
+
+// LLVM's names of the target's features.
+std::string llvmFeatures(const Target& target) {
+  std::vector<std::string> out;
+  for (uint64_t b = 1; b != 0; b <<= 1) {
+    if (!(target.features & b))
+      continue;
+    llvm::StringRef name = format::CpuFeatureName(b);
+    if (name == "fp16")
+      name = "fullfp16";
+    out.push_back("+" + name.str());
+  }
+  return llvm::join(out, ",");
+}
+
+// f32 lanes of the widest vector register the target has.
+int64_t vectorLanes(const Target& target) {
+  if (target.arch == TargetArch::X86_64) {
+    if (target.features & format::kCpuX86Avx512F)
+      return 16;
+    if (target.features & format::kCpuX86Avx2)
+      return 8;
+  }
+  return 4;
+}
+
+// The ISA suffix of generated kernel names.
+std::string isaSuffix(const Target& target) {
+  if (target.arch == TargetArch::X86_64)
+    return (target.features & format::kCpuX86Avx512F) ? "x86_avx512"
+           : (target.features & format::kCpuX86Avx2)  ? "x86_avx2"
+                                                       : "x86_64";
+  return (target.features & format::kCpuArmSve) ? "arm_sve" : "arm_neon";
+}
+
+// Builds code inside one generated function: typed helpers over the LLVM
+// dialect's pointers, arith and vector ops.
+struct FnBuilder {
+  mlir::OpBuilder& b;
+  mlir::Location loc;
+  mlir::Type f32, f64, i32, i64, ptr;
+
+  FnBuilder(mlir::OpBuilder& builder, mlir::Location l)
+      : b(builder), loc(l), f32(builder.getF32Type()), f64(builder.getF64Type()), i32(builder.getI32Type()),
+        i64(builder.getI64Type()), ptr(mlir::LLVM::LLVMPointerType::get(builder.getContext())) {}
+
+  Value cI64(int64_t v) { return b.create<mlir::arith::ConstantIntOp>(loc, v, 64); }
+  Value splat(mlir::VectorType t, double v) {
+    return b.create<mlir::arith::ConstantOp>(
+        loc, mlir::DenseElementsAttr::get(t, llvm::ArrayRef<mlir::Attribute>{b.getFloatAttr(t.getElementType(), v)}));
+  }
+  Value splatInt(mlir::VectorType t, int64_t v) {
+    return b.create<mlir::arith::ConstantOp>(
+        loc, mlir::DenseElementsAttr::get(t, llvm::ArrayRef<mlir::Attribute>{b.getIntegerAttr(t.getElementType(), v)}));
+  }
+  // &base[index] for elements of `elem`.
+  Value gep(Value base, mlir::Type elem, Value index) {
+    return b.create<mlir::LLVM::GEPOp>(loc, ptr, elem, base, mlir::ValueRange{index});
+  }
+  // A field of a parameter struct at `offset` bytes.
+  Value field(Value params, size_t offset, mlir::Type type) {
+    Value at = b.create<mlir::LLVM::GEPOp>(loc, ptr, b.getI8Type(), params,
+                                           llvm::ArrayRef<mlir::LLVM::GEPArg>{static_cast<int32_t>(offset)});
+    return b.create<mlir::LLVM::LoadOp>(loc, type, at, /*alignment=*/8);
+  }
+  Value load(mlir::Type type, Value base, mlir::Type elem, Value index) {
+    return b.create<mlir::LLVM::LoadOp>(loc, type, gep(base, elem, index), /*alignment=*/4);
+  }
+  void store(Value v, Value base, mlir::Type elem, Value index) {
+    b.create<mlir::LLVM::StoreOp>(loc, v, gep(base, elem, index), /*alignment=*/4);
+  }
+  Value add(Value a, Value c) { return b.create<mlir::arith::AddFOp>(loc, a, c); }
+  Value sub(Value a, Value c) { return b.create<mlir::arith::SubFOp>(loc, a, c); }
+  Value mul(Value a, Value c) { return b.create<mlir::arith::MulFOp>(loc, a, c); }
+  Value addi(Value a, Value c) { return b.create<mlir::arith::AddIOp>(loc, a, c); }
+  Value muli(Value a, Value c) { return b.create<mlir::arith::MulIOp>(loc, a, c); }
+  // for (i = lo; i < hi; i += step) body(i), over i64.
+  template <typename F>
+  void loop(Value lo, Value hi, Value step, F body) {
+    auto f = b.create<mlir::scf::ForOp>(loc, lo, hi, step);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(f.getBody());
+    body(f.getInductionVar());
+  }
+
+  // sin and cos of f32 lanes, correctly rounded in practice: the angle is reduced
+  // by pi/2 in f64 (exact for |x| < 2^20 * pi/2 with the two-part constant), the
+  // fdlibm kernel polynomials are evaluated in f64 and rounded once to f32. No
+  // library calls: the code segment must be self-contained.
+  std::pair<Value, Value> sinCos(Value angle, int64_t lanes) {
+    auto vf64 = mlir::VectorType::get({lanes}, f64);
+    auto vf32 = mlir::VectorType::get({lanes}, f32);
+    auto vi32 = mlir::VectorType::get({lanes}, i32);
+    Value a = b.create<mlir::arith::ExtFOp>(loc, vf64, angle);
+    // k = round(a * 2/pi) by the 1.5 * 2^52 trick (no rounding instruction needed).
+    Value magic = splat(vf64, 6755399441055744.0);
+    Value k = sub(add(mul(a, splat(vf64, 6.36619772367581382433e-01)), magic), magic);
+    Value r = sub(sub(a, mul(k, splat(vf64, 1.57079632673412561417e+00))), mul(k, splat(vf64, 6.07710050650619224932e-11)));
+    Value z = mul(r, r);
+    auto poly = [&](std::initializer_list<double> c) {
+      Value acc;
+      for (auto it = std::rbegin(c); it != std::rend(c); ++it)
+        acc = acc ? add(splat(vf64, *it), mul(z, acc)) : splat(vf64, *it);
+      return acc;
+    };
+    Value s = add(r, mul(mul(r, z),
+                         poly({-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+                               2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10})));
+    Value c = add(sub(splat(vf64, 1.0), mul(splat(vf64, 0.5), z)),
+                  mul(mul(z, z), poly({4.16666666666666019037e-02, -1.38888888888741095749e-03,
+                                       2.48015872894767294178e-05, -2.75573143513906633035e-07,
+                                       2.08757232129817482790e-09, -1.13596475577881948265e-11})));
+    // Quadrant q = k mod 4: odd swaps sin and cos; sin < 0 for q in {2, 3}, cos < 0
+    // for q in {1, 2}.
+    Value q = b.create<mlir::arith::FPToSIOp>(loc, vi32, k);
+    auto bit = [&](Value v, int64_t m) {
+      Value andv = b.create<mlir::arith::AndIOp>(loc, v, splatInt(vi32, m));
+      return b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ne, andv, splatInt(vi32, 0));
+    };
+    Value swap = bit(q, 1);
+    Value sinNeg = bit(q, 2);
+    Value cosNeg = bit(b.create<mlir::arith::AddIOp>(loc, q, splatInt(vi32, 1)), 2);
+    Value sv = b.create<mlir::arith::SelectOp>(loc, swap, c, s);
+    Value cv = b.create<mlir::arith::SelectOp>(loc, swap, s, c);
+    sv = b.create<mlir::arith::SelectOp>(loc, sinNeg, b.create<mlir::arith::NegFOp>(loc, sv), sv);
+    cv = b.create<mlir::arith::SelectOp>(loc, cosNeg, b.create<mlir::arith::NegFOp>(loc, cv), cv);
+    return {b.create<mlir::arith::TruncFOp>(loc, vf32, sv), b.create<mlir::arith::TruncFOp>(loc, vf32, cv)};
+  }
+};
+
+// A new public kernel function (params, begin, end) -> () in `kernels`.
+mlir::func::FuncOp newKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
+  mlir::OpBuilder b(kernels.getBodyRegion());
+  b.setInsertionPointToEnd(kernels.getBody());
+  auto ptr = mlir::LLVM::LLVMPointerType::get(b.getContext());
+  auto fn = b.create<mlir::func::FuncOp>(loc, name, b.getFunctionType({ptr, b.getI64Type(), b.getI64Type()}, {}));
+  fn.addEntryBlock();
+  return fn;
+}
+
+// RoPE (kiln_uk_rope_params_t, rows [begin, end)) for `heads` heads of `headDim`:
+//   for t: pos = positions[t]
+//     for i0 in 0..half step V: (s, c) = sincos(pos * inv_freq[i0 .. i0+V))
+//       for h: x1 = x[t, h*d + i0..], x2 = x[t, h*d + half + i0..]
+//              y[.. i0] = x1*c - x2*s, y[.. half + i0] = x2*c + x1*s
+// Angles are computed once per row and lane block and shared by the heads, as in
+// the reference; the output may alias the input (every element is read before it
+// is written).
+void buildRope(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t headDim, int64_t maxLanes,
+               mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  const int64_t half = headDim / 2;
+  int64_t lanes = 1;
+  while (lanes * 2 <= maxLanes && half % (lanes * 2) == 0)
+    lanes *= 2;
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  Value params = fn.getArgument(0);
+  Value x = f.field(params, offsetof(kiln_uk_rope_params_t, x), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_rope_params_t, y), f.ptr);
+  Value ld = f.field(params, offsetof(kiln_uk_rope_params_t, ld), f.i64);
+  Value positions = f.field(params, offsetof(kiln_uk_rope_params_t, positions), f.ptr);
+  Value invFreq = f.field(params, offsetof(kiln_uk_rope_params_t, inv_freq), f.ptr);
+  f.loop(fn.getArgument(1), fn.getArgument(2), f.cI64(1), [&](Value t) {
+    Value row = f.muli(t, ld);
+    Value xRow = f.gep(x, f.f32, row);
+    Value yRow = f.gep(y, f.f32, row);
+    Value pos = b.create<mlir::arith::SIToFPOp>(loc, f.f32, f.load(f.i32, positions, f.i32, t));
+    Value posV = b.create<mlir::vector::BroadcastOp>(loc, vf32, pos);
+    f.loop(f.cI64(0), f.cI64(half), f.cI64(lanes), [&](Value i0) {
+      Value angle = f.mul(posV, f.load(vf32, invFreq, f.f32, i0));
+      std::pair<Value, Value> sc = f.sinCos(angle, lanes);
+      Value s = sc.first, c = sc.second;
+      f.loop(f.cI64(0), f.cI64(heads * headDim), f.cI64(headDim), [&](Value hd) {
+        Value lo = f.addi(hd, i0);
+        Value hi = f.addi(lo, f.cI64(half));
+        Value x1 = f.load(vf32, xRow, f.f32, lo);
+        Value x2 = f.load(vf32, xRow, f.f32, hi);
+        f.store(f.sub(f.mul(x1, c), f.mul(x2, s)), yRow, f.f32, lo);
+        f.store(f.add(f.mul(x2, c), f.mul(x1, s)), yRow, f.f32, hi);
+      });
+    });
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+} // namespace
+
+bool canGenerate(const Target& target) { return target.generate; }
+
+mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const Target& target) {
+  mlir::MLIRContext* ctx = model.getContext();
+  ctx->loadDialect<mlir::arith::ArithDialect, mlir::func::FuncDialect, mlir::LLVM::LLVMDialect,
+                   mlir::scf::SCFDialect, mlir::vector::VectorDialect, mlir::cf::ControlFlowDialect>();
+  mlir::OpBuilder top(ctx);
+  mlir::OwningOpRef<mlir::ModuleOp> kernels = mlir::ModuleOp::create(model.getLoc(), llvm::StringRef("kiln_kernels"));
+  setModuleTarget(*kernels, target);
+  const std::string isa = isaSuffix(target);
+  const int64_t lanes = vectorLanes(target);
+  std::map<std::string, bool> built;
+  bool failed = false;
+  model.walk([&](mlir::Operation* op) {
+    auto kernelName = op->getAttrOfType<mlir::StringAttr>("kiln.kernel");
+    if (!kernelName)
+      return;
+    const format::KernelInfo* info = kernelByName(kernelName.getValue());
+    if (!info || llvm::StringRef(info->isa) != "generated")
+      return;
+    if (!canGenerate(target)) {
+      op->emitOpError("is bound to generated kernel ") << info->name << " but target " << target.triple
+                                                       << " generates no code";
+      failed = true;
+      return;
+    }
+    std::string symbol;
+    if (auto rope = llvm::dyn_cast<RopeOp>(op)) {
+      int64_t heads = rope.getNumHeads(), hd = rope.getHeadDim();
+      if (hd <= 0 || hd % 2 != 0 || heads <= 0) {
+        op->emitOpError("cannot generate a rope kernel for head_dim ") << hd << " and " << heads << " heads";
+        failed = true;
+        return;
+      }
+      symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
+      if (!built[symbol])
+        buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+    } else {
+      op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
+      failed = true;
+      return;
+    }
+    built[symbol] = true;
+    op->setAttr(kSymbolAttrName, top.getStringAttr(symbol));
+  });
+  if (failed)
+    return nullptr;
+  // Fold and share the constants the builders repeat.
+  mlir::PassManager pm(ctx);
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+  if (mlir::failed(pm.run(*kernels))) {
+    model.emitError("kernel generator: canonicalising the kernels failed");
+    return nullptr;
+  }
+  return kernels;
+}
+
+mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target, GeneratedCode* out,
+                                   llvm::raw_ostream* llvmIr, llvm::raw_ostream* assembly) {
+  mlir::MLIRContext* ctx = kernels.getContext();
+  auto fail = [&](const llvm::Twine& why) {
+    return kernels.emitError("kernel generator (") << target.triple << "): " << why.str();
+  };
+  // MLIR: scf/arith/vector/func on LLVM pointers -> the LLVM dialect.
+  mlir::PassManager pm(ctx);
+  pm.addPass(mlir::createConvertSCFToCFPass());
+  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  pm.addPass(mlir::createConvertFuncToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+  if (mlir::failed(pm.run(kernels)))
+    return fail("lowering to the LLVM dialect failed");
+  // Kernels never unwind: no .eh_frame to relocate at load.
+  mlir::OpBuilder b(ctx);
+  kernels.walk([&](mlir::LLVM::LLVMFuncOp fn) {
+    fn->setAttr("passthrough", b.getArrayAttr({b.getStringAttr("nounwind")}));
+  });
+
+  // LLVM IR for the target machine.
+  initLLVMTargets();
+  std::string error;
+  const llvm::Target* llvmTarget = llvm::TargetRegistry::lookupTarget(target.triple, error);
+  if (!llvmTarget)
+    return fail("LLVM has no backend: " + error);
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(llvmTarget->createTargetMachine(
+      target.triple, "generic", llvmFeatures(target), options, llvm::Reloc::PIC_, llvm::CodeModel::Small,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!tm)
+    return fail("cannot create a target machine");
+  mlir::registerBuiltinDialectTranslation(*ctx);
+  mlir::registerLLVMDialectTranslation(*ctx);
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> module = mlir::translateModuleToLLVMIR(kernels, llvmContext, "kiln_kernels");
+  if (!module)
+    return fail("translation to LLVM IR failed");
+  module->setTargetTriple(target.triple);
+  module->setDataLayout(tm->createDataLayout());
+  if (llvm::verifyModule(*module, &llvm::errs()))
+    return fail("the generated LLVM IR does not verify");
+
+  // Optimise (loop unrolling, scheduling; the vector code is explicit already).
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, mam);
+  }
+  if (llvmIr)
+    module->print(*llvmIr, nullptr);
+
+  auto emitFile = [&](llvm::CodeGenFileType type, llvm::SmallVectorImpl<char>& bytes) {
+    llvm::raw_svector_ostream os(bytes);
+    llvm::legacy::PassManager codegen;
+    if (tm->addPassesToEmitFile(codegen, os, nullptr, type))
+      return false;
+    codegen.run(*module);
+    return true;
+  };
+  if (assembly) {
+    llvm::SmallVector<char, 0> text;
+    if (!emitFile(llvm::CodeGenFileType::AssemblyFile, text))
+      return fail("the target cannot emit assembly");
+    assembly->write(text.data(), text.size());
+  }
+  llvm::SmallVector<char, 0> object;
+  if (!emitFile(llvm::CodeGenFileType::ObjectFile, object))
+    return fail("the target cannot emit objects");
+
+  // The object must stand alone: the runtime's loader resolves nothing outside it.
+  auto parsed = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "kernels"));
+  if (!parsed)
+    return fail("cannot read back the object: " + llvm::toString(parsed.takeError()));
+  out->symbols.clear();
+  for (const llvm::object::SymbolRef& sym : (*parsed)->symbols()) {
+    auto flags = sym.getFlags();
+    auto name = sym.getName();
+    if (!flags || !name)
+      return fail("unreadable symbol in the object");
+    if ((*flags & llvm::object::SymbolRef::SF_Undefined) && !name->empty())
+      return fail("the kernels call '" + *name + "', which is outside the code segment");
+    auto type = sym.getType();
+    if ((*flags & llvm::object::SymbolRef::SF_Global) && type && *type == llvm::object::SymbolRef::ST_Function)
+      out->symbols.push_back(name->str());
+  }
+  if (!(*parsed)->isELF())
+    return fail("the target does not produce ELF objects");
+  for (const llvm::object::SectionRef& sec : (*parsed)->sections()) {
+    llvm::object::ELFSectionRef elf(sec);
+    if ((elf.getFlags() & llvm::ELF::SHF_ALLOC) && (elf.getFlags() & llvm::ELF::SHF_WRITE)) {
+      llvm::Expected<llvm::StringRef> name = sec.getName();
+      std::string secName = name ? name->str() : llvm::toString(name.takeError());
+      return fail("the kernels have writable data (section " + secName + ")");
+    }
+  }
+  out->object.assign(object.begin(), object.end());
+  out->machine = target.arch == TargetArch::X86_64 ? llvm::ELF::EM_X86_64 : llvm::ELF::EM_AARCH64;
+  out->cpuFeatures = target.features;
+  out->triple = target.triple;
+  return mlir::success();
+}
+
+} // namespace kiln

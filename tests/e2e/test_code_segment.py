@@ -1,0 +1,123 @@
+"""The code segment: kernels generated for the artifact's target (codegen/generators),
+carried in the artifact as one relocatable ELF object, checksummed, loaded by the
+runtime's own loader (runtime/src/code). An artifact for the host runs its generated
+kernels and matches the portable artifact; a damaged code segment is refused with a
+clear error, never run; an artifact for another CPU is refused by kiln-run and still
+inspectable.
+"""
+
+import json
+import os
+import platform
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import MODELS, run, tool
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_dir):
+    ckpt = tiny_dir / "cs-tiny-llama"
+    if not ckpt.exists():
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llama", "--out", ckpt])
+    host = tiny_dir / "cs-host.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", host])
+    ids = tiny_dir / "cs-ids.npy"
+    np.save(ids, np.array([1, 17, 42, 99, 7, 300, 12, 5], dtype=np.int32))
+    return ckpt, host, ids
+
+
+def _inspect(artifact):
+    return json.loads(run([tool("kiln-inspect"), artifact, "--json", "--ops"]).stdout)
+
+
+def _kiln_run(artifact, ids, *extra):
+    return subprocess.run([tool("kiln-run"), artifact, "--input-ids", ids, "--max-new-tokens", "4", *extra],
+                          capture_output=True, text=True, errors="replace")
+
+
+def test_generated_kernels_are_bound_and_match_portable(llama, tiny_dir):
+    ckpt, host, ids = llama
+    info = _inspect(host)
+    code = info["code"]
+    assert code["bytes"] > 0 and code["offset"] % 64 == 0 and code["symbols"]
+    ropes = [op for st in info["stages"] for op in st["op_list"] if op["kind"] == "Rope"]
+    assert ropes and all(op["isa"] == "generated" and not op["portable"] for op in ropes)
+    assert {op["symbol"] for op in ropes} == set(code["symbols"])
+
+    portable = tiny_dir / "cs-portable.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable"])
+    assert "code" not in _inspect(portable)
+    got, want = tiny_dir / "cs-host.npy", tiny_dir / "cs-portable.npy"
+    a = run([tool("kiln-run"), host, "--input-ids", ids, "--max-new-tokens", "4", "--dump-logits", got]).stdout
+    b = run([tool("kiln-run"), portable, "--input-ids", ids, "--max-new-tokens", "4", "--dump-logits", want]).stdout
+    g, w = np.load(got), np.load(want)
+    assert float(np.abs(g - w).max()) <= 1e-4 * float(np.abs(w).max())
+    assert a == b
+
+
+def _patched(src, dst, patch):
+    data = bytearray(src.read_bytes())
+    patch(data)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_corrupt_code_bytes_fail_the_checksum(llama, tiny_dir):
+    _, host, ids = llama
+    code = _inspect(host)["code"]
+
+    def flip(data):
+        data[code["offset"] + code["bytes"] // 2] ^= 0x10
+
+    bad = _patched(host, tiny_dir / "cs-flip.kiln", flip)
+    p = _kiln_run(bad, ids)
+    assert p.returncode != 0 and "checksum mismatch" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "Segmentation" not in p.stderr
+
+
+def test_corrupt_elf_with_a_valid_checksum_is_refused(llama, tiny_dir):
+    """The checksum guards against accidents; the loader itself refuses a bad object."""
+    _, host, ids = llama
+    code = _inspect(host)["code"]
+    old = struct.pack("<Q", int(code["checksum"], 16))
+
+    def bad_section_table(data):
+        start = code["offset"]
+        # e_shoff (offset 0x28 of the ELF header) far past the object.
+        data[start + 0x28:start + 0x30] = struct.pack("<Q", 1 << 40)
+        obj = bytes(data[start:start + code["bytes"]])
+        h = 0xCBF29CE484222325
+        for byte in obj:
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        at = bytes(data[:code["offset"]]).find(old)
+        assert at > 0, "checksum not found in the header"
+        data[at:at + 8] = struct.pack("<Q", h)
+
+    bad = _patched(host, tiny_dir / "cs-elf.kiln", bad_section_table)
+    p = _kiln_run(bad, ids)
+    assert p.returncode != 0, p.stdout
+    assert "section header" in p.stderr and "unloadable code segment" in p.stderr, p.stderr
+
+
+def test_truncated_code_segment_is_refused(llama, tiny_dir):
+    _, host, ids = llama
+    code = _inspect(host)["code"]
+    bad = tiny_dir / "cs-trunc.kiln"
+    bad.write_bytes(host.read_bytes()[:code["offset"] + code["bytes"] // 3])
+    p = _kiln_run(bad, ids)
+    assert p.returncode != 0 and "runs past the end" in p.stderr, p.stderr
+
+
+def test_artifact_for_another_cpu(llama, tiny_dir):
+    ckpt, _, ids = llama
+    other = "aarch64-linux-android" if platform.machine() in ("x86_64", "AMD64") else "x86_64-linux-gnu"
+    art = tiny_dir / "cs-other.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", art, f"--target={other}"])
+    p = _kiln_run(art, ids)
+    assert p.returncode != 0 and ("this CPU lacks" in p.stderr or "the code segment is for" in p.stderr), p.stderr
+    info = _inspect(art)
+    assert info["runs_here"] is False and info["code"]["triple"] == other
