@@ -750,11 +750,13 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
     write(scratch.data(), scratch.size());
   }
+  pad(alignUp(pos));
+  // The code segment ends the file (no padding after it: the file ends where its
+  // last segment does, so any truncation is detectable).
   if (!code_.object.empty()) {
     pad(codeOffset_);
     write(code_.object.data(), code_.object.size());
   }
-  pad(alignUp(pos));
   return success();
 }
 

@@ -41,6 +41,11 @@ def main():
         run([sys.executable, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
         # Portable: the runtime tests run these on every architecture (also under qemu).
         run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln"), "--target=portable"])
+        # With generated kernels in a code segment, for each architecture's baseline
+        # (x86-64 SSE2, AArch64 NEON): each runtime runs its own architecture's.
+        for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
+            run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.gen-{arch}.kiln"),
+                 f"--target={triple}"])
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]
         if vlm:

@@ -87,12 +87,26 @@ kiln_status_t LoadAndRun(Buffer& b, kiln_error_t* err, bool run) {
   return KILN_OK;
 }
 
+// Parameters: "tiny-llama" (portable reference kernels) or "tiny-llama@gen" (the
+// kernels generated for this CPU's architecture, in the artifact's code segment).
+std::string Preset(const std::string& param) { return param.substr(0, param.find('@')); }
+std::string ArtifactFile(const std::string& param) {
+  if (param.find("@gen") == std::string::npos) return param + ".kiln";
+#if defined(__aarch64__)
+  return Preset(param) + ".gen-aarch64.kiln";
+#else
+  return Preset(param) + ".gen-x86_64.kiln";
+#endif
+}
+
 class ArtifactTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = ArtifactsDir();
     if (dir_.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-    ASSERT_TRUE(ReadFile(dir_ + "/" + GetParam() + ".kiln", &bytes_)) << dir_ << "/" << GetParam() << ".kiln";
+    path_ = dir_ + "/" + ArtifactFile(GetParam());
+    ASSERT_TRUE(ReadFile(path_, &bytes_)) << path_;
+    vectors_ = dir_ + "/" + Preset(GetParam());
   }
 
   // Rewrites the header through the object API, keeps the weights, and fixes up
@@ -126,14 +140,17 @@ class ArtifactTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::string dir_;
+  std::string path_;     // the artifact
+  std::string vectors_;  // the reference's inputs and tokens: <vectors_>.ids.npy, ...
   std::vector<uint8_t> bytes_;
 };
 
 TEST_P(ArtifactTest, LoadsAndReproducesReferenceTokens) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
-  std::string path = dir_ + "/" + GetParam() + ".kiln";
-  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  ASSERT_EQ(kiln_model_load(path_.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  // The @gen artifacts run generated kernels from their code segment.
+  EXPECT_EQ(fb::GetSizePrefixedModel(bytes_.data())->code() != nullptr, GetParam().find("@gen") != std::string::npos);
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
   so.num_threads = 1;  // qemu-user here cannot start threads reliably
@@ -142,9 +159,9 @@ TEST_P(ArtifactTest, LoadsAndReproducesReferenceTokens) {
 
   kiln::npy::Array ids, greedy, px;
   std::string error;
-  ASSERT_TRUE(kiln::npy::Read(dir_ + "/" + GetParam() + ".ids.npy", &ids, &error)) << error;
-  ASSERT_TRUE(kiln::npy::Read(dir_ + "/" + GetParam() + ".greedy.npy", &greedy, &error)) << error;
-  if (kiln::npy::Read(dir_ + "/" + GetParam() + ".pixels.npy", &px, &error)) {
+  ASSERT_TRUE(kiln::npy::Read(vectors_ + ".ids.npy", &ids, &error)) << error;
+  ASSERT_TRUE(kiln::npy::Read(vectors_ + ".greedy.npy", &greedy, &error)) << error;
+  if (kiln::npy::Read(vectors_ + ".pixels.npy", &px, &error)) {
     std::vector<float> p = px.AsFloat();
     ASSERT_EQ(kiln_session_set_pixel_values(s, p.data(), p.size(), &err), KILN_OK) << err.message;
   }
@@ -629,8 +646,7 @@ struct CountingAllocator {
 TEST_P(ArtifactTest, Issue12SessionBytesCoverWhatASessionAllocates) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
-  std::string path = dir_ + "/" + GetParam() + ".kiln";
-  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  ASSERT_EQ(kiln_model_load(path_.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
   static const bool threads_work = ThreadsWork();  // not under qemu-user here: see the header
   const std::vector<int> thread_counts = threads_work ? std::vector<int>{1, 3} : std::vector<int>{1};
   for (int context : {16, 64}) {
@@ -672,7 +688,15 @@ TEST_P(ArtifactTest, IdentifierAndEmptyFile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ArtifactTest,
-                         ::testing::Values("tiny-llama", "tiny-llava", "tiny-idefics3", "tiny-mixtral"));
+                         ::testing::Values("tiny-llama", "tiny-llava", "tiny-idefics3", "tiny-mixtral",
+                                           "tiny-llama@gen", "tiny-llava@gen", "tiny-idefics3@gen",
+                                           "tiny-mixtral@gen"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 TEST(ModelLoad, MissingFileAndBadArguments) {
   kiln_error_t err;
