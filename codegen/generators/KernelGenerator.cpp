@@ -335,8 +335,48 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
   return kernels;
 }
 
+namespace {
+
+// The kiln_kernel_library_t `name` listing every public function of `module`:
+//   { u32 struct_size, u32 count, u64 hash, const char* const* names,
+//     void (*const* functions)(void) }  (32 bytes on LP64 targets).
+void addLibraryTable(llvm::Module& module, llvm::StringRef name, uint64_t hash) {
+  llvm::LLVMContext& ctx = module.getContext();
+  llvm::Type* i32 = llvm::Type::getInt32Ty(ctx);
+  llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
+  llvm::PointerType* ptr = llvm::PointerType::get(ctx, 0);
+  std::vector<llvm::Constant*> names, functions;
+  for (llvm::Function& fn : module) {
+    if (fn.isDeclaration() || !fn.hasExternalLinkage())
+      continue;
+    llvm::Constant* str = llvm::ConstantDataArray::getString(ctx, fn.getName());
+    auto* gv = new llvm::GlobalVariable(module, str->getType(), true, llvm::GlobalValue::PrivateLinkage, str,
+                                        name + ".name");
+    names.push_back(gv);
+    functions.push_back(&fn);
+  }
+  auto array = [&](std::vector<llvm::Constant*>& elems, const char* suffix) {
+    auto* type = llvm::ArrayType::get(ptr, elems.size());
+    return new llvm::GlobalVariable(module, type, true, llvm::GlobalValue::PrivateLinkage,
+                                    llvm::ConstantArray::get(type, elems), name + suffix);
+  };
+  llvm::GlobalVariable* nameArray = array(names, ".names");
+  llvm::GlobalVariable* fnArray = array(functions, ".functions");
+  // Only the table is exported: the libraries of several artifacts link into one app.
+  for (llvm::Constant* fn : functions)
+    llvm::cast<llvm::Function>(fn)->setLinkage(llvm::GlobalValue::InternalLinkage);
+  auto* type = llvm::StructType::get(ctx, {i32, i32, i64, ptr, ptr});
+  llvm::Constant* init = llvm::ConstantStruct::get(
+      type, {llvm::ConstantInt::get(i32, 32), llvm::ConstantInt::get(i32, names.size()),
+             llvm::ConstantInt::get(i64, hash), nameArray, fnArray});
+  new llvm::GlobalVariable(module, type, true, llvm::GlobalValue::ExternalLinkage, init, name);
+}
+
+} // namespace
+
 mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target, GeneratedCode* out,
-                                   llvm::raw_ostream* llvmIr, llvm::raw_ostream* assembly) {
+                                   llvm::raw_ostream* llvmIr, llvm::raw_ostream* assembly,
+                                   const KernelObjectOptions& packaging) {
   mlir::MLIRContext* ctx = kernels.getContext();
   auto fail = [&](const llvm::Twine& why) {
     return kernels.emitError("kernel generator (") << target.triple << "): " << why.str();
@@ -377,6 +417,8 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
     return fail("translation to LLVM IR failed");
   module->setTargetTriple(target.triple);
   module->setDataLayout(tm->createDataLayout());
+  if (!packaging.tableSymbol.empty())
+    addLibraryTable(*module, packaging.tableSymbol, packaging.hash);
   if (llvm::verifyModule(*module, &llvm::errs()))
     return fail("the generated LLVM IR does not verify");
 
@@ -396,6 +438,10 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
   }
   if (llvmIr)
     module->print(*llvmIr, nullptr);
+  out->symbols.clear();
+  for (const llvm::Function& fn : *module)
+    if (!fn.isDeclaration() && fn.hasExternalLinkage())
+      out->symbols.push_back(fn.getName().str());
 
   auto emitFile = [&](llvm::CodeGenFileType type, llvm::SmallVectorImpl<char>& bytes) {
     llvm::raw_svector_ostream os(bytes);
@@ -420,7 +466,6 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
       llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "kernels"));
   if (!parsed)
     return fail("cannot read back the object: " + llvm::toString(parsed.takeError()));
-  out->symbols.clear();
   for (const llvm::object::SymbolRef& sym : (*parsed)->symbols()) {
     auto flags = sym.getFlags();
     auto name = sym.getName();
@@ -428,15 +473,14 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
       return fail("unreadable symbol in the object");
     if ((*flags & llvm::object::SymbolRef::SF_Undefined) && !name->empty())
       return fail("the kernels call '" + *name + "', which is outside the code segment");
-    auto type = sym.getType();
-    if ((*flags & llvm::object::SymbolRef::SF_Global) && type && *type == llvm::object::SymbolRef::ST_Function)
-      out->symbols.push_back(name->str());
   }
-  if (!(*parsed)->isELF())
+  if (!packaging.library && !(*parsed)->isELF())
     return fail("the target does not produce ELF objects");
   for (const llvm::object::SectionRef& sec : (*parsed)->sections()) {
+    if (!(*parsed)->isELF())
+      break;
     llvm::object::ELFSectionRef elf(sec);
-    if ((elf.getFlags() & llvm::ELF::SHF_ALLOC) && (elf.getFlags() & llvm::ELF::SHF_WRITE)) {
+    if (!packaging.library && (elf.getFlags() & llvm::ELF::SHF_ALLOC) && (elf.getFlags() & llvm::ELF::SHF_WRITE)) {
       llvm::Expected<llvm::StringRef> name = sec.getName();
       std::string secName = name ? name->str() : llvm::toString(name.takeError());
       return fail("the kernels have writable data (section " + secName + ")");

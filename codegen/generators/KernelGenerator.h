@@ -59,13 +59,26 @@ struct GeneratedCode {
   std::vector<std::string> symbols;     // the functions it defines
 };
 
+/// How the object is packaged.
+struct KernelObjectOptions {
+  /// For a static library linked into an app (kiln-compile --emit=static-library):
+  /// any object format of the target (Mach-O for Apple triples), and, when
+  /// `tableSymbol` is set, a kiln_kernel_library_t of that name listing the
+  /// functions, carrying `hash` (runtime/include/kiln/kiln.h).
+  bool library = false;
+  std::string tableSymbol;
+  uint64_t hash = 0;
+};
+
 /// Lowers `kernels` (in place) to the LLVM dialect, translates it to LLVM IR,
 /// optimises it and compiles it for `target`. `llvmIr` / `assembly`, when given,
 /// receive the optimised IR and the assembly. Fails (with a diagnostic on the
 /// module) when lowering fails or the object needs anything from outside itself
-/// (an undefined symbol such as memset, writable data).
+/// (an undefined symbol such as memset; for a code segment, writable data or an
+/// object format other than ELF).
 mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target, GeneratedCode* out,
-                                   llvm::raw_ostream* llvmIr = nullptr, llvm::raw_ostream* assembly = nullptr);
+                                   llvm::raw_ostream* llvmIr = nullptr, llvm::raw_ostream* assembly = nullptr,
+                                   const KernelObjectOptions& packaging = {});
 
 } // namespace kiln
 

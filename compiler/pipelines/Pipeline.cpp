@@ -11,7 +11,11 @@
 #include "dialects/kiln/KilnOps.h"
 #include "compiler/serialize/ArtifactWriter.h"
 #include "passes/Passes.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Object/ArchiveWriter.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/TargetParser/Triple.h"
 #include "llvm/Support/Path.h"
 
 namespace kiln {
@@ -198,12 +202,69 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
   return module;
 }
 
+KernelLibraryPaths kernelLibraryPaths(llvm::StringRef artifact) {
+  KernelLibraryPaths p;
+  llvm::SmallString<256> base(artifact);
+  llvm::sys::path::replace_extension(base, "");
+  p.archive = (base + ".kernels.a").str();
+  p.header = (base + ".kernels.h").str();
+  std::string stem = llvm::sys::path::filename(base).str();
+  for (char& c : stem)
+    if (!llvm::isAlnum(c))
+      c = '_';
+  p.symbol = "kiln_kernels_" + stem;
+  return p;
+}
+
+namespace {
+
+// Writes the static library of generated kernels and the header declaring its
+// kiln_kernel_library_t.
+mlir::LogicalResult writeKernelLibrary(mlir::ModuleOp module, llvm::StringRef artifact, const Target& target,
+                                       const std::vector<uint8_t>& object) {
+  KernelLibraryPaths paths = kernelLibraryPaths(artifact);
+  llvm::StringRef name = llvm::sys::path::filename(paths.archive);
+  std::vector<llvm::NewArchiveMember> members;
+  members.emplace_back(llvm::MemoryBufferRef(
+      llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()), "kernels.o"));
+  const bool apple = llvm::Triple(target.triple).isOSBinFormatMachO();
+  if (llvm::Error e = llvm::writeArchive(paths.archive, members, llvm::SymtabWritingMode::NormalSymtab,
+                                         apple ? llvm::object::Archive::K_DARWIN : llvm::object::Archive::K_GNU,
+                                         /*Deterministic=*/true, /*Thin=*/false))
+    return module.emitError("writing the kernel library '") << paths.archive << "': " << llvm::toString(std::move(e));
+  std::error_code ec;
+  llvm::raw_fd_ostream h(paths.header, ec);
+  if (ec)
+    return module.emitError("writing '") << paths.header << "': " << ec.message();
+  const std::string guard = llvm::StringRef(paths.symbol).upper() + "_H_";
+  h << "/* The kernels kiln-compile generated for " << llvm::sys::path::filename(artifact) << " (" << target.triple
+    << "): link " << name << " and pass\n * &" << paths.symbol
+    << " in kiln_model_options_t.kernels when loading that artifact. */\n"
+    << "#ifndef " << guard << "\n#define " << guard << "\n\n#include \"kiln/kiln.h\"\n\n"
+    << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
+    << "extern const kiln_kernel_library_t " << paths.symbol << ";\n\n"
+    << "#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+  h.close();
+  if (h.has_error())
+    return module.emitError("writing '") << paths.header << "': " << h.error().message();
+  return mlir::success();
+}
+
+
+} // namespace
+
 mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& options,
                                  llvm::StringRef output, const HessianTable* hessians) {
   auto target = parseTarget(options.target, options.cpuFeatures);
   if (!target)
     return module.emitError() << llvm::toString(target.takeError());
   ArtifactOptions artifact;
+  std::vector<uint8_t> library;
+  if (options.kernelLibrary) {
+    artifact.kernelLibrary = true;
+    artifact.kernelLibrarySymbol = kernelLibraryPaths(output).symbol;
+    artifact.kernelLibraryObject = &library;
+  }
   artifact.targetTriple = target->triple;
   // The writer derives the required CPU features from the bound kernels.
   artifact.requiredCpuFeatures = 0;
@@ -212,6 +273,18 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
     artifact.hessians = *hessians;
   if (mlir::failed(writeArtifact(module, output, artifact)))
     return mlir::failure();
+  if (options.kernelLibrary) {
+    // The artifact is useless without its library: remove it when that fails.
+    mlir::LogicalResult written =
+        library.empty() ? module.emitError("--emit=static-library: no op of this model is bound to a generated "
+                                           "kernel on ")
+                              << target->triple
+                        : writeKernelLibrary(module, output, *target, library);
+    if (mlir::failed(written)) {
+      llvm::sys::fs::remove(output);
+      return mlir::failure();
+    }
+  }
   if (!options.report.empty())
     return writePrecisionReport(module, options, output, options.report);
   return mlir::success();

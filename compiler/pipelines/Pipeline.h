@@ -35,7 +35,18 @@ struct CompileOptions {
   std::string cacheDir;                   // "" = $XDG_CACHE_HOME/kiln or ~/.cache/kiln
   std::string report;                     // precision report (.json; .svg beside it)
   int threads = 0;
+  /// --emit=static-library: generated kernels go to <output stem>.kernels.a (and its
+  /// header, .kernels.h) instead of the artifact's code segment.
+  bool kernelLibrary = false;
 };
+
+/// The static library and header kiln-compile --emit=static-library writes beside
+/// `artifact` (model.kiln -> model.kernels.a, model.kernels.h), and the C name of the
+/// kiln_kernel_library_t it defines (kiln_kernels_model).
+struct KernelLibraryPaths {
+  std::string archive, header, symbol;
+};
+KernelLibraryPaths kernelLibraryPaths(llvm::StringRef artifact);
 
 /// Whether weights are rounded with GPTQ: --quantizer=gptq, or auto with a memory
 /// budget or bits-per-weight target (calibration runs for the budget anyway).

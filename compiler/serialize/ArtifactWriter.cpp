@@ -217,7 +217,23 @@ LogicalResult Writer::generateCode() {
     return failure();
   if (kernels->getBody()->empty())
     return success();
-  return compileKernels(*kernels, *target, &code_);
+  if (!options_.kernelLibrary)
+    return compileKernels(*kernels, *target, &code_);
+  // A static library: the kernels' object identifies it (its checksum is the
+  // hash); the library's object adds the table the app passes to the runtime.
+  mlir::OwningOpRef<mlir::ModuleOp> again = kernels->clone();
+  KernelObjectOptions packaging;
+  packaging.library = true;
+  if (failed(compileKernels(*kernels, *target, &code_, nullptr, nullptr, packaging)))
+    return failure();
+  packaging.tableSymbol = options_.kernelLibrarySymbol;
+  packaging.hash = format::Checksum64(code_.object.data(), code_.object.size());
+  GeneratedCode library;
+  if (failed(compileKernels(*again, *target, &library, nullptr, nullptr, packaging)))
+    return failure();
+  if (options_.kernelLibraryObject)
+    *options_.kernelLibraryObject = std::move(library.object);
+  return success();
 }
 
 LogicalResult Writer::collect() {
@@ -293,15 +309,19 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   // The code segment follows the weights.
   flatbuffers::Offset<fb::CodeSegment> codeSegment = 0;
   if (!code_.object.empty()) {
-    codeOffset_ = cursor;
-    segments.push_back(fb::Segment(codeOffset_, code_.object.size()));
+    // In the file after the weights, or (a static library) not in the file.
+    const bool inFile = !options_.kernelLibrary;
+    if (inFile) {
+      codeOffset_ = cursor;
+      segments.push_back(fb::Segment(codeOffset_, code_.object.size()));
+    }
     std::vector<flatbuffers::Offset<flatbuffers::String>> symbols;
     for (const std::string& sym : code_.symbols)
       symbols.push_back(b.CreateString(sym));
     codeSegment = fb::CreateCodeSegment(
-        b, static_cast<uint32_t>(segments.size() - 1), code_.machine, code_.cpuFeatures,
+        b, inFile ? static_cast<uint32_t>(segments.size() - 1) : 0, code_.machine, code_.cpuFeatures,
         format::Checksum64(code_.object.data(), code_.object.size()), b.CreateString(code_.triple),
-        b.CreateVector(symbols));
+        b.CreateVector(symbols), /*library=*/!inFile);
     kernelFeatures_ |= code_.cpuFeatures;
   }
 
@@ -753,7 +773,7 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
   pad(alignUp(pos));
   // The code segment ends the file (no padding after it: the file ends where its
   // last segment does, so any truncation is detectable).
-  if (!code_.object.empty()) {
+  if (!code_.object.empty() && !options_.kernelLibrary) {
     pad(codeOffset_);
     write(code_.object.data(), code_.object.size());
   }
@@ -789,7 +809,7 @@ void removeStaleTempFiles(llvm::StringRef dir, llvm::StringRef outputName) {
 // an empty string. `*unverifiable` is set when the only objection is CPU features
 // this host lacks (an artifact for another device, or one that assumes features
 // this machine does not have): it cannot be checked here, which is not an error.
-std::string verifyWithRuntime(const char* loadPath, bool* unverifiable) {
+std::string verifyWithRuntime(const char* loadPath, bool kernelLibrary, bool* unverifiable) {
   *unverifiable = false;
   kiln_model_t* model = nullptr;
   kiln_error_t err;
@@ -797,6 +817,18 @@ std::string verifyWithRuntime(const char* loadPath, bool* unverifiable) {
   if (st == KILN_OK) {
     kiln_model_release(model);
     return std::string();
+  }
+  // Kernels in a static library (not linked here) or an artifact for another CPU:
+  // everything but running it is still checked, for the device it is built for.
+  if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES || (st == KILN_ERROR_ARTIFACT_CODE && kernelLibrary)) {
+    kiln_error_t any;
+    kiln_status_t structural = kiln_artifact_verify(loadPath, st == KILN_ERROR_ARTIFACT_CPU_FEATURES ? 0 : 1, &any);
+    if (structural != KILN_OK) {
+      st = structural;
+      err = any;
+    } else if (st == KILN_ERROR_ARTIFACT_CODE) {
+      return std::string();
+    }
   }
   // The runtime prefixes the path it loaded (the temporary file): drop it.
   std::string message = err.message;
@@ -883,7 +915,7 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   // The runtime's verifier, on the bytes written, before the file takes its name.
   std::string loadPath = tmp.empty() ? "/proc/self/fd/" + std::to_string(fd) : tmp.str().str();
   bool unverifiable = false;
-  std::string refusal = verifyWithRuntime(loadPath.c_str(), &unverifiable);
+  std::string refusal = verifyWithRuntime(loadPath.c_str(), options_.kernelLibrary, &unverifiable);
   if (!refusal.empty() && !unverifiable) {
     error() << "the runtime refuses the artifact it would write to '" << path << "': " << refusal;
     cleanup();
@@ -891,8 +923,7 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   }
   if (unverifiable)
     mlir::emitWarning(module_.getLoc())
-        << "'" << path << "' could not be verified on this machine (" << refusal
-        << "); check it with kiln-inspect on the target device";
+        << "'" << path << "' is verified for its target but cannot run on this machine (" << refusal << ")";
 
   if (tmp.empty()) {
     // Give the anonymous file a temporary name, then rename it over the output

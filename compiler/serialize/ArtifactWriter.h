@@ -29,6 +29,13 @@ struct ArtifactOptions {
   /// Quantised weights: GPTQ when a calibration Hessian ([cols, cols], row-major) is
   /// given for the weight's name, round-to-nearest otherwise.
   std::map<std::string, std::vector<double>> hessians;
+  /// Generated kernels go to a static library instead of the file's code segment
+  /// (kiln-compile --emit=static-library): the object, defining the
+  /// kiln_kernel_library_t `kernelLibrarySymbol`, is returned in
+  /// `kernelLibraryObject`; the artifact names its hash.
+  bool kernelLibrary = false;
+  std::string kernelLibrarySymbol;
+  std::vector<uint8_t>* kernelLibraryObject = nullptr;
 };
 
 /// As writeArtifact, into memory (for calibration, which runs the model at compile

@@ -1,4 +1,5 @@
 // kiln_model_*: loading (mmap), verification and the model's tokenizer.
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -129,8 +130,31 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
   const fb::Model* f = m->fb;
   const fb::CodeSegment* code = f->code();
   if (code == nullptr) return KILN_OK;
-  const fb::Segment* seg = f->segments()->Get(code->segment());
-  if (kiln_status_t st = m->code.Load(m->data + seg->offset(), seg->size(), error); st != KILN_OK) return st;
+  const kiln_kernel_library_t* lib = m->kernel_library;
+  if (code->library()) {
+    // Kernels linked into the application: the one built for this artifact.
+    if (lib == nullptr)
+      return Fail(error, KILN_ERROR_ARTIFACT_CODE,
+                  "the artifact's kernels are in a static library (kiln-compile --emit=static-library): link it "
+                  "and pass it in kiln_model_options_t.kernels");
+    if (lib->struct_size < sizeof(kiln_kernel_library_t) || (lib->count > 0 && (lib->names == nullptr || lib->functions == nullptr)))
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_options_t.kernels is not a kernel library");
+    if (lib->hash != code->checksum())
+      return Fail(error, KILN_ERROR_ARTIFACT_CODE,
+                  "the kernel library passed in (%016llx) was built for another artifact than this one (%016llx)",
+                  static_cast<unsigned long long>(lib->hash), static_cast<unsigned long long>(code->checksum()));
+  } else {
+    const fb::Segment* seg = f->segments()->Get(code->segment());
+    if (kiln_status_t st = m->code.Load(m->data + seg->offset(), seg->size(), error); st != KILN_OK) return st;
+  }
+  // The function an op names, from the library or the loaded segment.
+  auto find = [&](const char* name) -> void* {
+    if (!code->library()) return m->code.Find(name);
+    for (uint32_t i = 0; i < lib->count; ++i)
+      if (lib->names[i] != nullptr && std::strcmp(lib->names[i], name) == 0)
+        return reinterpret_cast<void*>(lib->functions[i]);
+    return nullptr;
+  };
   size_t generated = 0;
   for (const fb::Stage* s : *f->stages())
     for (const fb::Op* op : *s->ops()) generated += FindKernel(op->kernel())->generated ? 1 : 0;
@@ -146,10 +170,10 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
       const KernelEntry* k = FindKernel(op->kernel());
       table[i] = nullptr;
       if (!k->generated) continue;
-      void* fn = m->code.Find(op->symbol()->c_str());
+      void* fn = find(op->symbol()->c_str());
       if (fn == nullptr)
-        return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': the code segment defines no function '%s'",
-                    Str(op->name()), op->symbol()->c_str());
+        return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': the %s defines no function '%s'", Str(op->name()),
+                    code->library() ? "kernel library" : "code segment", op->symbol()->c_str());
       UkernelSet& set = m->generated_uk[next++];
       set = *k->uk;
       if (!BindGeneratedUkernel(op->kind(), fn, &set))
@@ -178,7 +202,12 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
   Allocator bootstrap(a);
   void* mem = bootstrap.Alloc(sizeof(kiln_model_t), 64);
   if (mem == nullptr) return nullptr;
-  return new (mem) kiln_model_t(a);
+  kiln_model_t* m = new (mem) kiln_model_t(a);
+  // Fields after `allocator` exist when the caller's struct is new enough.
+  if (options != nullptr &&
+      options->struct_size >= offsetof(kiln_model_options_t, kernels) + sizeof(options->kernels))
+    m->kernel_library = options->kernels;
+  return m;
 }
 
 }  // namespace
@@ -258,7 +287,7 @@ kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_erro
   kiln_status_t st =
       VerifyArtifact(mapping.data, mapping.size, DetectCpuFeatures(), &allocator, &fbm, out_error, for_this_cpu != 0);
   // A code segment for this machine must also load (its ELF structure and relocations).
-  if (st == KILN_OK && for_this_cpu != 0 && fbm->code() != nullptr) {
+  if (st == KILN_OK && for_this_cpu != 0 && fbm->code() != nullptr && !fbm->code()->library()) {
     CodeImage image;
     const fb::Segment* seg = fbm->segments()->Get(fbm->code()->segment());
     st = image.Load(mapping.data + seg->offset(), seg->size(), out_error);

@@ -53,6 +53,7 @@ struct kiln_model_t {
   // The code segment's kernels, and per stage and op the micro-kernels an op bound
   // to a generated kernel runs (null: its kernel's own).
   kiln::rt::CodeImage code;
+  const kiln_kernel_library_t* kernel_library = nullptr;  // kiln_model_options_t.kernels
   kiln::rt::Vec<kiln::rt::UkernelSet> generated_uk;
   kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk[kiln::rt::kNumStages];
 };

@@ -203,7 +203,7 @@ kiln_status_t Verifier::Segments() {
 kiln_status_t Verifier::Code() {
   const fb::CodeSegment* code = model_->code();
   if (code == nullptr) return KILN_OK;
-  if (code->segment() >= model_->segments()->size())
+  if (!code->library() && code->segment() >= model_->segments()->size())
     return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "code segment: segment %u out of range", code->segment());
   if (code->symbols() == nullptr || code->triple() == nullptr)
     return Bad(KILN_ERROR_ARTIFACT_CODE, "code segment: no symbol list or target triple");
@@ -224,6 +224,7 @@ kiln_status_t Verifier::Code() {
                code->triple()->c_str(), code->machine(), here);
   if ((code->cpu_features() & ~model_->required_cpu_features()) != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "the code segment assumes CPU features the artifact does not declare");
+  if (code->library()) return KILN_OK;  // linked into the app: its hash is checked at load
   const fb::Segment* seg = model_->segments()->Get(code->segment());
   if (format::Checksum64(data_ + seg->offset(), seg->size()) != code->checksum())
     return Bad(KILN_ERROR_ARTIFACT_CODE, "code segment: checksum mismatch (the %llu bytes at offset %llu are corrupt)",

@@ -7,6 +7,7 @@ inspectable.
 """
 
 import json
+import shutil
 import os
 import platform
 import struct
@@ -15,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import MODELS, run, tool
+from conftest import MODELS, ROOT, run, tool
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,49 @@ def test_artifact_for_another_cpu(llama, tiny_dir):
     assert p.returncode != 0 and ("this CPU lacks" in p.stderr or "the code segment is for" in p.stderr), p.stderr
     info = _inspect(art)
     assert info["runs_here"] is False and info["code"]["triple"] == other
+
+
+def _cc():
+    for cc in ("clang-19", "clang", "cc"):
+        path = shutil.which(cc)
+        if path:
+            return path
+    pytest.skip("no C compiler")
+
+
+def test_static_library_kernels(llama, tiny_dir):
+    """kiln-compile --emit=static-library: the artifact names its kernels by hash and
+    carries no code; an app links model.kernels.a and passes its table at load."""
+    ckpt, _, _ = llama
+    out = tiny_dir / "static"
+    out.mkdir(exist_ok=True)
+    art = out / "model.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", art, "--emit=static-library"])
+    assert (out / "model.kernels.a").exists() and (out / "model.kernels.h").exists()
+    info = _inspect(art)
+    assert info["code"]["library"] is True and info["runs_here"] is False
+    # The in-file artifact of the same compile has the same kernels (same hash).
+    infile = tiny_dir / "cs-host.kiln"
+    assert _inspect(infile)["code"]["checksum"] == info["code"]["checksum"]
+
+    lib = os.path.join(os.path.dirname(tool("kiln-run")), "..", "runtime", "libkiln.a")
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} not built")
+    app = out / "app"
+    run([_cc(), os.path.join(ROOT, "tests", "e2e", "apps", "static_kernels_app.c"), "-o", app,
+         "-I", os.path.join(ROOT, "runtime", "include"), "-I", out, out / "model.kernels.a", lib,
+         "-lpcre2-8", "-lstdc++", "-lpthread", "-lm"])
+    ids = ["1", "17", "42", "99", "7"]
+    got = run([app, art, *ids]).stdout.split()
+    want = run([tool("kiln-run"), infile, "--input-ids", ",".join(ids), "--max-new-tokens", "6"]).stdout
+    line = next(x for x in want.splitlines() if x.startswith("tokens:"))
+    assert got == line.split()[1:]
+
+    # Without the library, or with another artifact's: refused, naming the problem.
+    p = subprocess.run([app, art, "--none", *ids], capture_output=True, text=True)
+    assert p.returncode != 0 and "static library" in p.stderr, p.stderr
+    other = out / "other.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", other, "--emit=static-library",
+         "--target=x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else "--target=aarch64-linux-gnu"])
+    p = subprocess.run([app, other, *ids], capture_output=True, text=True)
+    assert p.returncode != 0 and "built for another artifact" in p.stderr, p.stderr

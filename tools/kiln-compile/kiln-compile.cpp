@@ -3,6 +3,7 @@
 //   kiln-compile CHECKPOINT_DIR -o model.kiln [--target TRIPLE]   the artifact
 //   kiln-compile CHECKPOINT_DIR --emit=ir                         imported kiln IR
 //   kiln-compile CHECKPOINT_DIR --emit=planned-ir                 after lowering
+//   kiln-compile CHECKPOINT_DIR -o model.kiln --emit=static-library  + model.kernels.a/.h
 //   kiln-compile CHECKPOINT_DIR --emit=kernels-mlir|kernels-llvm|kernels-asm
 //                                                                 the generated kernels
 //   kiln-compile --from-ir PLANNED.mlir -o model.kiln             the artifact of lowered IR
@@ -48,10 +49,14 @@ static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln)"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(kilnCategory));
 
-enum class EmitKind { Artifact, IR, PlannedIR, KernelsMLIR, KernelsLLVM, KernelsAsm };
+enum class EmitKind { Artifact, StaticLibrary, IR, PlannedIR, KernelsMLIR, KernelsLLVM, KernelsAsm };
 static cl::opt<EmitKind> emit(
     "emit", cl::desc("What to produce"),
     cl::values(clEnumValN(EmitKind::Artifact, "artifact", "the .kiln artifact (needs -o)"),
+               clEnumValN(EmitKind::StaticLibrary, "static-library",
+                          "the artifact (-o model.kiln) with its generated kernels in a static library beside it "
+                          "(model.kernels.a, model.kernels.h) instead of in the file: for platforms that do not "
+                          "let apps load code (iOS)"),
                clEnumValN(EmitKind::IR, "ir", "the imported kiln IR"),
                clEnumValN(EmitKind::PlannedIR, "planned-ir",
                           "kiln IR after kernel selection and memory planning"),
@@ -189,8 +194,14 @@ int main(int argc, char** argv) {
         return 2;
       }
   }
-  if (emit == EmitKind::Artifact && outputPath.empty()) {
+  const bool writesArtifact = emit == EmitKind::Artifact || emit == EmitKind::StaticLibrary;
+  if (writesArtifact && outputPath.empty()) {
     llvm::errs() << "kiln-compile: error: give the output artifact with -o FILE, or --emit=ir\n";
+    return 2;
+  }
+  if (emit == EmitKind::StaticLibrary && target == "portable") {
+    llvm::errs() << "kiln-compile: error: --emit=static-library needs a target with generated kernels, not "
+                    "--target=portable\n";
     return 2;
   }
   if (maxPrefillTokens < 1) {
@@ -210,9 +221,15 @@ int main(int argc, char** argv) {
   }
 
   // Every output, before any work (exit 1: the file system, not the options, is at fault).
-  if (emit == EmitKind::Artifact && !checkOutput("-o", outputPath, /*replacedByRename=*/true))
+  if (writesArtifact && !checkOutput("-o", outputPath, /*replacedByRename=*/true))
     return 1;
-  if (!report.empty() && emit == EmitKind::Artifact) {
+  if (emit == EmitKind::StaticLibrary) {
+    kiln::KernelLibraryPaths lib = kiln::kernelLibraryPaths(outputPath);
+    if (!checkOutput("--emit=static-library", lib.archive, false) ||
+        !checkOutput("--emit=static-library", lib.header, false))
+      return 1;
+  }
+  if (!report.empty() && writesArtifact) {
     llvm::SmallString<256> svg(report.getValue());
     llvm::sys::path::replace_extension(svg, "svg");
     if (!checkOutput("--report", report, false) || !checkOutput("--report (chart)", svg, false))
@@ -256,7 +273,8 @@ int main(int argc, char** argv) {
   options.cacheDir = cacheDir;
   options.report = report;
   options.threads = threads;
-  if (!report.empty() && emit != EmitKind::Artifact) {
+  options.kernelLibrary = emit == EmitKind::StaticLibrary;
+  if (!report.empty() && !writesArtifact) {
     llvm::errs() << "kiln-compile: error: --report goes with -o (the artifact)\n";
     return 2;
   }
@@ -312,6 +330,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   case EmitKind::Artifact:
+  case EmitKind::StaticLibrary:
     if (mlir::failed(kiln::emitArtifact(*module, options, outputPath, &hessians)) || failedAny)
       return 1;
     return 0;

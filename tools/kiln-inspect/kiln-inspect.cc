@@ -121,10 +121,19 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  source hash      %s\n", S(md->source_hash()));
   std::printf("  prompt template  %s\n", S(md->prompt_template()));
   if (const fb::CodeSegment* code = m->code()) {
-    const fb::Segment* seg = code->segment() < m->segments()->size() ? m->segments()->Get(code->segment()) : nullptr;
-    std::printf("  code segment     %.1f KB of generated kernels for %s (%s), %u functions, checksum %016" PRIx64 "\n",
-                seg ? seg->size() / 1e3 : 0.0, S(code->triple()), Features(code->cpu_features()).c_str(),
-                code->symbols() ? code->symbols()->size() : 0, code->checksum());
+    const fb::Segment* seg = !code->library() && code->segment() < m->segments()->size()
+                                 ? m->segments()->Get(code->segment())
+                                 : nullptr;
+    if (seg)
+      std::printf("  code segment     %.1f KB of generated kernels for %s (%s), %u functions, checksum %016" PRIx64
+                  "\n",
+                  seg->size() / 1e3, S(code->triple()), Features(code->cpu_features()).c_str(),
+                  code->symbols() ? code->symbols()->size() : 0, code->checksum());
+    else
+      std::printf("  code segment     none: generated kernels for %s (%s) in a static library, %u functions, hash "
+                  "%016" PRIx64 "\n",
+                  S(code->triple()), Features(code->cpu_features()).c_str(),
+                  code->symbols() ? code->symbols()->size() : 0, code->checksum());
   }
   const fb::TextConfig* t = m->text();
   std::printf("  text             %u layers, hidden %u, heads %u/%u kv, head_dim %u, vocab %u, max positions %u\n",
@@ -154,7 +163,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
                 mem.threads ? std::to_string(mem.threads).c_str() : "all");
   else
-    std::printf("  session          not computed: the artifact does not run on this CPU\n");
+    std::printf("  session          not computed: the artifact cannot be loaded here\n");
   std::printf("\nstages\n");
   for (const fb::Stage* s : *m->stages()) {
     std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
@@ -197,10 +206,13 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  \"compiler\": %s, \"source_hash\": %s, \"prompt_template\": %s,\n", J(S(md->compiler_version())).c_str(),
               J(S(md->source_hash())).c_str(), J(S(md->prompt_template())).c_str());
   if (const fb::CodeSegment* code = m->code()) {
-    const fb::Segment* seg = code->segment() < m->segments()->size() ? m->segments()->Get(code->segment()) : nullptr;
-    std::printf("  \"code\": {\"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"triple\": %s, \"cpu_features\": %s, \"machine\": %u, "
+    const fb::Segment* seg = !code->library() && code->segment() < m->segments()->size()
+                                 ? m->segments()->Get(code->segment())
+                                 : nullptr;
+    std::printf("  \"code\": {\"library\": %s, \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"triple\": %s, \"cpu_features\": %s, \"machine\": %u, "
                 "\"checksum\": \"%016" PRIx64 "\", \"symbols\": [",
-                seg ? seg->offset() : 0, seg ? seg->size() : 0, J(S(code->triple())).c_str(), J(Features(code->cpu_features()).c_str()).c_str(),
+                code->library() ? "true" : "false", seg ? seg->offset() : 0, seg ? seg->size() : 0,
+                J(S(code->triple())).c_str(), J(Features(code->cpu_features()).c_str()).c_str(),
                 code->machine(), code->checksum());
     for (uint32_t i = 0; code->symbols() && i < code->symbols()->size(); ++i)
       std::printf("%s%s", i ? ", " : "", J(S(code->symbols()->Get(i))).c_str());
@@ -281,9 +293,12 @@ int main(int argc, char** argv) {
   mem.context = context;
   mem.threads = threads;
   if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
-    // An artifact for another device: verified for the CPU it was built for.
+    // An artifact for another device (verified for the CPU it was built for), or
+    // one whose kernels are in a static library an app links (kiln-run cannot).
     kiln_error_t any;
-    if (err.status != KILN_ERROR_ARTIFACT_CPU_FEATURES || kiln_artifact_verify(path.c_str(), 0, &any) != KILN_OK) {
+    const bool other_cpu = err.status == KILN_ERROR_ARTIFACT_CPU_FEATURES;
+    if ((!other_cpu && err.status != KILN_ERROR_ARTIFACT_CODE) ||
+        kiln_artifact_verify(path.c_str(), other_cpu ? 0 : 1, &any) != KILN_OK) {
       std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
       return 1;
     }

@@ -153,9 +153,26 @@ typedef struct kiln_error_t {
 
 typedef struct kiln_model_t kiln_model_t;
 
+/* Kernels generated for an artifact and linked into the application as a static
+ * library (kiln-compile --emit=static-library), for platforms that do not let an
+ * app load code (iOS). The library defines one of these (its header names it);
+ * pass it in kiln_model_options_t.kernels. The runtime checks that `hash` is the
+ * one the artifact names, so that an app never runs an artifact with another
+ * build's kernels. */
+typedef struct kiln_kernel_library_t {
+  uint32_t struct_size;              /* sizeof(kiln_kernel_library_t) */
+  uint32_t count;                    /* functions */
+  uint64_t hash;                     /* the artifact's code checksum */
+  const char* const* names;          /* [count] */
+  void (*const* functions)(void);    /* [count], called with their family's signature */
+} kiln_kernel_library_t;
+
 typedef struct kiln_model_options_t {
   uint32_t struct_size;              /* sizeof(kiln_model_options_t) */
   const kiln_allocator_t* allocator; /* NULL: malloc/free; must outlive the model */
+  /* The artifact's kernels when they are linked into the app instead of carried
+   * in the file (NULL otherwise); must outlive the model. */
+  const kiln_kernel_library_t* kernels;
 } kiln_model_options_t;
 
 /* Maps the artifact at `path` read-only and verifies it completely (structure and
