@@ -22,6 +22,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "passes/Encoding.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -216,12 +218,16 @@ struct FnBuilder {
   }
 };
 
-// A new public kernel function (params, begin, end) -> () in `kernels`.
-mlir::func::FuncOp newKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
+// A new public kernel function (params, begin, end[, scratch]) -> () in `kernels`.
+mlir::func::FuncOp newKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc,
+                             bool scratch = false) {
   mlir::OpBuilder b(kernels.getBodyRegion());
   b.setInsertionPointToEnd(kernels.getBody());
   auto ptr = mlir::LLVM::LLVMPointerType::get(b.getContext());
-  auto fn = b.create<mlir::func::FuncOp>(loc, name, b.getFunctionType({ptr, b.getI64Type(), b.getI64Type()}, {}));
+  llvm::SmallVector<mlir::Type> args = {ptr, b.getI64Type(), b.getI64Type()};
+  if (scratch)
+    args.push_back(ptr);
+  auto fn = b.create<mlir::func::FuncOp>(loc, name, b.getFunctionType(args, {}));
   fn.addEntryBlock();
   return fn;
 }
@@ -275,9 +281,252 @@ void buildRope(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int6
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+
+// Whether the target converts f16 to f32 in registers (x86 needs F16C; every
+// AArch64 CPU has FCVTL). Without it LLVM would call a library routine.
+bool hasF16Conversion(const Target& target) {
+  return target.arch == TargetArch::AArch64 || (target.features & format::kCpuX86F16c);
+}
+
+// The float encodings a generated matmul decodes in registers on `target`.
+uint32_t generatedMatmulEncodings(const Target& target) {
+  uint32_t e = format::EncodingBit(format::kEncF32) | format::EncodingBit(format::kEncBF16);
+  if (hasF16Conversion(target))
+    e |= format::EncodingBit(format::kEncF16);
+  return e;
+}
+
+const char* encodingTag(uint8_t enc) {
+  switch (enc) {
+  case format::kEncF32: return "f32";
+  case format::kEncF16: return "f16";
+  default: return "bf16";
+  }
+}
+
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for float weights of one encoding
+// (kiln_uk_matmul_params_t, output channels [begin, end)): 4 x 4 tiles of dot
+// products (rows m of x by rows n of W), `lanes`-wide partial sums reduced at the
+// end, K's tail by one masked load; M and N tails by 1 x 4 and 1 x 1 tiles. Weights
+// are widened in registers (f16: hardware conversion; bf16: a 16-bit shift). The
+// multiply-adds may fuse (contract); sums are reassociated within a tile.
+void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes,
+                      bool isPublic, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  if (!isPublic)
+    fn.setPrivate();
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vi1 = mlir::VectorType::get({lanes}, b.getI1Type());
+  const mlir::Type welem = encoding == format::kEncF32 ? f.f32 : b.getI16Type();
+  auto vw = mlir::VectorType::get({lanes}, welem);
+  auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
+
+  Value params = fn.getArgument(0);
+  Value x = f.field(params, offsetof(kiln_uk_matmul_params_t, x), f.ptr);
+  Value ldx = f.field(params, offsetof(kiln_uk_matmul_params_t, ldx), f.i64);
+  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
+  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
+  Value w = f.field(params, offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, data), f.ptr);
+  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
+  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
+  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), vl = f.cI64(lanes);
+  Value kMain = b.create<mlir::arith::SubIOp>(loc, K, b.create<mlir::arith::RemSIOp>(loc, K, vl));
+  Value kTail = b.create<mlir::arith::SubIOp>(loc, K, kMain);
+  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
+  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW, nullPtr);
+
+  // `lanes` weights of row base[k..] widened to f32 (masked: lanes beyond `count` are 0).
+  auto widen = [&](Value raw) -> Value {
+    if (encoding == format::kEncF32)
+      return raw;
+    if (encoding == format::kEncF16) {
+      Value half = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({lanes}, b.getF16Type()), raw);
+      return b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+    }
+    auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+    Value wide = b.create<mlir::arith::ExtUIOp>(loc, vi32, raw);
+    return b.create<mlir::arith::BitcastOp>(loc, vf32,
+                                            b.create<mlir::arith::ShLIOp>(loc, wide, f.splatInt(vi32, 16)));
+  };
+  auto loadW = [&](Value row, Value k, Value mask) -> Value {
+    Value at = f.gep(w, welem, f.addi(f.muli(row, K), k));
+    if (!mask)
+      return widen(b.create<mlir::LLVM::LoadOp>(loc, vw, at, 2));
+    Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(vw));
+    return widen(b.create<mlir::LLVM::MaskedLoadOp>(loc, vw, at, mask, mlir::ValueRange{pass}, 2));
+  };
+  auto loadX = [&](Value row, Value k, Value mask) -> Value {
+    Value at = f.gep(x, f.f32, f.addi(f.muli(row, ldx), k));
+    if (!mask)
+      return b.create<mlir::LLVM::LoadOp>(loc, vf32, at, 4);
+    Value pass = f.splat(vf32, 0.0);
+    return b.create<mlir::LLVM::MaskedLoadOp>(loc, vf32, at, mask, mlir::ValueRange{pass}, 4);
+  };
+  auto fma = [&](Value a, Value c, Value acc) {
+    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
+  };
+  // The bias of output channel n (f32; 0 without one).
+  auto bias = [&](Value n) -> Value {
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.f32}, hasBias, true, true);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
+      b.create<mlir::scf::YieldOp>(loc, f.load(f.f32, data, f.f32, n));
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0))});
+    }
+    return ifOp.getResult(0);
+  };
+
+  // One mr x nr tile at (m0, n0): dot products over K, then y = sum + bias.
+  auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
+    const int64_t count = mr * nr;
+    llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
+    auto step = [&](Value k, mlir::ValueRange acc, Value mask) {
+      llvm::SmallVector<Value> xs, ws, out;
+      for (int64_t i = 0; i < mr; ++i)
+        xs.push_back(loadX(f.addi(m0, f.cI64(i)), k, mask));
+      for (int64_t r = 0; r < nr; ++r)
+        ws.push_back(loadW(f.addi(n0, f.cI64(r)), k, mask));
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t r = 0; r < nr; ++r)
+          out.push_back(fma(xs[i], ws[r], acc[i * nr + r]));
+      return out;
+    };
+    auto loop = b.create<mlir::scf::ForOp>(loc, zero, kMain, vl, init);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(loop.getBody());
+      b.create<mlir::scf::YieldOp>(loc, step(loop.getInductionVar(), loop.getRegionIterArgs(), nullptr));
+    }
+    // The tail of K, masked.
+    Value any = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, kTail, zero);
+    llvm::SmallVector<mlir::Type> types(count, vf32);
+    auto tail = b.create<mlir::scf::IfOp>(loc, types, any, true, true);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(tail.thenBlock());
+      Value mask = b.create<mlir::vector::CreateMaskOp>(
+          loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), kTail)});
+      b.create<mlir::scf::YieldOp>(loc, step(kMain, loop.getResults(), mask));
+      b.setInsertionPointToStart(tail.elseBlock());
+      b.create<mlir::scf::YieldOp>(loc, loop.getResults());
+    }
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t r = 0; r < nr; ++r) {
+        Value n = f.addi(n0, f.cI64(r));
+        Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD,
+                                                        tail.getResult(i * nr + r), Value(), fm);
+        f.store(f.add(sum, bias(n)), y, f.f32, f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), n));
+      }
+  };
+
+  auto roundDown = [&](Value v, Value lo, Value m) {  // lo + (v - lo) / m * m
+    Value span = b.create<mlir::arith::SubIOp>(loc, v, lo);
+    return f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(loc, span, m), m));
+  };
+  Value nMain = roundDown(nEnd, nBegin, four);
+  Value mMain = roundDown(M, zero, four);
+  f.loop(nBegin, nMain, four, [&](Value n0) {
+    f.loop(zero, mMain, four, [&](Value m0) { tile(m0, 4, n0, 4); });
+    f.loop(mMain, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
+  });
+  f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// The matmul family of an op whose weights have the encodings `encodings` (a
+// kiln_uk_matmul_fn): one function per encoding, and with several a public
+// dispatcher on the weight's encoding.
+void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t encodings, int64_t lanes,
+                 mlir::Location loc) {
+  llvm::SmallVector<uint8_t> encs;
+  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+    if (encodings & format::EncodingBit(e))
+      encs.push_back(e);
+  if (encs.size() == 1) {
+    buildMatmulFloat(kernels, name, encs[0], lanes, true, loc);
+    return;
+  }
+  for (uint8_t e : encs)
+    buildMatmulFloat(kernels, (name + "_w" + encodingTag(e)).str(), e, lanes, false, loc);
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  Value enc = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, encoding),
+                      b.getI8Type());
+  for (uint8_t e : encs) {
+    Value is = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, enc,
+                                             b.create<mlir::arith::ConstantIntOp>(loc, e, 8));
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is, false);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<mlir::func::CallOp>(loc, (name + "_w" + encodingTag(e)).str(), mlir::TypeRange{},
+                                 fn.getArguments());
+  }
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 } // namespace
 
 bool canGenerate(const Target& target) { return target.generate; }
+
+namespace {
+
+bool isMatmulOp(mlir::Operation* op) {
+  return llvm::isa<LinearOp, LmHeadOp, GatedMlpOp, MoeOp, PatchEmbedOp>(op);
+}
+
+// The storage encodings of an op's weights, in operand order (the last of a
+// Linear's or PatchEmbed's two is the bias).
+llvm::SmallVector<uint8_t> weightEncodings(mlir::Operation* op) {
+  llvm::SmallVector<uint8_t> out;
+  auto module = op->getParentOfType<mlir::ModuleOp>();
+  for (mlir::Value operand : op->getOperands()) {
+    auto ref = operand.getDefiningOp<WeightRefOp>();
+    if (!ref)
+      continue;
+    auto weight = mlir::SymbolTable::lookupSymbolIn(module, ref.getNameAttr());
+    if (auto w = llvm::dyn_cast_or_null<WeightOp>(weight))
+      out.push_back(encodingSpec(w.getEncoding()).id);
+  }
+  return out;
+}
+
+} // namespace
+
+bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Target& target, std::string* why) {
+  if (!canGenerate(target)) {
+    *why = "the portable target generates no code";
+    return false;
+  }
+  if (llvm::isa<RopeOp>(op))
+    return true;
+  if (isMatmulOp(op)) {
+    llvm::SmallVector<uint8_t> encs = weightEncodings(op);
+    const bool hasBias = llvm::isa<LinearOp, PatchEmbedOp>(op) && encs.size() == 2;
+    const uint32_t ok = generatedMatmulEncodings(target);
+    for (size_t i = 0; i < encs.size(); ++i) {
+      if (hasBias && i + 1 == encs.size() ? encs[i] != format::kEncF32 : !(ok & format::EncodingBit(encs[i]))) {
+        *why = std::string("no generated matmul for ") + (hasBias && i + 1 == encs.size() ? "a bias in " : "") +
+               (format::EncodingName(encs[i]) ? format::EncodingName(encs[i]) : "this encoding") + " on " +
+               target.triple;
+        return false;
+      }
+    }
+    return true;
+  }
+  *why = "no generator for " + op->getName().getStringRef().str() + " (" + kernelName.str() + ")";
+  return false;
+}
 
 mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const Target& target) {
   mlir::MLIRContext* ctx = model.getContext();
@@ -314,6 +563,25 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
         buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+    } else if (isMatmulOp(op)) {
+      std::string why;
+      if (!generatorSupports(op, info->name, target, &why)) {
+        op->emitOpError("cannot generate kernel ") << info->name << ": " << why;
+        failed = true;
+        return;
+      }
+      uint32_t encodings = 0;
+      llvm::SmallVector<uint8_t> encs = weightEncodings(op);
+      for (size_t i = 0; i < encs.size(); ++i)
+        if (!(llvm::isa<LinearOp, PatchEmbedOp>(op) && encs.size() == 2 && i == 1))
+          encodings |= format::EncodingBit(encs[i]);
+      std::string tag;
+      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+        if (encodings & format::EncodingBit(e))
+          tag += std::string(tag.empty() ? "" : "_") + encodingTag(e);
+      symbol = "kiln_uk_matmul_bias_f32_f32_w" + tag + "_4x4_gen_" + isa;
+      if (!built[symbol])
+        buildMatmul(*kernels, symbol, encodings, lanes, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

@@ -43,6 +43,11 @@ constexpr const char* kSymbolAttrName = "kiln.symbol";
 /// the LLVM this compiler links, and the target is not `portable`).
 bool canGenerate(const Target& target);
 
+/// Whether the generator emits the kernel of `op` (bound to the generated kernel
+/// `kernelName`) on `target`; when not, `why` says why. Kernel selection asks before
+/// it binds a generated kernel.
+bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Target& target, std::string* why);
+
 /// Builds the kernel module of `model` for `target`: one function per distinct
 /// specialisation, named after the kernel grammar with its shape; every op bound to
 /// a generated kernel gets kiln.symbol naming its function. Ops it cannot generate

@@ -71,7 +71,8 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
           if (k.op_kind != static_cast<uint16_t>(*kind) || (needed & ~k.encodings) != 0 ||
               (k.cpu_features & ~tgt.features) != 0)
             continue;
-          if (llvm::StringRef(k.isa) == "generated" && !tgt.generate)
+          std::string why;
+          if (llvm::StringRef(k.isa) == "generated" && !generatorSupports(op, k.name, tgt, &why))
             continue;
           if (!chosen || rank(k) > rank(*chosen))
             chosen = &k;

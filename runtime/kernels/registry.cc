@@ -83,6 +83,13 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
     case fb::OpKind::Rope:
       set->rope = reinterpret_cast<void (*)(const kiln_uk_rope_params_t*, int64_t, int64_t)>(fn);
       return true;
+    case fb::OpKind::Linear:
+    case fb::OpKind::LmHead:
+    case fb::OpKind::GatedMlp:
+    case fb::OpKind::Moe:
+    case fb::OpKind::PatchEmbed:
+      set->matmul_f32 = reinterpret_cast<kiln_uk_matmul_fn>(fn);
+      return true;
     default:
       return false;
   }

@@ -12,6 +12,8 @@
 #include "code/elf_loader.h"
 #include "codegen/generators/KernelGenerator.h"
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnOps.h"
+#include "formats/encoding.h"
 #include "formats/kiln_format.h"
 #include "kernels/ukernel.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -117,6 +119,116 @@ TEST_F(GeneratedKernels, RopeMatchesReference) {
         if ((k % ld) < s.heads * s.head_dim) ASSERT_EQ(inplace[k], got[k]) << "in place, element " << k;
     }
   }
+}
+
+// A one-op model: kiln.linear of [?, k] by a [n, k] weight of `encoding` (and an f32
+// bias), bound to the generated matmul.
+std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool bias) {
+  std::string ns = std::to_string(n), ks = std::to_string(k);
+  std::string m = "kiln.weight @w : tensor<" + ns + "x" + ks + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, "
+                  "size = " + std::to_string(4 * n * k) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n";
+  if (bias)
+    m += "kiln.weight @b : tensor<" + ns + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, size = " +
+         std::to_string(4 * n) + ", dtype = \"F32\"> as #kiln.encoding<f32>\n";
+  m += "func.func @decoder_prefill(%x: tensor<?x" + ks + "xf32>) -> tensor<?x" + ns +
+       "xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n"
+       "  %w = kiln.weight_ref @w : tensor<" + ns + "x" + ks + "xf32>\n";
+  if (bias) m += "  %b = kiln.weight_ref @b : tensor<" + ns + "xf32>\n";
+  m += "  %0 = kiln.linear %x, %w" + std::string(bias ? ", %b" : "") +
+       " {kiln.kernel = \"linear_bias_f32_f32_wfloat_4x4_gen\"} : tensor<?x" + ks + "xf32>, tensor<" + ns + "x" + ks +
+       "xf32>" + (bias ? ", tensor<" + ns + "xf32>" : "") + " -> tensor<?x" + ns + "xf32>\n"
+       "  return %0 : tensor<?x" + ns + "xf32>\n}\n";
+  return m;
+}
+
+// Stores f32 values in an encoding's bytes (f32, f16 or bf16; round to nearest even).
+std::vector<uint8_t> Encode(const std::vector<float>& v, uint8_t enc) {
+  std::vector<uint8_t> out(v.size() * (enc == format::kEncF32 ? 4 : 2));
+  EXPECT_TRUE(format::EncodeFloatElements(enc, v.data(), v.size(), out.data()));
+  return out;
+}
+
+TEST_F(GeneratedKernels, MatmulMatchesReference) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  // Tiles of 4 x 4 with M and N tails, K below, at and above every vector width.
+  const Shape shapes[] = {{1, 1, 1}, {1, 37, 7}, {3, 16, 16}, {4, 8, 64}, {9, 13, 100}, {17, 20, 33}};
+  const std::pair<const char*, uint8_t> encodings[] = {
+      {"f32", format::kEncF32}, {"f16", format::kEncF16}, {"bf16", format::kEncBF16}};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  int compared = 0;
+  const std::vector<Target> targets = RunnableTargets();
+  for (const Target& target : targets) {
+    for (const auto& [label, enc] : encodings) {
+      std::string why;
+      for (const Shape& s : shapes) {
+        for (bool bias : {false, true}) {
+          SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + label + ", " +
+                       std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                       (bias ? " + bias" : ""));
+          Compiled c;
+          mlir::OwningOpRef<mlir::ModuleOp> probe =
+              mlir::parseSourceString<mlir::ModuleOp>(LinearModel(s.n, s.k, label, bias), &ctx_);
+          ASSERT_TRUE(probe);
+          mlir::Operation* linear = nullptr;
+          probe->walk([&](LinearOp op) { linear = op; });
+          if (!generatorSupports(linear, "linear_bias_f32_f32_wfloat_4x4_gen", target, &why)) {
+            // Only f16 without a hardware conversion (x86 without F16C) is refused.
+            EXPECT_EQ(enc, format::kEncF16) << why;
+            continue;
+          }
+          ASSERT_TRUE(Generate(ctx_, LinearModel(s.n, s.k, label, bias), target, &c));
+          rt::CodeImage image;
+          kiln_error_t err;
+          ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
+          auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
+          ASSERT_NE(fn, nullptr) << c.symbol;
+
+          const int64_t ldx = s.k + 3, ldy = s.n + 2;
+          std::vector<float> x(s.m * ldx), wf(s.n * s.k), bv(s.n), want(s.m * ldy, 0.0f), got(s.m * ldy, 0.0f);
+          for (float& v : x) v = value(rng);
+          for (float& v : wf) v = value(rng);
+          for (float& v : bv) v = value(rng);
+          std::vector<uint8_t> wbytes = Encode(wf, enc), bbytes = Encode(bv, format::kEncF32);
+          kiln_uk_weight_t wt = {wbytes.data(), s.n, s.k, enc, 1, 0, 0, 0};
+          kiln_uk_weight_t bt = {bbytes.data(), s.n, 1, format::kEncF32, 1, 0, 0, 0};
+          kiln_uk_matmul_params_t p = {};
+          p.x = x.data();
+          p.ldx = ldx;
+          p.M = s.m;
+          p.N = s.n;
+          p.K = s.k;
+          p.w = wt;
+          p.bias = bias ? &bt : nullptr;
+          p.y = want.data();
+          p.ldy = ldy;
+          std::vector<float> scratch(kiln_uk_matmul_scratch_ref(s.k) + 64);
+          kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(&p, 0, s.n, scratch.data());
+          p.y = got.data();
+          const int64_t split = s.n / 3;  // two ranges, as threads split them
+          fn(&p, 0, split, nullptr);
+          fn(&p, split, s.n, nullptr);
+          double worst = 0, scale = 0;
+          for (int64_t m = 0; m < s.m; ++m)
+            for (int64_t n = 0; n < ldy; ++n) {
+              if (n >= s.n) {
+                ASSERT_EQ(got[m * ldy + n], 0.0f) << "wrote past N at row " << m;
+                continue;
+              }
+              worst = std::max(worst, static_cast<double>(std::fabs(got[m * ldy + n] - want[m * ldy + n])));
+              scale = std::max(scale, static_cast<double>(std::fabs(want[m * ldy + n])));
+            }
+          // The same products summed in another order (f32): a few ulps of the sum's terms.
+          EXPECT_LE(worst, 1e-5 * (s.k + 1)) << "max |generated - reference|, max |reference| " << scale;
+          ++compared;
+        }
+      }
+    }
+  }
+  // Every target x encoding x shape x bias case ran (but f16 where refused).
+  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 12);
 }
 
 TEST_F(GeneratedKernels, ObjectIsSelfContained) {
