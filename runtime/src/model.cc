@@ -197,6 +197,16 @@ kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* erro
   return KILN_OK;
 }
 
+// Prefixes a failure's message with the file it is about.
+kiln_status_t NamePath(kiln_status_t st, const char* path, kiln_error_t* error) {
+  if (st != KILN_OK && error != nullptr) {
+    char msg[sizeof(error->message)];
+    std::snprintf(msg, sizeof(msg), "%s: %s", path, error->message);
+    std::memcpy(error->message, msg, sizeof(msg));
+  }
+  return st;
+}
+
 kiln_model_t* NewModel(const kiln_model_options_t* options) {
   const kiln_allocator_t* a = options != nullptr ? options->allocator : nullptr;
   Allocator bootstrap(a);
@@ -268,13 +278,7 @@ kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* opti
   m->data = m->mapping.data;
   m->size = m->mapping.size;
   kiln_status_t st = Load(m, out_model, out_error);
-  if (st != KILN_OK && out_error != nullptr) {
-    // Name the file in the message.
-    char msg[sizeof(out_error->message)];
-    std::snprintf(msg, sizeof(msg), "%s: %s", path, out_error->message);
-    std::memcpy(out_error->message, msg, sizeof(msg));
-  }
-  return st;
+  return NamePath(st, path, out_error);
 }
 
 kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_error_t* out_error) {
@@ -293,12 +297,7 @@ kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_erro
     st = image.Load(mapping.data + seg->offset(), seg->size(), out_error);
   }
   UnmapFile(&mapping);
-  if (st != KILN_OK && out_error != nullptr) {
-    char msg[sizeof(out_error->message)];
-    std::snprintf(msg, sizeof(msg), "%s: %s", path, out_error->message);
-    std::memcpy(out_error->message, msg, sizeof(msg));
-  }
-  return st;
+  return NamePath(st, path, out_error);
 }
 
 kiln_status_t kiln_model_load_from_memory(const void* data, size_t size, const kiln_model_options_t* options,

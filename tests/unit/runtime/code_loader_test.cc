@@ -145,16 +145,7 @@ int ScaleAdd(int x, int k) { return x * k + 3; }
 int RefCall(int x) { return ScaleAdd(x, 7) + ScaleAdd(x + 1, 5); }
 int RefSwitch(int op, int a, int b) {
   switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a ^ b;
-    case 4: return (a * 8) ^ b;
-    case 5: return a > b ? a : b;
-    case 6: return a / (b | 1);
-    case 7: return ~a & b;
-    case 8: return a % (b | 1);
-    default: return -1;
+#include "runtime/code/sample_switch.inc"
   }
 }
 

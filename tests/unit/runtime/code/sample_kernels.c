@@ -35,16 +35,7 @@ double kiln_sample_affine(double x) { return x * kiln_sample_gain + kiln_sample_
  * .rodata into .text). */
 int kiln_sample_switch(int op, int a, int b) {
   switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a ^ b;
-    case 4: return (a * 8) ^ b;
-    case 5: return a > b ? a : b;
-    case 6: return a / (b | 1);
-    case 7: return ~a & b;
-    case 8: return a % (b | 1);
-    default: return -1;
+#include "sample_switch.inc"
   }
 }
 
