@@ -24,6 +24,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "passes/Encoding.h"
+#include "passes/OpTable.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -297,11 +298,7 @@ uint32_t generatedMatmulEncodings(const Target& target) {
 }
 
 const char* encodingTag(uint8_t enc) {
-  switch (enc) {
-  case format::kEncF32: return "f32";
-  case format::kEncF16: return "f16";
-  default: return "bf16";
-  }
+  return format::EncodingName(enc) ? format::EncodingName(enc) : "unknown";
 }
 
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for float weights of one encoding
@@ -442,35 +439,331 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   b.create<mlir::func::ReturnOp>(loc);
 }
 
-// The matmul family of an op whose weights have the encodings `encodings` (a
-// kiln_uk_matmul_fn): one function per encoding, and with several a public
-// dispatcher on the weight's encoding.
-void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t encodings, int64_t lanes,
-                 mlir::Location loc) {
-  llvm::SmallVector<uint8_t> encs;
+// How a target multiplies int8 vectors: `chunk` int8 products per step summed
+// pairwise (or four at a time) into `acc` i32 lanes.
+struct IntDot {
+  enum Kind { X86Madd, ArmSdot, Generic } kind;
+  const char* intrinsic;  // X86Madd: the pmaddwd of the width
+  int64_t chunk, acc;
+  int registers;          // vector registers of the target
+};
+
+IntDot intDot(const Target& target) {
+  if (target.arch == TargetArch::X86_64) {
+    // pmaddwd on sign-extended halves; with VNNI the backend fuses the following
+    // add into vpdpwssd.
+    if ((target.features & format::kCpuX86Avx512F) && (target.features & format::kCpuX86Avx512Bw))
+      return {IntDot::X86Madd, "llvm.x86.avx512.pmaddw.d.512", 32, 16, 32};
+    if (target.features & format::kCpuX86Avx2)
+      return {IntDot::X86Madd, "llvm.x86.avx2.pmadd.wd", 16, 8, 16};
+    return {IntDot::X86Madd, "llvm.x86.sse2.pmadd.wd", 8, 4, 16};
+  }
+  if (target.features & format::kCpuArmDotProd)
+    return {IntDot::ArmSdot, "llvm.aarch64.neon.sdot", 16, 4, 32};
+  return {IntDot::Generic, nullptr, 16, 4, 32};
+}
+
+// acc (i32 x d.acc) + the products of x and w (i8 x d.chunk), summed in groups of
+// chunk / acc lanes.
+Value intDotStep(FnBuilder& f, const IntDot& d, Value acc, Value x, Value w) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
+  auto vacc = mlir::VectorType::get({d.acc}, f.i32);
+  switch (d.kind) {
+  case IntDot::ArmSdot:
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, vacc, b.getStringAttr(d.intrinsic), mlir::ValueRange{acc, x, w})
+        .getResult(0);
+  case IntDot::X86Madd: {
+    auto v16 = mlir::VectorType::get({d.chunk}, b.getI16Type());
+    Value x16 = b.create<mlir::arith::ExtSIOp>(loc, v16, x);
+    Value w16 = b.create<mlir::arith::ExtSIOp>(loc, v16, w);
+    Value prod =
+        b.create<mlir::LLVM::CallIntrinsicOp>(loc, vacc, b.getStringAttr(d.intrinsic), mlir::ValueRange{x16, w16})
+            .getResult(0);
+    return f.addi(acc, prod);
+  }
+  case IntDot::Generic: {
+    auto v32 = mlir::VectorType::get({d.chunk}, f.i32);
+    Value prod = f.muli(b.create<mlir::arith::ExtSIOp>(loc, v32, x), b.create<mlir::arith::ExtSIOp>(loc, v32, w));
+    for (int64_t at = 0; at < d.chunk; at += d.acc)
+      acc = f.addi(acc, b.create<mlir::vector::ExtractStridedSliceOp>(loc, prod, llvm::ArrayRef<int64_t>{at},
+                                                                      llvm::ArrayRef<int64_t>{d.acc},
+                                                                      llvm::ArrayRef<int64_t>{1}));
+    return acc;
+  }
+  }
+  return acc;
+}
+
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 or int4 weights and int8
+// per-token activations (kiln_uk_matmul_params_t with xq/xs; output channels
+// [begin, end)), exactly as the reference sums them (docs/precision.md):
+//   int8: y = float(sum q_x q_w) * s_x * s_w; the K tail by masked loads;
+//   int4: y = s_x * sum over groups of float(sum_group q_x (c - z)) * s_group, the
+//         nibbles unpacked to (c - z) in i8 and interleaved back into element order;
+//         the group (runtime) must be a multiple of the step (checked at compile time).
+// Tiles of mr x 4 (mr from the register file), M and N tails by 1 x 4 and 1 x 1.
+void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
+                    bool isPublic, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  if (!isPublic)
+    fn.setPrivate();
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  const IntDot d = intDot(target);
+  const bool int4 = encoding == format::kEncINT4;
+  const int64_t C = d.chunk;
+  auto i8 = b.getI8Type();
+  auto vi32 = mlir::VectorType::get({d.acc}, f.i32);
+  auto vf32 = mlir::VectorType::get({d.acc}, f.f32);
+  auto vx = mlir::VectorType::get({C}, i8);
+  auto vhalf = mlir::VectorType::get({C / 2}, i8);
+  auto vi1 = mlir::VectorType::get({C}, b.getI1Type());
+
+  Value params = fn.getArgument(0);
+  Value xq = f.field(params, offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
+  Value xsc = f.field(params, offsetof(kiln_uk_matmul_params_t, xs), f.ptr);
+  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
+  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
+  const size_t wAt = offsetof(kiln_uk_matmul_params_t, w);
+  Value w = f.field(params, wAt + offsetof(kiln_uk_weight_t, data), f.ptr);
+  Value N = f.field(params, wAt + offsetof(kiln_uk_weight_t, rows), f.i64);
+  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
+  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
+  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), step = f.cI64(C);
+  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
+  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW, nullPtr);
+  Value NK = f.muli(N, K);
+  // int8: f32 scales per row after the codes. int4: f16 scales per (row, group)
+  // after the codes, then (asymmetric) u8 zero points.
+  Value group, groups, scales, zeros, symmetric, kMain, kTail;
+  if (int4) {
+    group = b.create<mlir::arith::ExtUIOp>(
+        loc, f.i64, f.field(params, wAt + offsetof(kiln_uk_weight_t, group), f.i32));
+    groups = b.create<mlir::arith::DivSIOp>(loc, K, group);
+    scales = f.gep(w, i8, b.create<mlir::arith::DivSIOp>(loc, NK, f.cI64(2)));
+    zeros = f.gep(scales, i8, f.muli(f.cI64(2), f.muli(N, groups)));
+    Value sym = f.field(params, wAt + offsetof(kiln_uk_weight_t, symmetric), i8);
+    symmetric = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ne, sym,
+                                              b.create<mlir::arith::ConstantIntOp>(loc, 0, 8));
+  } else {
+    scales = f.gep(w, i8, NK);
+    kMain = b.create<mlir::arith::SubIOp>(loc, K, b.create<mlir::arith::RemSIOp>(loc, K, step));
+    kTail = b.create<mlir::arith::SubIOp>(loc, K, kMain);
+  }
+
+  auto loadVec = [&](mlir::VectorType t, Value base, Value byteIndex, Value mask) -> Value {
+    Value at = f.gep(base, i8, byteIndex);
+    if (!mask)
+      return b.create<mlir::LLVM::LoadOp>(loc, t, at, /*alignment=*/1);
+    Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(t));
+    return b.create<mlir::LLVM::MaskedLoadOp>(loc, t, at, mask, mlir::ValueRange{pass}, 1);
+  };
+  auto loadF32 = [&](Value base, Value byteIndex) -> Value {
+    return b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(base, i8, byteIndex), /*alignment=*/1);
+  };
+  auto bias = [&](Value n) -> Value {
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.f32}, hasBias, true, true);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
+    b.create<mlir::scf::YieldOp>(loc, f.load(f.f32, data, f.f32, n));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0))});
+    return ifOp.getResult(0);
+  };
+  auto rowX = [&](Value m) { return f.muli(m, K); };  // xq rows are K apart
+  auto reduce = [&](Value v) {
+    return b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, v, Value(),
+                                               mlir::arith::FastMathFlags::reassoc);
+  };
+  auto store = [&](Value m, Value n, Value v) {
+    f.store(f.add(v, bias(n)), y, f.f32, f.addi(f.muli(m, ldy), n));
+  };
+
+  auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
+    const int64_t count = mr * nr;
+    auto col = [&](int64_t r) { return f.addi(n0, f.cI64(r)); };
+    auto row = [&](int64_t i) { return f.addi(m0, f.cI64(i)); };
+    if (!int4) {
+      llvm::SmallVector<Value> init(count, f.splatInt(vi32, 0));
+      auto kstep = [&](Value k, mlir::ValueRange acc, Value mask) {
+        llvm::SmallVector<Value> xs, ws, out;
+        for (int64_t i = 0; i < mr; ++i)
+          xs.push_back(loadVec(vx, xq, f.addi(rowX(row(i)), k), mask));
+        for (int64_t r = 0; r < nr; ++r)
+          ws.push_back(loadVec(vx, w, f.addi(f.muli(col(r), K), k), mask));
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t r = 0; r < nr; ++r)
+            out.push_back(intDotStep(f, d, acc[i * nr + r], xs[i], ws[r]));
+        return out;
+      };
+      auto loop = b.create<mlir::scf::ForOp>(loc, zero, kMain, step, init);
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(loop.getBody());
+        b.create<mlir::scf::YieldOp>(loc, kstep(loop.getInductionVar(), loop.getRegionIterArgs(), nullptr));
+      }
+      Value any = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, kTail, zero);
+      llvm::SmallVector<mlir::Type> types(count, vi32);
+      auto tail = b.create<mlir::scf::IfOp>(loc, types, any, true, true);
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(tail.thenBlock());
+        Value mask = b.create<mlir::vector::CreateMaskOp>(
+            loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), kTail)});
+        b.create<mlir::scf::YieldOp>(loc, kstep(kMain, loop.getResults(), mask));
+        b.setInsertionPointToStart(tail.elseBlock());
+        b.create<mlir::scf::YieldOp>(loc, loop.getResults());
+      }
+      for (int64_t i = 0; i < mr; ++i) {
+        Value sx = f.load(f.f32, xsc, f.f32, row(i));
+        for (int64_t r = 0; r < nr; ++r) {
+          Value acc = b.create<mlir::arith::SIToFPOp>(loc, f.f32, reduce(tail.getResult(i * nr + r)));
+          Value sw = loadF32(scales, f.muli(col(r), f.cI64(4)));
+          store(row(i), col(r), f.mul(f.mul(acc, sx), sw));
+        }
+      }
+      return;
+    }
+    // int4: per group, integer sums, then scaled into f32 lanes.
+    llvm::SmallVector<Value> finit(count, f.splat(vf32, 0.0));
+    auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, finit);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(groupsLoop.getBody());
+      Value gi = groupsLoop.getInductionVar();
+      llvm::SmallVector<Value> zs, ss;
+      for (int64_t r = 0; r < nr; ++r) {
+        Value at = f.addi(f.muli(col(r), groups), gi);
+        auto zIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{i8}, symmetric, true, true);
+        {
+          mlir::OpBuilder::InsertionGuard g2(b);
+          b.setInsertionPointToStart(zIf.thenBlock());
+          b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantIntOp>(loc, 8, 8)});
+          b.setInsertionPointToStart(zIf.elseBlock());
+          b.create<mlir::scf::YieldOp>(loc, f.load(i8, zeros, i8, at));
+        }
+        zs.push_back(b.create<mlir::vector::SplatOp>(loc, vhalf, zIf.getResult(0)));
+        Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
+        Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+        Value s = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
+        ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, s));
+      }
+      Value k0 = f.muli(gi, group);
+      llvm::SmallVector<Value> init(count, f.splatInt(vi32, 0));
+      auto inner = b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), step, init);
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(inner.getBody());
+        Value k = inner.getInductionVar();
+        llvm::SmallVector<Value> xs, ws, out;
+        for (int64_t i = 0; i < mr; ++i)
+          xs.push_back(loadVec(vx, xq, f.addi(rowX(row(i)), k), nullptr));
+        llvm::SmallVector<int64_t> zip;
+        for (int64_t j = 0; j < C / 2; ++j) {
+          zip.push_back(j);
+          zip.push_back(C / 2 + j);
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          Value byte = b.create<mlir::arith::DivSIOp>(loc, f.addi(f.muli(col(r), K), k), f.cI64(2));
+          Value packed = loadVec(vhalf, w, byte, nullptr);
+          Value lo = b.create<mlir::arith::AndIOp>(loc, packed, f.splatInt(vhalf, 15));
+          Value hi = b.create<mlir::arith::ShRUIOp>(loc, packed, f.splatInt(vhalf, 4));
+          lo = b.create<mlir::arith::SubIOp>(loc, lo, zs[r]);
+          hi = b.create<mlir::arith::SubIOp>(loc, hi, zs[r]);
+          ws.push_back(b.create<mlir::vector::ShuffleOp>(loc, lo, hi, zip));
+        }
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t r = 0; r < nr; ++r)
+            out.push_back(intDotStep(f, d, inner.getRegionIterArgs()[i * nr + r], xs[i], ws[r]));
+        b.create<mlir::scf::YieldOp>(loc, out);
+      }
+      llvm::SmallVector<Value> next;
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t r = 0; r < nr; ++r) {
+          Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
+          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
+        }
+      b.create<mlir::scf::YieldOp>(loc, next);
+    }
+    for (int64_t i = 0; i < mr; ++i) {
+      Value sx = f.load(f.f32, xsc, f.f32, row(i));
+      for (int64_t r = 0; r < nr; ++r)
+        store(row(i), col(r), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
+    }
+  };
+
+  // Rows of the tile: as many as the register file holds accumulators for.
+  const int64_t mr = d.registers >= 32 ? (int4 ? 2 : 4) : (int4 ? 1 : 2);
+  auto roundDown = [&](Value v, Value lo, Value m) {
+    Value span = b.create<mlir::arith::SubIOp>(loc, v, lo);
+    return f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(loc, span, m), m));
+  };
+  Value nMain = roundDown(nEnd, nBegin, four);
+  Value mMain = roundDown(M, zero, f.cI64(mr));
+  f.loop(nBegin, nMain, four, [&](Value n0) {
+    if (mr > 1)
+      f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { tile(m0, mr, n0, 4); });
+    f.loop(mr > 1 ? mMain : zero, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
+  });
+  f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// The matmul family of an op (a kiln_uk_matmul_fn): one function per weight
+// encoding, float ones (`floatEncodings`) for float activations and integer ones
+// (`intEncodings`) for int8 activations, and with several a public dispatcher on
+// the activations (xq set or not) and the weight's encoding.
+void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEncodings, uint32_t intEncodings,
+                 const Target& target, mlir::Location loc) {
+  struct Variant {
+    uint8_t encoding;
+    bool a8;
+  };
+  llvm::SmallVector<Variant> variants;
   for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
-    if (encodings & format::EncodingBit(e))
-      encs.push_back(e);
-  if (encs.size() == 1) {
-    buildMatmulFloat(kernels, name, encs[0], lanes, true, loc);
+    if (floatEncodings & format::EncodingBit(e))
+      variants.push_back({e, false});
+  for (uint8_t e : {format::kEncINT8, format::kEncINT4})
+    if (intEncodings & format::EncodingBit(e))
+      variants.push_back({e, true});
+  auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
+    if (v.a8)
+      buildMatmulInt(kernels, fnName, v.encoding, target, isPublic, loc);
+    else
+      buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), isPublic, loc);
+  };
+  if (variants.size() == 1) {
+    build(variants[0], name, true);
     return;
   }
-  for (uint8_t e : encs)
-    buildMatmulFloat(kernels, (name + "_w" + encodingTag(e)).str(), e, lanes, false, loc);
+  auto variantName = [&](const Variant& v) { return (name + "_w" + encodingTag(v.encoding)).str(); };
+  for (const Variant& v : variants)
+    build(v, variantName(v), false);
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
   Value enc = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, encoding),
                       b.getI8Type());
-  for (uint8_t e : encs) {
-    Value is = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, enc,
-                                             b.create<mlir::arith::ConstantIntOp>(loc, e, 8));
+  Value xq = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
+  Value a8 = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, xq,
+                                          b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
+  Value isTrue = b.create<mlir::arith::ConstantIntOp>(loc, 1, 1);
+  for (const Variant& v : variants) {
+    Value isEnc = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, enc,
+                                                b.create<mlir::arith::ConstantIntOp>(loc, v.encoding, 8));
+    Value isAct = v.a8 ? a8 : b.create<mlir::arith::XOrIOp>(loc, a8, isTrue);
+    Value is = b.create<mlir::arith::AndIOp>(loc, isEnc, isAct);
     auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is, false);
     mlir::OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    b.create<mlir::func::CallOp>(loc, (name + "_w" + encodingTag(e)).str(), mlir::TypeRange{},
-                                 fn.getArguments());
+    b.create<mlir::func::CallOp>(loc, variantName(v), mlir::TypeRange{}, fn.getArguments());
   }
   b.create<mlir::func::ReturnOp>(loc);
 }
@@ -485,20 +778,70 @@ bool isMatmulOp(mlir::Operation* op) {
   return llvm::isa<LinearOp, LmHeadOp, GatedMlpOp, MoeOp, PatchEmbedOp>(op);
 }
 
-// The storage encodings of an op's weights, in operand order (the last of a
-// Linear's or PatchEmbed's two is the bias).
-llvm::SmallVector<uint8_t> weightEncodings(mlir::Operation* op) {
-  llvm::SmallVector<uint8_t> out;
+// A weight of a matmul-family op as its generated kernel reads it.
+struct MatmulWeight {
+  format::EncodingSpec spec;
+  bool a8 = false;    // multiplied with int8 per-token activations
+  bool bias = false;  // a Linear's or PatchEmbed's bias
+};
+
+// The weights of `op`, in slot order (the last of a Linear's or PatchEmbed's two is
+// the bias).
+llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
+  llvm::SmallVector<MatmulWeight> out;
   auto module = op->getParentOfType<mlir::ModuleOp>();
+  const format::OpInfo* info = opInfo(op);
   for (mlir::Value operand : op->getOperands()) {
     auto ref = operand.getDefiningOp<WeightRefOp>();
     if (!ref)
       continue;
-    auto weight = mlir::SymbolTable::lookupSymbolIn(module, ref.getNameAttr());
-    if (auto w = llvm::dyn_cast_or_null<WeightOp>(weight))
-      out.push_back(encodingSpec(w.getEncoding()).id);
+    auto w = llvm::dyn_cast_or_null<WeightOp>(mlir::SymbolTable::lookupSymbolIn(module, ref.getNameAttr()));
+    if (!w)
+      continue;
+    MatmulWeight mw;
+    mw.spec = encodingSpec(w.getEncoding());
+    mw.a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken && info &&
+            format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(out.size()));
+    out.push_back(mw);
   }
+  if (llvm::isa<LinearOp, PatchEmbedOp>(op) && out.size() == 2)
+    out.back().bias = true;
   return out;
+}
+
+// Whether the generated matmul reads weight `w` on `target`; when not, `why` says why.
+bool matmulReads(const MatmulWeight& w, const Target& target, std::string* why) {
+  const char* name = format::EncodingName(w.spec.id) ? format::EncodingName(w.spec.id) : "this encoding";
+  if (w.bias) {
+    if (w.spec.id == format::kEncF32)
+      return true;
+    *why = std::string("no generated matmul for a bias in ") + name;
+    return false;
+  }
+  if (w.spec.id == format::kEncINT8 || w.spec.id == format::kEncINT4) {
+    if (!w.a8) {
+      *why = std::string("no generated matmul for ") + name + " weights with float activations on " + target.triple;
+      return false;
+    }
+    if (w.spec.id == format::kEncINT4) {
+      const int64_t chunk = intDot(target).chunk;
+      if (!hasF16Conversion(target)) {
+        *why = "no generated int4 matmul on " + target.triple + " without f16 conversion (F16C)";
+        return false;
+      }
+      if (w.spec.group == 0 || w.spec.group % chunk != 0) {
+        *why = "no generated int4 matmul for group " + std::to_string(w.spec.group) + " on " + target.triple +
+               " (the group must be a multiple of " + std::to_string(chunk) + ")";
+        return false;
+      }
+    }
+    return true;
+  }
+  if (!(generatedMatmulEncodings(target) & format::EncodingBit(w.spec.id))) {
+    *why = std::string("no generated matmul for ") + name + " on " + target.triple;
+    return false;
+  }
+  return true;
 }
 
 } // namespace
@@ -511,14 +854,12 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
   if (llvm::isa<RopeOp>(op))
     return true;
   if (isMatmulOp(op)) {
-    llvm::SmallVector<uint8_t> encs = weightEncodings(op);
-    const bool hasBias = llvm::isa<LinearOp, PatchEmbedOp>(op) && encs.size() == 2;
-    const uint32_t ok = generatedMatmulEncodings(target);
-    for (size_t i = 0; i < encs.size(); ++i) {
-      if (hasBias && i + 1 == encs.size() ? encs[i] != format::kEncF32 : !(ok & format::EncodingBit(encs[i]))) {
-        *why = std::string("no generated matmul for ") + (hasBias && i + 1 == encs.size() ? "a bias in " : "") +
-               (format::EncodingName(encs[i]) ? format::EncodingName(encs[i]) : "this encoding") + " on " +
-               target.triple;
+    const format::KernelInfo* info = kernelByName(kernelName);
+    for (const MatmulWeight& w : matmulWeights(op)) {
+      if (!matmulReads(w, target, why))
+        return false;
+      if (info && !w.bias && !(info->encodings & format::EncodingBit(w.spec.id))) {
+        *why = std::string(info->name) + " does not read " + format::EncodingName(w.spec.id) + " weights";
         return false;
       }
     }
@@ -570,18 +911,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         failed = true;
         return;
       }
-      uint32_t encodings = 0;
-      llvm::SmallVector<uint8_t> encs = weightEncodings(op);
-      for (size_t i = 0; i < encs.size(); ++i)
-        if (!(llvm::isa<LinearOp, PatchEmbedOp>(op) && encs.size() == 2 && i == 1))
-          encodings |= format::EncodingBit(encs[i]);
+      uint32_t floats = 0, ints = 0;
+      for (const MatmulWeight& w : matmulWeights(op))
+        if (!w.bias)
+          (w.a8 ? ints : floats) |= format::EncodingBit(w.spec.id);
       std::string tag;
-      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
-        if (encodings & format::EncodingBit(e))
+      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncINT8, format::kEncINT4})
+        if ((floats | ints) & format::EncodingBit(e))
           tag += std::string(tag.empty() ? "" : "_") + encodingTag(e);
-      symbol = "kiln_uk_matmul_bias_f32_f32_w" + tag + "_4x4_gen_" + isa;
+      symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
-        buildMatmul(*kernels, symbol, encodings, lanes, op->getLoc());
+        buildMatmul(*kernels, symbol, floats, ints, target, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

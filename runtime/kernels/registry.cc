@@ -88,7 +88,9 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
     case fb::OpKind::GatedMlp:
     case fb::OpKind::Moe:
     case fb::OpKind::PatchEmbed:
+      // One function for float and int8 activations (it dispatches on xq).
       set->matmul_f32 = reinterpret_cast<kiln_uk_matmul_fn>(fn);
+      set->matmul_a8 = reinterpret_cast<kiln_uk_matmul_fn>(fn);
       return true;
     default:
       return false;

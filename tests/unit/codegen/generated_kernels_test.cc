@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "dialects/kiln/KilnOps.h"
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
+#include "formats/numeric.h"
 #include "kernels/ukernel.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -123,7 +125,8 @@ TEST_F(GeneratedKernels, RopeMatchesReference) {
 
 // A one-op model: kiln.linear of [?, k] by a [n, k] weight of `encoding` (and an f32
 // bias), bound to the generated matmul.
-std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool bias) {
+std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool bias,
+                        const std::string& kernel = "linear_bias_f32_f32_wfloat_4x4_gen") {
   std::string ns = std::to_string(n), ks = std::to_string(k);
   std::string m = "kiln.weight @w : tensor<" + ns + "x" + ks + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, "
                   "size = " + std::to_string(4 * n * k) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n";
@@ -135,7 +138,7 @@ std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool 
        "  %w = kiln.weight_ref @w : tensor<" + ns + "x" + ks + "xf32>\n";
   if (bias) m += "  %b = kiln.weight_ref @b : tensor<" + ns + "xf32>\n";
   m += "  %0 = kiln.linear %x, %w" + std::string(bias ? ", %b" : "") +
-       " {kiln.kernel = \"linear_bias_f32_f32_wfloat_4x4_gen\"} : tensor<?x" + ks + "xf32>, tensor<" + ns + "x" + ks +
+       " {kiln.kernel = \"" + kernel + "\"} : tensor<?x" + ks + "xf32>, tensor<" + ns + "x" + ks +
        "xf32>" + (bias ? ", tensor<" + ns + "xf32>" : "") + " -> tensor<?x" + ns + "xf32>\n"
        "  return %0 : tensor<?x" + ns + "xf32>\n}\n";
   return m;
@@ -229,6 +232,141 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
   }
   // Every target x encoding x shape x bias case ran (but f16 where refused).
   EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 12);
+}
+
+// Random int8 (codes and f32 row scales) or int4 (nibbles, f16 group scales, u8
+// zero points when asymmetric) weight bytes of [n, k], as formats/encoding.h lays
+// them out.
+std::vector<uint8_t> RandomIntWeight(std::mt19937& rng, uint8_t enc, int64_t n, int64_t k, int64_t group,
+                                     bool symmetric) {
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  format::EncodingSpec spec;
+  spec.id = enc;
+  spec.group = static_cast<uint32_t>(group);
+  spec.symmetric = symmetric;
+  std::vector<uint8_t> out(format::StorageBytes(spec, n, k));
+  if (enc == format::kEncINT8) {
+    for (int64_t i = 0; i < n * k; ++i) out[i] = static_cast<uint8_t>(static_cast<int8_t>(rng() % 255 - 127));
+    for (int64_t r = 0; r < n; ++r) {
+      float s = scale(rng);
+      std::memcpy(out.data() + n * k + 4 * r, &s, 4);
+    }
+    return out;
+  }
+  for (int64_t i = 0; i < n * k; ++i) format::Int4View::SetCode(out.data(), i, static_cast<uint8_t>(rng() % 16));
+  for (int64_t i = 0; i < n * (k / group); ++i) {
+    uint16_t h = numeric::F32ToF16(scale(rng));
+    std::memcpy(out.data() + format::Int4ScalesOffset(n, k) + 2 * i, &h, 2);
+    if (!symmetric) out[format::Int4ZerosOffset(n, k, group) + i] = static_cast<uint8_t>(rng() % 16);
+  }
+  return out;
+}
+
+TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
+  struct Case {
+    const char* encoding;  // as the IR spells it
+    uint8_t id;
+    int64_t group;
+    bool symmetric;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {
+      // int8: K below, at and above every step (8, 16, 32), tails of M and N.
+      {"int8", format::kEncINT8, 0, true, 1, 1, 1}, {"int8", format::kEncINT8, 0, true, 1, 37, 7},
+      {"int8", format::kEncINT8, 0, true, 3, 16, 16}, {"int8", format::kEncINT8, 0, true, 4, 8, 64},
+      {"int8", format::kEncINT8, 0, true, 9, 13, 100}, {"int8", format::kEncINT8, 0, true, 17, 20, 333},
+      // int4: groups of 32 and 64, symmetric and with zero points.
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 5, 64},
+      {"int4, group = 32, asym", format::kEncINT4, 32, false, 3, 16, 96},
+      {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256},
+      {"int4, group = 64, asym", format::kEncINT4, 64, false, 17, 7, 128},
+      {"int4, group = 128", format::kEncINT4, 128, true, 2, 33, 256},
+  };
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  int compared = 0;
+  const std::vector<Target> targets = RunnableTargets();
+  const char* kernel = "linear_bias_f32_qai8dx_wq_4x4_gen";
+  for (const Target& target : targets) {
+    for (const Case& cs : cases) {
+      for (bool bias : {false, true}) {
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", " +
+                     std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
+                     (bias ? " + bias" : ""));
+        const std::string model =
+            LinearModel(cs.n, cs.k, std::string(cs.encoding) + ", act = int8_per_token", bias, kernel);
+        mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
+        ASSERT_TRUE(probe);
+        mlir::Operation* linear = nullptr;
+        probe->walk([&](LinearOp op) { linear = op; });
+        std::string why;
+        if (!generatorSupports(linear, kernel, target, &why)) {
+          // Only int4 without a hardware f16 conversion (x86 without F16C) is refused.
+          EXPECT_EQ(cs.id, format::kEncINT4) << why;
+          EXPECT_EQ(target.features & format::kCpuX86F16c, 0u) << why;
+          continue;
+        }
+        Compiled c;
+        ASSERT_TRUE(Generate(ctx_, model, target, &c));
+        rt::CodeImage image;
+        kiln_error_t err;
+        ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
+        auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
+        ASSERT_NE(fn, nullptr) << c.symbol;
+
+        const int64_t ldx = cs.k + 3, ldy = cs.n + 2;
+        std::vector<float> x(cs.m * ldx), bv(cs.n), xs(cs.m), want(cs.m * ldy, 0.0f), got(cs.m * ldy, 0.0f);
+        std::vector<int8_t> xq(cs.m * cs.k);
+        for (float& v : x) v = value(rng);
+        for (float& v : bv) v = value(rng);
+        kiln_uk_quant_rows_params_t q = {x.data(), ldx, cs.k, xq.data(), xs.data()};
+        kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&q, 0, cs.m);
+        std::vector<uint8_t> wbytes = RandomIntWeight(rng, cs.id, cs.n, cs.k, cs.group, cs.symmetric);
+        std::vector<uint8_t> bbytes = Encode(bv, format::kEncF32);
+        kiln_uk_weight_t wt = {wbytes.data(), cs.n, cs.k, cs.id, static_cast<uint8_t>(cs.symmetric), 1, 0,
+                               static_cast<uint32_t>(cs.group)};
+        kiln_uk_weight_t bt = {bbytes.data(), cs.n, 1, format::kEncF32, 1, 0, 0, 0};
+        kiln_uk_matmul_params_t p = {};
+        p.x = x.data();
+        p.ldx = ldx;
+        p.xq = xq.data();
+        p.xs = xs.data();
+        p.M = cs.m;
+        p.N = cs.n;
+        p.K = cs.k;
+        p.w = wt;
+        p.bias = bias ? &bt : nullptr;
+        p.y = want.data();
+        p.ldy = ldy;
+        kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(&p, 0, cs.n, nullptr);
+        p.y = got.data();
+        const int64_t split = cs.n / 3;  // two ranges, as threads split them
+        fn(&p, 0, split, nullptr);
+        fn(&p, split, cs.n, nullptr);
+        double worst = 0, scale = 0;
+        for (int64_t m = 0; m < cs.m; ++m)
+          for (int64_t n = 0; n < ldy; ++n) {
+            if (n >= cs.n) {
+              ASSERT_EQ(got[m * ldy + n], 0.0f) << "wrote past N at row " << m;
+              continue;
+            }
+            worst = std::max(worst, static_cast<double>(std::fabs(got[m * ldy + n] - want[m * ldy + n])));
+            scale = std::max(scale, static_cast<double>(std::fabs(want[m * ldy + n])));
+          }
+        if (cs.id == format::kEncINT8) {
+          // Exact integer sums, then the reference's float operations in its order.
+          EXPECT_EQ(worst, 0.0) << "max |generated - reference|, max |reference| " << scale;
+        } else {
+          // Exact sums per group; the scaled group sums added in another order.
+          EXPECT_LE(worst, 1e-6 * scale * static_cast<double>(cs.k / cs.group + 1))
+              << "max |generated - reference|, max |reference| " << scale;
+        }
+        ++compared;
+      }
+    }
+  }
+  // Every target x case x bias ran but int4 where refused: int8 always.
+  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 6);
 }
 
 TEST_F(GeneratedKernels, ObjectIsSelfContained) {

@@ -10,7 +10,9 @@
 #include "runtime/threads_available.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -697,6 +699,100 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ArtifactTest,
                              if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                            return name;
                          });
+
+// Prompt logits and greedy tokens of one artifact on the preset's test vectors.
+struct Outputs {
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+  bool generated_a8 = false;  // an op runs a generated int8-activation matmul
+};
+kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err) {
+  kiln_model_t* model = nullptr;
+  kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, err);
+  if (st != KILN_OK) return st;
+  std::vector<uint8_t> bytes;
+  EXPECT_TRUE(ReadFile(path, &bytes));
+  for (const fb::Stage* stage : *fb::GetSizePrefixedModel(bytes.data())->stages())
+    for (const fb::Op* op : *stage->ops()) out->generated_a8 |= op->kernel() >= 37 && op->kernel() <= 41;
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = 1;
+  kiln_session_t* s = nullptr;
+  EXPECT_EQ(kiln_session_create(model, &so, &s, err), KILN_OK) << err->message;
+  kiln::npy::Array ids, px;
+  std::string error;
+  EXPECT_TRUE(kiln::npy::Read(vectors + ".ids.npy", &ids, &error)) << error;
+  std::vector<int32_t> prompt;
+  for (int64_t v : ids.AsInt()) prompt.push_back(static_cast<int32_t>(v));
+  const bool image = kiln::npy::Read(vectors + ".pixels.npy", &px, &error);
+  auto pixels = [&] {
+    if (!image) return;
+    std::vector<float> p = px.AsFloat();
+    EXPECT_EQ(kiln_session_set_pixel_values(s, p.data(), p.size(), err), KILN_OK) << err->message;
+  };
+  kiln_model_info_t info;
+  kiln_model_get_info(model, &info);
+  out->logits.assign(prompt.size() * static_cast<size_t>(info.vocab_size), 0.0f);
+  pixels();
+  EXPECT_EQ(kiln_session_prefill_logits(s, prompt.data(), prompt.size(), out->logits.data(), out->logits.size(), err),
+            KILN_OK)
+      << err->message;
+  kiln_session_release(s);
+  EXPECT_EQ(kiln_session_create(model, &so, &s, err), KILN_OK) << err->message;
+  pixels();
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 6;
+  EXPECT_EQ(kiln_session_generate_ids(s, prompt.data(), prompt.size(), &go, err), KILN_OK) << err->message;
+  out->tokens.resize(64);
+  size_t n = 0;
+  kiln_session_get_output_ids(s, out->tokens.data(), out->tokens.size(), &n);
+  out->tokens.resize(n);
+  kiln_session_release(s);
+  kiln_model_release(model);
+  return KILN_OK;
+}
+
+// W8A8 / W4A8 artifacts with generated kernels (make_test_artifacts.py: A8) give the
+// portable artifact's outputs of the same precision: the same integer sums, so the
+// logits differ only by float rounding (RoPE, the order int4 group sums are added
+// in, and an activation rounding to the other int8 code as a result), and the
+// greedy tokens agree.
+TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+#if defined(__aarch64__)
+  const std::string arch = "aarch64";
+#else
+  const std::string arch = "x86_64";
+#endif
+  int ran = 0;
+  for (const char* preset : {"tiny-llama", "tiny-llava", "tiny-mixtral"}) {
+    SCOPED_TRACE(preset);
+    const std::string base = dir + "/" + preset;
+    kiln_error_t err;
+    Outputs portable, generated;
+    ASSERT_EQ(RunVectors(base + ".a8.kiln", base, &portable, &err), KILN_OK) << err.message;
+    kiln_status_t st = RunVectors(base + ".a8.gen-" + arch + ".kiln", base, &generated, &err);
+    if (st == KILN_ERROR_UNSUPPORTED) continue;  // this CPU lacks the artifact's features (named in err)
+    ASSERT_EQ(st, KILN_OK) << err.message;
+    EXPECT_TRUE(generated.generated_a8) << "no op runs a generated int8-activation matmul";
+    EXPECT_FALSE(portable.generated_a8);
+    ASSERT_EQ(portable.logits.size(), generated.logits.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < portable.logits.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(portable.logits[i] - generated.logits[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(portable.logits[i])));
+    }
+    std::printf("%s.a8.gen-%s: max |generated - portable| logit %.3g, max |logit| %.3g\n", preset, arch.c_str(),
+                worst, scale);
+    EXPECT_LE(worst, 2e-3 * scale) << "max |generated - portable| logit, max |logit| " << scale;
+    EXPECT_EQ(generated.tokens, portable.tokens);
+    EXPECT_EQ(generated.tokens.size(), 6u);
+    ++ran;
+  }
+  EXPECT_GE(ran, 1) << "no generated quantised artifact runs on this CPU";
+}
 
 TEST(ModelLoad, MissingFileAndBadArguments) {
   kiln_error_t err;
