@@ -19,6 +19,7 @@
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
@@ -216,6 +217,77 @@ struct FnBuilder {
     sv = b.create<mlir::arith::SelectOp>(loc, sinNeg, b.create<mlir::arith::NegFOp>(loc, sv), sv);
     cv = b.create<mlir::arith::SelectOp>(loc, cosNeg, b.create<mlir::arith::NegFOp>(loc, cv), cv);
     return {b.create<mlir::arith::TruncFOp>(loc, vf32, sv), b.create<mlir::arith::TruncFOp>(loc, vf32, cv)};
+  }
+
+  Value splatLike(Value v, double c) { return splat(llvm::cast<mlir::VectorType>(v.getType()), c); }
+  Value div(Value a, Value c) { return b.create<mlir::arith::DivFOp>(loc, a, c); }
+  Value maxf(Value a, Value c) { return b.create<mlir::arith::MaximumFOp>(loc, a, c); }
+  Value minf(Value a, Value c) { return b.create<mlir::arith::MinimumFOp>(loc, a, c); }
+
+  // e^x of f32 lanes (Cephes expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
+  // polynomial, 2^n through the exponent bits), within 1 ulp on [-87, 88.7];
+  // inputs are clamped there (below: ~1e-38 instead of a denormal or 0).
+  Value exp(Value x) {
+    auto vf = llvm::cast<mlir::VectorType>(x.getType());
+    auto vi = mlir::VectorType::get(vf.getShape(), i32);
+    x = minf(maxf(x, splatLike(x, -87.0)), splatLike(x, 88.7));
+    // n = round(x log2 e) by the 1.5 * 2^23 trick (no rounding instruction needed).
+    Value magic = splatLike(x, 12582912.0);
+    Value n = sub(add(mul(x, splatLike(x, 1.44269504088896341)), magic), magic);
+    Value r = sub(sub(x, mul(n, splatLike(x, 0.693359375))), mul(n, splatLike(x, -2.12194440e-4)));
+    Value p = splatLike(x, 1.9875691500e-4);
+    for (double c : {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1})
+      p = add(mul(p, r), splatLike(x, c));
+    Value y = add(add(mul(p, mul(r, r)), r), splatLike(x, 1.0));
+    Value e = b.create<mlir::arith::FPToSIOp>(loc, vi, n);
+    Value bits = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::AddIOp>(loc, e, splatInt(vi, 127)),
+                                               splatInt(vi, 23));
+    return mul(y, b.create<mlir::arith::BitcastOp>(loc, vf, bits));
+  }
+
+  // erf of f32 lanes: 1 - t e^(-z^2 + P(t)), t = 1 / (1 + z/2), z = |x| (Numerical
+  // Recipes' erfc, relative error < 1.2e-7), the sign restored; absolute error
+  // < 4e-7.
+  Value erf(Value x) {
+    Value z = b.create<mlir::math::AbsFOp>(loc, x);
+    Value t = div(splatLike(x, 1.0), add(splatLike(x, 1.0), mul(splatLike(x, 0.5), z)));
+    const double c[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                        0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    Value p = splatLike(x, c[9]);
+    for (int i = 8; i >= 0; --i)
+      p = add(mul(p, t), splatLike(x, c[i]));
+    Value r = sub(splatLike(x, 1.0), mul(t, exp(sub(p, mul(z, z)))));
+    return b.create<mlir::math::CopySignOp>(loc, r, x);
+  }
+
+  // tanh of f32 lanes: sign(x) (1 - 2 / (e^(2|x|) + 1)); absolute error ~1e-7.
+  Value tanh(Value x) {
+    Value z = b.create<mlir::math::AbsFOp>(loc, x);
+    Value e = exp(mul(splatLike(x, 2.0), z));
+    Value r = sub(splatLike(x, 1.0), div(splatLike(x, 2.0), add(e, splatLike(x, 1.0))));
+    return b.create<mlir::math::CopySignOp>(loc, r, x);
+  }
+
+  // The activation `kind` (kiln_uk_activation_t) of f32 lanes, as the reference
+  // writes it (runtime/kernels/reference/uk/common.h: Activate).
+  Value activate(int32_t kind, Value x) {
+    switch (kind) {
+    case KILN_UK_SILU:
+      return div(x, add(splatLike(x, 1.0), exp(b.create<mlir::arith::NegFOp>(loc, x))));
+    case KILN_UK_GELU:
+      return mul(mul(splatLike(x, 0.5), x), add(splatLike(x, 1.0), erf(mul(x, splatLike(x, 0.70710678118654752)))));
+    case KILN_UK_GELU_TANH: {
+      Value cube = mul(mul(mul(splatLike(x, 0.044715), x), x), x);
+      Value u = mul(splatLike(x, 0.79788456080286536), add(x, cube));
+      return mul(mul(splatLike(x, 0.5), x), add(splatLike(x, 1.0), tanh(u)));
+    }
+    case KILN_UK_QUICK_GELU:
+      return div(x, add(splatLike(x, 1.0), exp(mul(splatLike(x, -1.702), x))));
+    default: // KILN_UK_RELU
+      return b.create<mlir::arith::SelectOp>(
+          loc, b.create<mlir::arith::CmpFOp>(loc, mlir::arith::CmpFPredicate::OGT, x, splatLike(x, 0.0)), x,
+          splatLike(x, 0.0));
+    }
   }
 };
 
@@ -435,6 +507,181 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
     f.loop(mMain, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
   });
   f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// `lanes` f32 values at base[i..] (masked: lanes past the mask read 0), and the
+// store back.
+Value loadLanes(FnBuilder& f, mlir::VectorType t, Value base, Value i, Value mask) {
+  Value at = f.gep(base, f.f32, i);
+  if (!mask)
+    return f.b.create<mlir::LLVM::LoadOp>(f.loc, t, at, 4);
+  return f.b.create<mlir::LLVM::MaskedLoadOp>(f.loc, t, at, mask, mlir::ValueRange{f.splat(t, 0.0)}, 4);
+}
+void storeLanes(FnBuilder& f, Value v, Value base, Value i, Value mask) {
+  Value at = f.gep(base, f.f32, i);
+  if (!mask)
+    f.b.create<mlir::LLVM::StoreOp>(f.loc, v, at, 4);
+  else
+    f.b.create<mlir::LLVM::MaskedStoreOp>(f.loc, v, at, mask, 4);
+}
+
+// for (i = lo; i < hi; i += lanes) body(i, mask): whole vectors, then the tail
+// under a mask (null for whole vectors).
+template <typename Body>
+void vectorLoop(FnBuilder& f, Value lo, Value hi, int64_t lanes, Body body) {
+  mlir::OpBuilder& b = f.b;
+  Value vl = f.cI64(lanes);
+  Value span = b.create<mlir::arith::SubIOp>(f.loc, hi, lo);
+  Value main = f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(f.loc, span, vl), vl));
+  f.loop(lo, main, vl, [&](Value i) { body(i, Value()); });
+  Value rest = b.create<mlir::arith::SubIOp>(f.loc, hi, main);
+  Value any = b.create<mlir::arith::CmpIOp>(f.loc, mlir::arith::CmpIPredicate::sgt, rest, f.cI64(0));
+  auto ifOp = b.create<mlir::scf::IfOp>(f.loc, mlir::TypeRange{}, any, false);
+  mlir::OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  auto vi1 = mlir::VectorType::get({lanes}, b.getI1Type());
+  Value mask = b.create<mlir::vector::CreateMaskOp>(
+      f.loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(f.loc, b.getIndexType(), rest)});
+  body(main, mask);
+}
+
+// Element-wise kernels (kiln_uk_eltwise_params_t, elements [begin, end)):
+// y = a + b, a * b, or act(a) for one activation kind.
+enum class Eltwise { Add, Mul, Act };
+void buildEltwise(mlir::ModuleOp kernels, llvm::StringRef name, Eltwise kind, int32_t activation, int64_t lanes,
+                  mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  Value params = fn.getArgument(0);
+  Value a = f.field(params, offsetof(kiln_uk_eltwise_params_t, a), f.ptr);
+  Value c = f.field(params, offsetof(kiln_uk_eltwise_params_t, b), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_eltwise_params_t, y), f.ptr);
+  vectorLoop(f, fn.getArgument(1), fn.getArgument(2), lanes, [&](Value i, Value mask) {
+    Value va = loadLanes(f, vf32, a, i, mask);
+    Value out;
+    if (kind == Eltwise::Act)
+      out = f.activate(activation, va);
+    else if (kind == Eltwise::Add)
+      out = f.add(va, loadLanes(f, vf32, c, i, mask));
+    else
+      out = f.mul(va, loadLanes(f, vf32, c, i, mask));
+    storeLanes(f, out, y, i, mask);
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// `lanes` elements of a float-encoded vector weight at data[i..] as f32.
+Value loadFloatWeight(FnBuilder& f, uint8_t encoding, int64_t lanes, Value data, Value i, Value mask) {
+  mlir::OpBuilder& b = f.b;
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  if (encoding == format::kEncF32)
+    return loadLanes(f, vf32, data, i, mask);
+  auto vi16 = mlir::VectorType::get({lanes}, b.getI16Type());
+  Value at = f.gep(data, b.getI16Type(), i);
+  Value raw = mask ? b.create<mlir::LLVM::MaskedLoadOp>(f.loc, vi16, at, mask,
+                                                        mlir::ValueRange{f.splatInt(vi16, 0)}, 2)
+                         .getResult()
+                   : b.create<mlir::LLVM::LoadOp>(f.loc, vi16, at, 2).getResult();
+  if (encoding == format::kEncF16) {
+    Value half = b.create<mlir::arith::BitcastOp>(f.loc, mlir::VectorType::get({lanes}, b.getF16Type()), raw);
+    return b.create<mlir::arith::ExtFOp>(f.loc, vf32, half);
+  }
+  auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+  Value wide = b.create<mlir::arith::ExtUIOp>(f.loc, vi32, raw);
+  return b.create<mlir::arith::BitcastOp>(f.loc, vf32, b.create<mlir::arith::ShLIOp>(f.loc, wide, f.splatInt(vi32, 16)));
+}
+
+// Normalisations (kiln_uk_norm_params_t, rows [begin, end)) with weights (and the
+// layer norm's bias) of the given float encodings:
+//   RMSNorm:   y = w * (x * (1 / sqrt(mean(x^2) + eps))), sums in f32 lanes;
+//   LayerNorm: y = (x - mean) * inv * w + b, mean and variance summed in f64 lanes
+//              as the reference does, inv = 1 / sqrt(var + eps) in f64.
+void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uint8_t weightEnc, uint8_t biasEnc,
+               int64_t lanes, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vf64 = mlir::VectorType::get({lanes}, f.f64);
+  Value params = fn.getArgument(0);
+  Value x = f.field(params, offsetof(kiln_uk_norm_params_t, x), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_norm_params_t, y), f.ptr);
+  Value cols = f.field(params, offsetof(kiln_uk_norm_params_t, cols), f.i64);
+  Value eps = f.field(params, offsetof(kiln_uk_norm_params_t, epsilon), f.f32);
+  Value w = f.field(params, offsetof(kiln_uk_norm_params_t, weight) + offsetof(kiln_uk_weight_t, data), f.ptr);
+  Value bias = layerNorm
+                   ? f.field(params, offsetof(kiln_uk_norm_params_t, bias) + offsetof(kiln_uk_weight_t, data), f.ptr)
+                   : Value();
+  Value zero = f.cI64(0);
+  Value colsF = b.create<mlir::arith::SIToFPOp>(loc, layerNorm ? f.f64 : f.f32, cols);
+  // The sum over the row of g(x lanes) in `t` lanes: whole vectors, then the tail
+  // under a mask (its lanes past the row contribute 0).
+  Value vl = f.cI64(lanes);
+  Value main = f.muli(b.create<mlir::arith::DivSIOp>(loc, cols, vl), vl);
+  Value rest = b.create<mlir::arith::SubIOp>(loc, cols, main);
+  auto vi1 = mlir::VectorType::get({lanes}, b.getI1Type());
+  Value tailMask = b.create<mlir::vector::CreateMaskOp>(
+      loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), rest)});
+  Value anyTail = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, rest, zero);
+  auto rowSum = [&](Value row, mlir::VectorType t, auto g) -> Value {
+    auto loop = b.create<mlir::scf::ForOp>(loc, zero, main, vl, mlir::ValueRange{f.splat(t, 0.0)});
+    {
+      mlir::OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value v = loadLanes(f, vf32, x, f.addi(row, loop.getInductionVar()), Value());
+      b.create<mlir::scf::YieldOp>(loc, f.add(loop.getRegionIterArgs()[0], g(v)));
+    }
+    auto tail = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{t}, anyTail, true, true);
+    {
+      mlir::OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(tail.thenBlock());
+      Value v = loadLanes(f, vf32, x, f.addi(row, main), tailMask);
+      Value term = b.create<mlir::arith::SelectOp>(loc, tailMask, g(v), f.splat(t, 0.0));
+      b.create<mlir::scf::YieldOp>(loc, f.add(loop.getResult(0), term));
+      b.setInsertionPointToStart(tail.elseBlock());
+      b.create<mlir::scf::YieldOp>(loc, loop.getResult(0));
+    }
+    return b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, tail.getResult(0));
+  };
+  f.loop(fn.getArgument(1), fn.getArgument(2), f.cI64(1), [&](Value r) {
+    Value row = f.muli(r, cols);
+    if (!layerNorm) {
+      Value ss = rowSum(row, vf32, [&](Value v) { return f.mul(v, v); });
+      Value inv = f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)),
+                        b.create<mlir::math::SqrtOp>(loc, f.add(f.div(ss, colsF), eps)));
+      Value vinv = b.create<mlir::vector::SplatOp>(loc, vf32, inv);
+      vectorLoop(f, zero, cols, lanes, [&](Value i, Value mask) {
+        Value v = loadLanes(f, vf32, x, f.addi(row, i), mask);
+        Value wv = loadFloatWeight(f, weightEnc, lanes, w, i, mask);
+        storeLanes(f, f.mul(wv, f.mul(v, vinv)), y, f.addi(row, i), mask);
+      });
+      return;
+    }
+    Value sum = rowSum(row, vf64, [&](Value v) { return b.create<mlir::arith::ExtFOp>(loc, vf64, v); });
+    Value mean = b.create<mlir::arith::TruncFOp>(loc, f.f32, f.div(sum, colsF));
+    Value vmean = b.create<mlir::vector::SplatOp>(loc, vf32, mean);
+    Value var = rowSum(row, vf64, [&](Value v) {
+      Value d = b.create<mlir::arith::ExtFOp>(loc, vf64, f.sub(v, vmean));
+      return f.mul(d, d);
+    });
+    Value eps64 = b.create<mlir::arith::ExtFOp>(loc, f.f64, eps);
+    Value inv64 = f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF64FloatAttr(1.0)),
+                        b.create<mlir::math::SqrtOp>(loc, f.add(f.div(var, colsF), eps64)));
+    Value vinv = b.create<mlir::vector::SplatOp>(loc, vf32, b.create<mlir::arith::TruncFOp>(loc, f.f32, inv64));
+    vectorLoop(f, zero, cols, lanes, [&](Value i, Value mask) {
+      Value v = loadLanes(f, vf32, x, f.addi(row, i), mask);
+      Value wv = loadFloatWeight(f, weightEnc, lanes, w, i, mask);
+      Value bv = loadFloatWeight(f, biasEnc, lanes, bias, i, mask);
+      storeLanes(f, f.add(f.mul(f.mul(f.sub(v, vmean), vinv), wv), bv), y, f.addi(row, i), mask);
+    });
+  });
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
 }
@@ -851,8 +1098,18 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
     *why = "the portable target generates no code";
     return false;
   }
-  if (llvm::isa<RopeOp>(op))
+  if (llvm::isa<RopeOp, AddOp, MulOp, ActivationOp>(op))
     return true;
+  if (llvm::isa<RmsNormOp, LayerNormOp>(op)) {
+    for (const MatmulWeight& w : matmulWeights(op))
+      if (!(generatedMatmulEncodings(target) & format::EncodingBit(w.spec.id))) {
+        *why = std::string("no generated normalisation for ") +
+               (format::EncodingName(w.spec.id) ? format::EncodingName(w.spec.id) : "this encoding") +
+               " weights on " + target.triple;
+        return false;
+      }
+    return true;
+  }
   if (isMatmulOp(op)) {
     const format::KernelInfo* info = kernelByName(kernelName);
     for (const MatmulWeight& w : matmulWeights(op)) {
@@ -871,7 +1128,7 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
 
 mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const Target& target) {
   mlir::MLIRContext* ctx = model.getContext();
-  ctx->loadDialect<mlir::arith::ArithDialect, mlir::func::FuncDialect, mlir::LLVM::LLVMDialect,
+  ctx->loadDialect<mlir::arith::ArithDialect, mlir::func::FuncDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
                    mlir::scf::SCFDialect, mlir::vector::VectorDialect, mlir::cf::ControlFlowDialect>();
   mlir::OpBuilder top(ctx);
   mlir::OwningOpRef<mlir::ModuleOp> kernels = mlir::ModuleOp::create(model.getLoc(), llvm::StringRef("kiln_kernels"));
@@ -904,6 +1161,33 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
         buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+    } else if (llvm::isa<AddOp, MulOp, ActivationOp>(op)) {
+      if (auto act = llvm::dyn_cast<ActivationOp>(op)) {
+        const int32_t kind = static_cast<int32_t>(act.getKind());
+        symbol = "kiln_uk_act_" + stringifyActivationKind(act.getKind()).str() + "_f32_f32_gen_" + isa;
+        if (!built[symbol])
+          buildEltwise(*kernels, symbol, Eltwise::Act, kind, lanes, op->getLoc());
+      } else {
+        const bool add = llvm::isa<AddOp>(op);
+        symbol = std::string("kiln_uk_") + (add ? "add" : "mul") + "_f32_f32_f32_gen_" + isa;
+        if (!built[symbol])
+          buildEltwise(*kernels, symbol, add ? Eltwise::Add : Eltwise::Mul, 0, lanes, op->getLoc());
+      }
+    } else if (llvm::isa<RmsNormOp, LayerNormOp>(op)) {
+      std::string why;
+      if (!generatorSupports(op, info->name, target, &why)) {
+        op->emitOpError("cannot generate kernel ") << info->name << ": " << why;
+        failed = true;
+        return;
+      }
+      const bool layer = llvm::isa<LayerNormOp>(op);
+      llvm::SmallVector<MatmulWeight> ws = matmulWeights(op);
+      const uint8_t wEnc = ws.empty() ? format::kEncF32 : ws[0].spec.id;
+      const uint8_t bEnc = ws.size() > 1 ? ws[1].spec.id : format::kEncF32;
+      symbol = std::string("kiln_uk_") + (layer ? "layernorm" : "rmsnorm") + "_f32_f32_w" + encodingTag(wEnc) +
+               (layer ? std::string("_b") + encodingTag(bEnc) : std::string()) + "_gen_" + isa;
+      if (!built[symbol])
+        buildNorm(*kernels, symbol, layer, wEnc, bEnc, lanes, op->getLoc());
     } else if (isMatmulOp(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {
@@ -993,6 +1277,7 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
   mlir::PassManager pm(ctx);
   pm.addPass(mlir::createConvertSCFToCFPass());
   pm.addPass(mlir::createConvertVectorToLLVMPass());
+  pm.addPass(mlir::createConvertMathToLLVMPass());
   pm.addPass(mlir::createArithToLLVMConversionPass());
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());
   pm.addPass(mlir::createConvertFuncToLLVMPass());

@@ -83,6 +83,21 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
     case fb::OpKind::Rope:
       set->rope = reinterpret_cast<void (*)(const kiln_uk_rope_params_t*, int64_t, int64_t)>(fn);
       return true;
+    case fb::OpKind::RmsNorm:
+      set->rms_norm = reinterpret_cast<void (*)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*)>(fn);
+      return true;
+    case fb::OpKind::LayerNorm:
+      set->layer_norm = reinterpret_cast<void (*)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*)>(fn);
+      return true;
+    case fb::OpKind::Add:
+      set->add = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
+      return true;
+    case fb::OpKind::Mul:
+      set->mul = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
+      return true;
+    case fb::OpKind::Activation:
+      set->act = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
+      return true;
     case fb::OpKind::Linear:
     case fb::OpKind::LmHead:
     case fb::OpKind::GatedMlp:

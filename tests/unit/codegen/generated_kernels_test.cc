@@ -369,6 +369,160 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
   EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 6);
 }
 
+// Loads the one generated function of `source` compiled for `target`.
+template <typename Fn>
+Fn* LoadGenerated(mlir::MLIRContext& ctx, const std::string& source, const Target& target, rt::CodeImage* image) {
+  Compiled c;
+  EXPECT_TRUE(Generate(ctx, source, target, &c));
+  kiln_error_t err;
+  if (c.code.object.empty() || image->Load(c.code.object.data(), c.code.object.size(), &err) != KILN_OK) {
+    ADD_FAILURE() << "no object for " << source;
+    return nullptr;
+  }
+  return reinterpret_cast<Fn*>(image->Find(c.symbol.c_str()));
+}
+
+// A one-op element-wise model over [?, cols]: `op` is "add", "mul" or an
+// activation kind.
+std::string EltwiseModel(const std::string& op, int64_t cols) {
+  const std::string t = "tensor<?x" + std::to_string(cols) + "xf32>";
+  std::string m = "func.func @decoder_prefill(%a: " + t + ", %b: " + t + ") -> " + t +
+                  " attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n";
+  if (op == "add" || op == "mul")
+    m += "  %0 = kiln." + op + " %a, %b {kiln.kernel = \"" + op + "_f32_f32_f32_gen\"} : " + t + "\n";
+  else
+    m += "  %0 = kiln.activation %a {kind = #kiln.activation<" + op + ">, kiln.kernel = \"act_f32_f32_gen\"} : " + t +
+         "\n";
+  return m + "  return %0 : " + t + "\n}\n";
+}
+
+TEST_F(GeneratedKernels, EltwiseMatchesReference) {
+  const std::pair<const char*, int32_t> ops[] = {{"add", -1},       {"mul", -2},
+                                                 {"silu", KILN_UK_SILU}, {"gelu", KILN_UK_GELU},
+                                                 {"gelu_tanh", KILN_UK_GELU_TANH}, {"quick_gelu", KILN_UK_QUICK_GELU},
+                                                 {"relu", KILN_UK_RELU}};
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> value(-12.0f, 12.0f);
+  const int64_t n = 1003;  // every vector width's tail
+  std::vector<float> a(n), b(n);
+  for (float& v : a) v = value(rng);
+  for (float& v : b) v = value(rng);
+  // The activations' interesting ranges: around 0, and far out on both sides.
+  a[0] = 0.0f, a[1] = -0.0f, a[2] = 1e-8f, a[3] = -1e-8f, a[4] = 90.0f, a[5] = -90.0f, a[6] = 200.0f, a[7] = -200.0f;
+  for (const Target& target : RunnableTargets()) {
+    for (const auto& [op, kind] : ops) {
+      SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + op);
+      rt::CodeImage image;
+      auto* fn = LoadGenerated<void(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(ctx_, EltwiseModel(op, 7),
+                                                                                           target, &image);
+      ASSERT_NE(fn, nullptr);
+      std::vector<float> want(n + 1, 0.0f), got(n + 1, 0.0f);
+      kiln_uk_eltwise_params_t p = {a.data(), b.data(), want.data(), kind < 0 ? 0 : kind};
+      if (kind == -1) kiln_uk_add_f32_f32_f32_ref_portable(&p, 0, n);
+      else if (kind == -2) kiln_uk_mul_f32_f32_f32_ref_portable(&p, 0, n);
+      else kiln_uk_act_f32_f32_ref_portable(&p, 0, n);
+      p.y = got.data();
+      fn(&p, 0, 13);  // ranges as threads split them, tails at both ends
+      fn(&p, 13, n);
+      for (int64_t i = 0; i < n; ++i) {
+        if (kind < 0) {
+          ASSERT_EQ(got[i], want[i]) << "element " << i;
+        } else {
+          // Polynomial exp/erf/tanh: a few ulps of the result, or 1e-6 absolute
+          // where the reference itself cancels (around 0 and the negative tail).
+          ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 + 4e-7 * std::fabs(want[i]))
+              << "element " << i << ", x = " << a[i];
+        }
+      }
+      ASSERT_EQ(got[n], 0.0f) << "wrote past the end";
+      // In place (y aliases a).
+      std::vector<float> inplace = a;
+      p.a = p.y = inplace.data();
+      fn(&p, 0, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(inplace[i], got[i]) << "in place, element " << i;
+    }
+  }
+}
+
+// A one-op normalisation model over [?, cols] with weights (and bias) of `enc`.
+std::string NormModel(bool layer, int64_t cols, const std::string& enc) {
+  const std::string c = std::to_string(cols), t = "tensor<?x" + c + "xf32>", wt = "tensor<" + c + "xf32>";
+  std::string m;
+  for (const char* w : {"w", "b"})
+    m += std::string("kiln.weight @") + w + " : " + wt + " from #kiln.source<\"m.safetensors\", offset = 0, size = " +
+         std::to_string(4 * cols) + ", dtype = \"F32\"> as #kiln.encoding<" + enc + ">\n";
+  m += "func.func @decoder_prefill(%x: " + t + ") -> " + t + " attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n"
+       "  %w = kiln.weight_ref @w : " + wt + "\n  %b = kiln.weight_ref @b : " + wt + "\n";
+  if (layer)
+    m += "  %0 = kiln.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f32, kiln.kernel = \"layernorm_f32_f32_wfloat_gen\"} : " +
+         t + ", " + wt + ", " + wt + " -> " + t + "\n";
+  else
+    m += "  %0 = kiln.rms_norm %x, %w {epsilon = 1.0e-06 : f32, kiln.kernel = \"rmsnorm_f32_f32_wfloat_gen\"} : " + t +
+         ", " + wt + " -> " + t + "\n";
+  return m + "  return %0 : " + t + "\n}\n";
+}
+
+TEST_F(GeneratedKernels, NormsMatchReference) {
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  const std::pair<const char*, uint8_t> encodings[] = {
+      {"f32", format::kEncF32}, {"f16", format::kEncF16}, {"bf16", format::kEncBF16}};
+  int compared = 0;
+  for (const Target& target : RunnableTargets()) {
+    for (bool layer : {false, true}) {
+      for (const auto& [label, enc] : encodings) {
+        for (int64_t cols : {1, 7, 16, 64, 100, 577}) {
+          SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " +
+                       (layer ? "layer norm " : "rms norm ") + label + ", cols " + std::to_string(cols));
+          const std::string model = NormModel(layer, cols, label);
+          mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
+          ASSERT_TRUE(probe);
+          mlir::Operation* norm = nullptr;
+          probe->walk([&](mlir::Operation* op) {
+            if (llvm::isa<RmsNormOp, LayerNormOp>(op)) norm = op;
+          });
+          std::string why;
+          if (!generatorSupports(norm, layer ? "layernorm_f32_f32_wfloat_gen" : "rmsnorm_f32_f32_wfloat_gen", target,
+                                 &why)) {
+            EXPECT_EQ(enc, format::kEncF16) << why;  // f16 without F16C
+            continue;
+          }
+          rt::CodeImage image;
+          auto* fn = LoadGenerated<void(const kiln_uk_norm_params_t*, int64_t, int64_t, float*)>(ctx_, model, target,
+                                                                                                 &image);
+          ASSERT_NE(fn, nullptr);
+          const int64_t rows = 9;
+          std::vector<float> x(rows * cols), wv(cols), bv(cols), want(rows * cols + 1, 0.0f),
+              got(rows * cols + 1, 0.0f), scratch(2 * cols);
+          // Rows with an offset, so that the layer norm's mean matters.
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < cols; ++i) x[r * cols + i] = value(rng) + static_cast<float>(r) * 10.0f;
+          for (float& v : wv) v = value(rng);
+          for (float& v : bv) v = value(rng);
+          std::vector<uint8_t> wbytes = Encode(wv, enc), bbytes = Encode(bv, enc);
+          kiln_uk_norm_params_t p = {};
+          p.x = x.data();
+          p.y = want.data();
+          p.cols = cols;
+          p.epsilon = layer ? 1e-5f : 1e-6f;
+          p.weight = {wbytes.data(), cols, 1, enc, 1, 0, 0, 0};
+          if (layer) p.bias = {bbytes.data(), cols, 1, enc, 1, 0, 0, 0};
+          (layer ? kiln_uk_layernorm_f32_f32_wfloat_ref_portable : kiln_uk_rmsnorm_f32_f32_wfloat_ref_portable)(
+              &p, 0, rows, scratch.data());
+          p.y = got.data();
+          fn(&p, 0, 4, nullptr);
+          fn(&p, 4, rows, nullptr);
+          for (int64_t i = 0; i < rows * cols; ++i)
+            ASSERT_LE(std::fabs(got[i] - want[i]), 2e-6 * (1.0 + std::fabs(want[i]))) << "element " << i;
+          ASSERT_EQ(got[rows * cols], 0.0f) << "wrote past the end";
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 2 * 2 * 6);
+}
+
 TEST_F(GeneratedKernels, ObjectIsSelfContained) {
   // The object needs nothing from outside: the loader refuses undefined symbols
   // and writable data, and compileKernels checks both before it returns.
