@@ -21,7 +21,9 @@ func.func @stage(%x: tensor<?x16xf32>) -> tensor<?x16xf32> attributes {kiln.stag
 // Every binding is a remark naming the kernel, its ISA and, for the portable
 // reference kernels, that nothing faster exists for the target.
 func.func @stage2(%a: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {kiln.stage = #kiln.stage<projector>} {
-  // expected-remark @+1 {{bound to add_f32_f32_f32_ref_portable (portable): portable reference kernel, no generated kernel for x86_64-linux-gnu}}
+  // expected-remark @+1 {{bound to add_f32_f32_f32_gen (generated)}}
   %y = kiln.add %a, %a : tensor<4x8xf32>
+  // expected-remark @+1 {{bound to slice_rows_f32_f32_ref_portable (portable): portable reference kernel, no generated kernel for x86_64-linux-gnu}}
+  %z = kiln.slice_rows %y {start = 1 : i64} : tensor<4x8xf32> -> tensor<3x8xf32>
   return %y : tensor<4x8xf32>
 }
