@@ -2,6 +2,7 @@
 #include "codegen/generators/KernelGenerator.h"
 
 #include <cstddef>
+#include <limits>
 #include <map>
 
 #include "codegen/selection/KernelRegistry.h"
@@ -686,6 +687,145 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+// Attention (kiln_uk_attention_params_t, tasks [begin, end), task = row * heads +
+// head) for `heads` query heads, `kvHeads` KV heads of `headDim`, as the reference
+// computes it: the row's scores q.k * scale into the thread's scratch, their max,
+// exp(score - max) summed (vectorised over keys), then the values weighted by
+// score / sum summed key by key into up to 8 vectors of the head at a time.
+void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t kvHeads, int64_t headDim,
+                    int64_t maxLanes, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  // Lanes over the head: the widest power of two dividing it; over keys: the widest.
+  int64_t lanes = 1;
+  while (lanes * 2 <= maxLanes && headDim % (lanes * 2) == 0)
+    lanes *= 2;
+  const int64_t chunks = headDim / lanes;
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vkeys = mlir::VectorType::get({maxLanes}, f.f32);
+  auto fm = mlir::arith::FastMathFlags::contract;
+  Value params = fn.getArgument(0), scratch = fn.getArgument(3);
+  auto field = [&](size_t offset, mlir::Type t) { return f.field(params, offset, t); };
+  Value q = field(offsetof(kiln_uk_attention_params_t, q), f.ptr);
+  Value ldq = field(offsetof(kiln_uk_attention_params_t, ldq), f.i64);
+  Value k = field(offsetof(kiln_uk_attention_params_t, k), f.ptr);
+  Value v = field(offsetof(kiln_uk_attention_params_t, v), f.ptr);
+  Value ldkv = field(offsetof(kiln_uk_attention_params_t, ldkv), f.i64);
+  Value y = field(offsetof(kiln_uk_attention_params_t, y), f.ptr);
+  Value ldy = field(offsetof(kiln_uk_attention_params_t, ldy), f.i64);
+  Value nKeys = field(offsetof(kiln_uk_attention_params_t, n_keys), f.i64);
+  Value scale = field(offsetof(kiln_uk_attention_params_t, scale), f.f32);
+  Value causal = field(offsetof(kiln_uk_attention_params_t, causal), f.i32);
+  Value positions = field(offsetof(kiln_uk_attention_params_t, positions), f.ptr);
+  Value zero = f.cI64(0), one = f.cI64(1);
+  Value hasPositions = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, positions,
+                                                    b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
+  Value isCausal = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ne, causal,
+                                                 b.create<mlir::arith::ConstantIntOp>(loc, 0, 32));
+  auto fmaV = [&](Value a, Value c, Value acc) {
+    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
+  };
+  auto yieldIf = [&](Value cond, mlir::Type t, auto thenFn, auto elseFn) -> Value {
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{t}, cond, true, true);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<mlir::scf::YieldOp>(loc, thenFn());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    b.create<mlir::scf::YieldOp>(loc, elseFn());
+    return ifOp.getResult(0);
+  };
+
+  f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value task) {
+    Value t = b.create<mlir::arith::DivSIOp>(loc, task, f.cI64(heads));
+    Value h = b.create<mlir::arith::RemSIOp>(loc, task, f.cI64(heads));
+    Value kvh = b.create<mlir::arith::DivSIOp>(loc, h, f.cI64(heads / kvHeads));
+    // Keys [0, n): positions[t] + 1 over a KV cache, t + 1 when causal, else all.
+    Value n = yieldIf(
+        hasPositions, f.i64,
+        [&] {
+          Value p = f.load(f.i32, positions, f.i32, t);
+          return f.addi(b.create<mlir::arith::ExtSIOp>(loc, f.i64, p), one);
+        },
+        [&] { return b.create<mlir::arith::SelectOp>(loc, isCausal, f.addi(t, one), nKeys).getResult(); });
+    Value qRow = f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim)));
+    Value kvOff = f.muli(kvh, f.cI64(headDim));
+    // 1. Scores and their max.
+    Value negInf = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+    auto scores = b.create<mlir::scf::ForOp>(loc, zero, n, one, mlir::ValueRange{negInf});
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(scores.getBody());
+      Value j = scores.getInductionVar();
+      Value kRow = f.addi(f.muli(j, ldkv), kvOff);
+      Value acc = f.splat(vf32, 0.0);
+      for (int64_t c = 0; c < chunks; ++c) {
+        Value qv = loadLanes(f, vf32, q, f.addi(qRow, f.cI64(c * lanes)), Value());
+        Value kv = loadLanes(f, vf32, k, f.addi(kRow, f.cI64(c * lanes)), Value());
+        acc = fmaV(qv, kv, acc);
+      }
+      Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc, Value(),
+                                                      mlir::arith::FastMathFlags::reassoc);
+      Value sc = f.mul(dot, scale);
+      f.store(sc, scratch, f.f32, j);
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.maxf(scores.getRegionIterArgs()[0], sc)});
+    }
+    Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores.getResult(0));
+    // 2. p_j = exp(s_j - max) in place, and their sum.
+    Value kl = f.cI64(maxLanes);
+    Value nMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, n, kl), kl);
+    auto sums = b.create<mlir::scf::ForOp>(loc, zero, nMain, kl, mlir::ValueRange{f.splat(vkeys, 0.0)});
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(sums.getBody());
+      Value j = sums.getInductionVar();
+      Value e = f.exp(f.sub(loadLanes(f, vkeys, scratch, j, Value()), mx));
+      storeLanes(f, e, scratch, j, Value());
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.add(sums.getRegionIterArgs()[0], e)});
+    }
+    Value rest = b.create<mlir::arith::SubIOp>(loc, n, nMain);
+    Value anyRest = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, rest, zero);
+    Value total = yieldIf(
+        anyRest, vkeys,
+        [&] {
+          auto vi1 = mlir::VectorType::get({maxLanes}, b.getI1Type());
+          Value mask = b.create<mlir::vector::CreateMaskOp>(
+              loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), rest)});
+          Value e = f.exp(f.sub(loadLanes(f, vkeys, scratch, nMain, mask), mx));
+          storeLanes(f, e, scratch, nMain, mask);
+          return f.add(sums.getResult(0), b.create<mlir::arith::SelectOp>(loc, mask, e, f.splat(vkeys, 0.0)));
+        },
+        [&] { return sums.getResult(0); });
+    Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, total, Value(),
+                                                    mlir::arith::FastMathFlags::reassoc);
+    Value inv = f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum);
+    // 3. out = sum_j (p_j * inv) v_j, up to 8 vectors of the head per pass over the keys.
+    Value yRow = f.addi(f.muli(t, ldy), f.muli(h, f.cI64(headDim)));
+    for (int64_t c0 = 0; c0 < chunks; c0 += 8) {
+      const int64_t group = std::min<int64_t>(8, chunks - c0);
+      llvm::SmallVector<Value> init(group, f.splat(vf32, 0.0));
+      auto acc = b.create<mlir::scf::ForOp>(loc, zero, n, one, init);
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(acc.getBody());
+        Value j = acc.getInductionVar();
+        Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, scratch, f.f32, j), inv));
+        Value vRow = f.addi(f.muli(j, ldkv), kvOff);
+        llvm::SmallVector<Value> next;
+        for (int64_t c = 0; c < group; ++c)
+          next.push_back(fmaV(w, loadLanes(f, vf32, v, f.addi(vRow, f.cI64((c0 + c) * lanes)), Value()),
+                              acc.getRegionIterArgs()[c]));
+        b.create<mlir::scf::YieldOp>(loc, next);
+      }
+      for (int64_t c = 0; c < group; ++c)
+        storeLanes(f, acc.getResult(c), y, f.addi(yRow, f.cI64((c0 + c) * lanes)), Value());
+    }
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // How a target multiplies int8 vectors: `chunk` int8 products per step summed
 // pairwise (or four at a time) into `acc` i32 lanes.
 struct IntDot {
@@ -1100,6 +1240,14 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
   }
   if (llvm::isa<RopeOp, AddOp, MulOp, ActivationOp>(op))
     return true;
+  if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
+    if (att.getNumHeads() <= 0 || att.getNumKvHeads() <= 0 || att.getHeadDim() <= 0 ||
+        att.getNumHeads() % att.getNumKvHeads() != 0) {
+      *why = "no generated attention for these heads";
+      return false;
+    }
+    return true;
+  }
   if (llvm::isa<RmsNormOp, LayerNormOp>(op)) {
     for (const MatmulWeight& w : matmulWeights(op))
       if (!(generatedMatmulEncodings(target) & format::EncodingBit(w.spec.id))) {
@@ -1161,6 +1309,18 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
         buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+    } else if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
+      std::string why;
+      if (!generatorSupports(op, info->name, target, &why)) {
+        op->emitOpError("cannot generate kernel ") << info->name << ": " << why;
+        failed = true;
+        return;
+      }
+      const int64_t heads = att.getNumHeads(), kvHeads = att.getNumKvHeads(), hd = att.getHeadDim();
+      symbol = "kiln_uk_attention_f32_f32_f32_" + std::to_string(heads) + "x" + std::to_string(kvHeads) + "x" +
+               std::to_string(hd) + "_gen_" + isa;
+      if (!built[symbol])
+        buildAttention(*kernels, symbol, heads, kvHeads, hd, lanes, op->getLoc());
     } else if (llvm::isa<AddOp, MulOp, ActivationOp>(op)) {
       if (auto act = llvm::dyn_cast<ActivationOp>(op)) {
         const int32_t kind = static_cast<int32_t>(act.getKind());
