@@ -41,6 +41,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Object/ELFObjectFile.h"
 #include "llvm/Object/ObjectFile.h"
+#include "llvm/Analysis/TargetLibraryInfo.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
@@ -826,6 +827,165 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+// Rows of a weight table (kiln_uk_gather_params_t, rows [begin, end)) of one
+// encoding, decoded as the reference decodes them (formats/encoding.h): y[r, :] =
+// W[ids[r], :] (row r without ids; zeros for the placeholder id), + x[r, :] when x
+// is given. fp8 through the exponent bits (exact, NaN/inf codes kept), int8 and
+// fp8 times the row's scale, int4 (c - z) * s per group (the group a multiple of
+// the lanes, checked at compile time).
+void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+  auto i8 = b.getI8Type();
+  Value params = fn.getArgument(0);
+  auto field = [&](size_t offset, mlir::Type t) { return f.field(params, offset, t); };
+  Value ids = field(offsetof(kiln_uk_gather_params_t, ids), f.ptr);
+  Value placeholder = field(offsetof(kiln_uk_gather_params_t, placeholder), f.i64);
+  Value x = field(offsetof(kiln_uk_gather_params_t, x), f.ptr);
+  Value y = field(offsetof(kiln_uk_gather_params_t, y), f.ptr);
+  Value ldy = field(offsetof(kiln_uk_gather_params_t, ldy), f.i64);
+  Value cols = field(offsetof(kiln_uk_gather_params_t, cols), f.i64);
+  const size_t tAt = offsetof(kiln_uk_gather_params_t, table);
+  Value data = field(tAt + offsetof(kiln_uk_weight_t, data), f.ptr);
+  Value rows = field(tAt + offsetof(kiln_uk_weight_t, rows), f.i64);
+  Value tcols = field(tAt + offsetof(kiln_uk_weight_t, cols), f.i64);
+  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
+  Value hasIds = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, ids, nullPtr);
+  Value hasX = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, x, nullPtr);
+  Value one = f.cI64(1);
+  Value codesBytes = f.muli(rows, tcols);  // int8 / fp8: the codes, then f32 row scales
+  Value groups, int4Scales, int4Zeros, symmetric, group;
+  if (encoding == format::kEncINT4) {
+    group = b.create<mlir::arith::ExtUIOp>(loc, f.i64, field(tAt + offsetof(kiln_uk_weight_t, group), f.i32));
+    groups = b.create<mlir::arith::DivSIOp>(loc, tcols, group);
+    int4Scales = f.gep(data, i8, b.create<mlir::arith::DivSIOp>(loc, codesBytes, f.cI64(2)));
+    int4Zeros = f.gep(int4Scales, i8, f.muli(f.cI64(2), f.muli(rows, groups)));
+    Value sym = field(tAt + offsetof(kiln_uk_weight_t, symmetric), i8);
+    symmetric = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ne, sym,
+                                              b.create<mlir::arith::ConstantIntOp>(loc, 0, 8));
+  }
+
+  // `lanes` decoded elements of table row `row` from column `i`.
+  auto decode = [&](Value row, Value i, Value mask) -> Value {
+    switch (encoding) {
+    case format::kEncF32:
+    case format::kEncF16:
+    case format::kEncBF16:
+      return loadFloatWeight(f, encoding, lanes, data, f.addi(f.muli(row, tcols), i), mask);
+    case format::kEncINT8:
+    case format::kEncFP8_E4M3:
+    case format::kEncFP8_E5M2: {
+      auto v8 = mlir::VectorType::get({lanes}, i8);
+      Value at = f.gep(data, i8, f.addi(f.muli(row, tcols), i));
+      Value raw = mask ? b.create<mlir::LLVM::MaskedLoadOp>(loc, v8, at, mask, mlir::ValueRange{f.splatInt(v8, 0)}, 1)
+                             .getResult()
+                       : b.create<mlir::LLVM::LoadOp>(loc, v8, at, 1).getResult();
+      Value scale = b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(data, i8, f.addi(codesBytes, f.muli(row, f.cI64(4)))), 1);
+      Value vscale = b.create<mlir::vector::SplatOp>(loc, vf32, scale);
+      if (encoding == format::kEncINT8)
+        return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, raw), vscale);
+      // fp8: the code's exponent and mantissa bits moved into an f32's, rescaled by
+      // 2^(127 - bias) (exact, subnormals included); the all-ones codes are NaN
+      // (E4M3) or inf/NaN (E5M2).
+      const bool e4m3 = encoding == format::kEncFP8_E4M3;
+      Value c = b.create<mlir::arith::ExtUIOp>(loc, vi32, raw);
+      Value mag = b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x7F));
+      Value sign = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x80)),
+                                                 f.splatInt(vi32, 24));
+      Value bits = b.create<mlir::arith::OrIOp>(
+          loc, sign, b.create<mlir::arith::ShLIOp>(loc, mag, f.splatInt(vi32, e4m3 ? 20 : 21)));
+      Value v = f.mul(b.create<mlir::arith::BitcastOp>(loc, vf32, bits), f.splat(vf32, e4m3 ? 0x1p120 : 0x1p112));
+      if (e4m3) {
+        Value nan = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7F));
+        v = b.create<mlir::arith::SelectOp>(loc, nan, f.splat(vf32, std::numeric_limits<double>::quiet_NaN()), v);
+      } else {
+        // Exponent 31: inf (mantissa 0) or NaN, with the sign.
+        Value special = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::uge, mag, f.splatInt(vi32, 0x7C));
+        Value isInf = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7C));
+        Value inf = b.create<mlir::arith::BitcastOp>(
+            loc, vf32, b.create<mlir::arith::OrIOp>(loc, sign, f.splatInt(vi32, 0x7F800000)));
+        Value sv = b.create<mlir::arith::SelectOp>(loc, isInf, inf,
+                                                   f.splat(vf32, std::numeric_limits<double>::quiet_NaN()));
+        v = b.create<mlir::arith::SelectOp>(loc, special, sv, v);
+      }
+      return f.mul(v, vscale);
+    }
+    default: { // int4: lanes codes of one group (lanes divides the group)
+      Value g = b.create<mlir::arith::DivSIOp>(loc, i, group);
+      Value at = f.addi(f.muli(row, groups), g);
+      Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(int4Scales, b.getI16Type(), at), 2);
+      Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+      Value sc = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
+      auto zIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.i32}, symmetric, true, true);
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(zIf.thenBlock());
+        b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantIntOp>(loc, 8, 32)});
+        b.setInsertionPointToStart(zIf.elseBlock());
+        Value z = b.create<mlir::arith::ExtUIOp>(loc, f.i32, f.load(i8, int4Zeros, i8, at));
+        b.create<mlir::scf::YieldOp>(loc, z);
+      }
+      // Element e of the row is nibble e % 2 of byte e / 2 (lanes is even here).
+      auto vhalf = mlir::VectorType::get({lanes / 2}, i8);
+      Value byte = b.create<mlir::arith::DivSIOp>(loc, f.addi(f.muli(row, tcols), i), f.cI64(2));
+      Value packed = b.create<mlir::LLVM::LoadOp>(loc, vhalf, f.gep(data, i8, byte), 1);
+      Value lo = b.create<mlir::arith::AndIOp>(loc, packed, f.splatInt(vhalf, 15));
+      Value hi = b.create<mlir::arith::ShRUIOp>(loc, packed, f.splatInt(vhalf, 4));
+      llvm::SmallVector<int64_t> zip;
+      for (int64_t j = 0; j < lanes / 2; ++j) {
+        zip.push_back(j);
+        zip.push_back(lanes / 2 + j);
+      }
+      Value codes = b.create<mlir::arith::ExtUIOp>(loc, vi32, b.create<mlir::vector::ShuffleOp>(loc, lo, hi, zip));
+      Value centred = b.create<mlir::arith::SubIOp>(loc, codes, b.create<mlir::vector::SplatOp>(loc, vi32, zIf.getResult(0)));
+      return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, centred), b.create<mlir::vector::SplatOp>(loc, vf32, sc));
+    }
+    }
+  };
+
+  f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value r) {
+    Value yRow = f.muli(r, ldy);
+    auto idIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.i64}, hasIds, true, true);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(idIf.thenBlock());
+      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ExtSIOp>(
+                                            loc, f.i64, f.load(f.i32, ids, f.i32, r))});
+      b.setInsertionPointToStart(idIf.elseBlock());
+      b.create<mlir::scf::YieldOp>(loc, r);
+    }
+    Value id = idIf.getResult(0);
+    Value isPlaceholder = b.create<mlir::arith::AndIOp>(
+        loc, hasIds, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, id, placeholder));
+    auto branch = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, isPlaceholder, true);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(branch.thenBlock());
+      vectorLoop(f, f.cI64(0), cols, lanes,
+                 [&](Value i, Value mask) { storeLanes(f, f.splat(vf32, 0.0), y, f.addi(yRow, i), mask); });
+      b.setInsertionPointToStart(branch.elseBlock());
+      vectorLoop(f, f.cI64(0), cols, lanes, [&](Value i, Value mask) {
+        Value v = decode(id, i, mask);
+        auto plus = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{vf32}, hasX, true, true);
+        {
+          mlir::OpBuilder::InsertionGuard g2(b);
+          b.setInsertionPointToStart(plus.thenBlock());
+          b.create<mlir::scf::YieldOp>(loc, f.add(loadLanes(f, vf32, x, f.addi(f.muli(r, cols), i), mask), v));
+          b.setInsertionPointToStart(plus.elseBlock());
+          b.create<mlir::scf::YieldOp>(loc, v);
+        }
+        storeLanes(f, plus.getResult(0), y, f.addi(yRow, i), mask);
+      });
+    }
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // How a target multiplies int8 vectors: `chunk` int8 products per step summed
 // pairwise (or four at a time) into `acc` i32 lanes.
 struct IntDot {
@@ -1084,8 +1244,12 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     }
   };
 
-  // Rows of the tile: as many as the register file holds accumulators for.
-  const int64_t mr = d.registers >= 32 ? (int4 ? 2 : 4) : (int4 ? 1 : 2);
+  // Tiles of mr rows by nr output channels, as many accumulators as the register
+  // file holds (int4 keeps two per pair: the group's integer sum and the scaled
+  // total), so that each unpacked weight step serves mr rows; rows past the last
+  // whole tile (and decode's single row) in 1 x 4 tiles.
+  const int64_t mr = d.registers >= 32 ? 4 : 2;
+  const int64_t nr = int4 ? 2 : 4;
   auto roundDown = [&](Value v, Value lo, Value m) {
     Value span = b.create<mlir::arith::SubIOp>(loc, v, lo);
     return f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(loc, span, m), m));
@@ -1093,9 +1257,11 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   Value nMain = roundDown(nEnd, nBegin, four);
   Value mMain = roundDown(M, zero, f.cI64(mr));
   f.loop(nBegin, nMain, four, [&](Value n0) {
-    if (mr > 1)
-      f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { tile(m0, mr, n0, 4); });
-    f.loop(mr > 1 ? mMain : zero, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
+    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) {
+      for (int64_t c = 0; c < 4; c += nr)
+        tile(m0, mr, f.addi(n0, f.cI64(c)), nr);
+    });
+    f.loop(mMain, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
   });
   f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
   b.setInsertionPointToEnd(&fn.getBody().front());
@@ -1240,6 +1406,20 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
   }
   if (llvm::isa<RopeOp, AddOp, MulOp, ActivationOp>(op))
     return true;
+  if (llvm::isa<EmbeddingOp, PositionEmbeddingOp>(op)) {
+    for (const MatmulWeight& w : matmulWeights(op)) {
+      const uint8_t e = w.spec.id;
+      if (e == format::kEncF16 && !hasF16Conversion(target)) {
+        *why = "no generated f16 gather on " + target.triple + " without f16 conversion (F16C)";
+        return false;
+      }
+      if (e == format::kEncINT4 && (!hasF16Conversion(target) || w.spec.group % vectorLanes(target) != 0)) {
+        *why = "no generated int4 gather for group " + std::to_string(w.spec.group) + " on " + target.triple;
+        return false;
+      }
+    }
+    return true;
+  }
   if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
     if (att.getNumHeads() <= 0 || att.getNumKvHeads() <= 0 || att.getHeadDim() <= 0 ||
         att.getNumHeads() % att.getNumKvHeads() != 0) {
@@ -1309,6 +1489,18 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
         buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+    } else if (llvm::isa<EmbeddingOp, PositionEmbeddingOp>(op)) {
+      std::string why;
+      if (!generatorSupports(op, info->name, target, &why)) {
+        op->emitOpError("cannot generate kernel ") << info->name << ": " << why;
+        failed = true;
+        return;
+      }
+      llvm::SmallVector<MatmulWeight> ws = matmulWeights(op);
+      const uint8_t enc = ws.empty() ? format::kEncF32 : ws[0].spec.id;
+      symbol = std::string("kiln_uk_gather_f32_w") + encodingTag(enc) + "_gen_" + isa;
+      if (!built[symbol])
+        buildGather(*kernels, symbol, enc, lanes, op->getLoc());
     } else if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {
@@ -1482,6 +1674,11 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
     llvm::PassBuilder pb(tm.get());
+    // No library functions exist for the code segment: loops stay loops (no memset
+    // or memcpy idioms, no libm calls).
+    llvm::TargetLibraryInfoImpl tlii(llvm::Triple(module->getTargetTriple()));
+    tlii.disableAllFunctions();
+    fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);

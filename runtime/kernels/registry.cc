@@ -95,6 +95,10 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
     case fb::OpKind::Mul:
       set->mul = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
       return true;
+    case fb::OpKind::Embedding:
+    case fb::OpKind::PositionEmbedding:
+      set->gather = reinterpret_cast<void (*)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*)>(fn);
+      return true;
     case fb::OpKind::Attention:
       set->attention =
           reinterpret_cast<void (*)(const kiln_uk_attention_params_t*, int64_t, int64_t, float*)>(fn);

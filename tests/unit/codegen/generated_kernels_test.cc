@@ -598,6 +598,106 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
   }
 }
 
+// A one-op embedding model: rows of a [rows, cols] table of `encoding`.
+std::string EmbeddingModel(int64_t rows, int64_t cols, const std::string& encoding) {
+  const std::string t = "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>",
+                    out = "tensor<?x" + std::to_string(cols) + "xf32>";
+  return "kiln.weight @t : " + t + " from #kiln.source<\"m.safetensors\", offset = 0, size = " +
+         std::to_string(4 * rows * cols) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n"
+         "func.func @decoder_prefill(%ids: tensor<?xi32>) -> " + out +
+         " attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n  %t = kiln.weight_ref @t : " + t +
+         "\n  %0 = kiln.embedding %t, %ids {placeholder_id = 999 : i64, kiln.kernel = \"embedding_f32_i32_wany_gen\"} : " +
+         t + ", tensor<?xi32> -> " + out + "\n  return %0 : " + out + "\n}\n";
+}
+
+TEST_F(GeneratedKernels, GatherMatchesReference) {
+  struct Case {
+    const char* encoding;
+    uint8_t id;
+    int64_t group;
+    bool symmetric;
+  };
+  const Case cases[] = {{"f32", format::kEncF32, 0, true},        {"f16", format::kEncF16, 0, true},
+                        {"bf16", format::kEncBF16, 0, true},      {"fp8_e4m3", format::kEncFP8_E4M3, 0, true},
+                        {"fp8_e5m2", format::kEncFP8_E5M2, 0, true}, {"int8", format::kEncINT8, 0, true},
+                        {"int4, group = 32", format::kEncINT4, 32, true},
+                        {"int4, group = 32, asym", format::kEncINT4, 32, false}};
+  std::mt19937 rng(29);
+  const int64_t rows = 50;
+  int compared = 0;
+  for (const Target& target : RunnableTargets()) {
+    for (const Case& cs : cases) {
+      // Column counts with a vector tail (not for int4: its groups are whole vectors).
+      for (int64_t cols : {64, 96, 37}) {
+        if (cs.id == format::kEncINT4 && cols % 32 != 0) continue;
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", cols " +
+                     std::to_string(cols));
+        const std::string model = EmbeddingModel(rows, cols, cs.encoding);
+        mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
+        ASSERT_TRUE(probe);
+        mlir::Operation* emb = nullptr;
+        probe->walk([&](EmbeddingOp op) { emb = op; });
+        std::string why;
+        if (!generatorSupports(emb, "embedding_f32_i32_wany_gen", target, &why)) {
+          EXPECT_EQ(target.features & format::kCpuX86F16c, 0u) << why;  // f16 / int4 scales without F16C
+          continue;
+        }
+        rt::CodeImage image;
+        auto* fn = LoadGenerated<void(const kiln_uk_gather_params_t*, int64_t, int64_t, float*)>(ctx_, model, target,
+                                                                                                 &image);
+        ASSERT_NE(fn, nullptr);
+        // Table bytes: random codes (every fp8 code, NaN and inf included), then
+        // the encoding's scales.
+        std::vector<uint8_t> table;
+        if (cs.id == format::kEncINT8 || cs.id == format::kEncINT4) {
+          table = RandomIntWeight(rng, cs.id, rows, cols, cs.group, cs.symmetric);
+        } else {
+          format::EncodingSpec spec;
+          spec.id = cs.id;
+          table.resize(format::StorageBytes(spec, rows, cols));
+          if (cs.id == format::kEncF32 || cs.id == format::kEncF16 || cs.id == format::kEncBF16) {
+            std::vector<float> v(rows * cols);
+            std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+            for (float& x : v) x = value(rng);
+            table = Encode(v, cs.id);
+          } else {
+            for (int64_t i = 0; i < rows * cols; ++i) table[i] = static_cast<uint8_t>(rng());
+            for (int64_t r = 0; r < rows; ++r) {
+              float sc = 0.01f * static_cast<float>(1 + r);
+              std::memcpy(table.data() + rows * cols + 4 * r, &sc, 4);
+            }
+          }
+        }
+        std::vector<int32_t> ids = {0, 49, 999, 7, 7, 23, 999, 1, 2, 3, 48};
+        const int64_t n = static_cast<int64_t>(ids.size()), ldy = cols + 2;
+        std::vector<float> x(n * cols);
+        for (int64_t i = 0; i < n * cols; ++i) x[i] = static_cast<float>(i % 13) - 6.0f;
+        for (bool add : {false, true}) {
+          // Adding to x is the position embedding's, whose tables are float.
+          if (add && cs.id != format::kEncF32 && cs.id != format::kEncF16 && cs.id != format::kEncBF16) continue;
+          std::vector<float> want(n * ldy, 0.0f), got(n * ldy, 0.0f), scratch(cols);
+          kiln_uk_gather_params_t p = {ids.data(), 999, add ? x.data() : nullptr, want.data(), ldy, cols,
+                                       {table.data(), rows, cols, cs.id, static_cast<uint8_t>(cs.symmetric), 0, 0,
+                                        static_cast<uint32_t>(cs.group)}};
+          kiln_uk_gather_f32_wany_ref_portable(&p, 0, n, scratch.data());
+          p.y = got.data();
+          fn(&p, 0, 4, nullptr);
+          fn(&p, 4, n, nullptr);
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t i = 0; i < ldy; ++i) {
+              const float g = got[r * ldy + i], w = want[r * ldy + i];
+              // The same exact decoding: equal bits (NaN codes stay NaN).
+              ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w)))
+                  << "row " << r << " (id " << ids[r] << "), column " << i << ": " << g << " vs " << w;
+            }
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 6 * 3 + 3 * 2);
+}
+
 TEST_F(GeneratedKernels, ObjectIsSelfContained) {
   // The object needs nothing from outside: the loader refuses undefined symbols
   // and writable data, and compileKernels checks both before it returns.
