@@ -25,6 +25,14 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
     with the CPU features it detects; `target=portable` binds the reference
     kernels.
 
+    No fallback: on a CPU target (anything but `portable`), an op of a kind that
+    has generated or hand-written kernels must be bound to one; when none
+    qualifies (a weight encoding the generator does not read on that target, a
+    missing CPU feature) it is an error naming the op and why, unless the op's
+    name matches `allow-portable-ops` (then a remark says it runs the reference
+    kernel). Kinds that only the runtime's copies run (slices, concatenation,
+    class token, image-token merge, pixel shuffle) have no such kernels.
+
     Example:
 
     ```mlir
@@ -36,6 +44,8 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
            "host (default: this machine, detected CPU features), portable, or a triple; an unknown triple is an error">,
     Option<"cpuFeatures", "cpu-features", "std::string", /*default=*/"\"\"",
            "CPU features the target has, e.g. +avx2,+fma or +dotprod,+i8mm">,
+    Option<"allowPortableOps", "allow-portable-ops", "std::string", /*default=*/"\"\"",
+           "ops (a regex over the whole op name) that may run a portable reference kernel on a CPU target">,
   ];
 }
 

@@ -1,4 +1,6 @@
 //===- SelectKernels.cpp - bind ops to kernels -------------------*- C++ -*-===//
+#include <set>
+
 #include "codegen/generators/KernelGenerator.h"
 #include "codegen/selection/KernelRegistry.h"
 #include "codegen/targets/Target.h"
@@ -10,6 +12,7 @@
 #include "passes/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/bit.h"
+#include "llvm/Support/Regex.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNSELECTKERNELS
@@ -34,9 +37,16 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
     }
     const Target& tgt = *parsed;
     setModuleTarget(module, tgt);
+    llvm::Regex allowPortable("^(" + allowPortableOps + ")$");
+    std::string regexError;
+    if (!allowPortableOps.empty() && !allowPortable.isValid(regexError)) {
+      module.emitError("kiln-select-kernels: allow-portable-ops '") << allowPortableOps << "': " << regexError;
+      return signalPassFailure();
+    }
     const std::string targetName = tgt.triple + (tgt.features ? " (" + featureList(tgt.features) + ")" : "");
     mlir::SymbolTable symbols(module);
     bool failedAny = false;
+    std::set<std::string> refusedOps;
     module.walk([&](mlir::func::FuncOp fn) {
       if (!fn->hasAttr("kiln.stage"))
         return;
@@ -56,7 +66,9 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
             continue; // the verifier reports dangling references
           EncodingAttr enc = weight.getEncoding();
           needed |= format::EncodingBit(encodingSpec(enc).id);
-          encodingNames.push_back(stringifyEncodingKind(enc.getKind()).str());
+          std::string encName = stringifyEncodingKind(enc.getKind()).str();
+          if (!llvm::is_contained(encodingNames, encName))
+            encodingNames.push_back(encName);
         }
         // Of the kernels that run this op kind, read these encodings and need no
         // CPU feature the target lacks: the most specialised one (the most CPU
@@ -67,13 +79,26 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
         auto rank = [](const format::KernelInfo& k) {
           return 2 * llvm::popcount(k.cpu_features) + (llvm::StringRef(k.isa) == "generated" ? 1 : 0);
         };
+        // Why each faster kernel of the kind did not qualify (for the no-fallback rule).
+        bool hasFaster = false;
+        std::vector<std::string> refused;
         for (const format::KernelInfo& k : allKernels()) {
-          if (k.op_kind != static_cast<uint16_t>(*kind) || (needed & ~k.encodings) != 0 ||
-              (k.cpu_features & ~tgt.features) != 0)
+          if (k.op_kind != static_cast<uint16_t>(*kind))
             continue;
+          const bool portable = llvm::StringRef(k.isa) == "portable";
+          hasFaster |= !portable;
           std::string why;
-          if (llvm::StringRef(k.isa) == "generated" && !generatorSupports(op, k.name, tgt, &why))
+          if ((needed & ~k.encodings) != 0)
+            why = "does not read " + llvm::join(encodingNames, ", ");
+          else if ((k.cpu_features & ~tgt.features) != 0)
+            why = "needs " + featureList(k.cpu_features & ~tgt.features);
+          else if (!portable && llvm::StringRef(k.isa) == "generated" && !generatorSupports(op, k.name, tgt, &why))
+            ;
+          if (!why.empty()) {
+            if (!portable)
+              refused.push_back(std::string(k.name) + ": " + why);
             continue;
+          }
           if (!chosen || rank(k) > rank(*chosen))
             chosen = &k;
         }
@@ -83,12 +108,31 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
           failedAny = true;
           return;
         }
+        const bool portableChosen = llvm::StringRef(chosen->isa) == "portable";
+        const bool fallback = portableChosen && tgt.generate && hasFaster;
+        std::string opName = op->getName().getStringRef().str();
+        if (auto nl = llvm::dyn_cast<mlir::NameLoc>(op->getLoc()))
+          opName = nl.getName().str();
+        const bool allowed = !allowPortableOps.empty() && allowPortable.match(opName);
+        if (fallback && !allowed) {
+          failedAny = true;
+          if (!refusedOps.insert(opName).second)
+            return; // the same op in another stage: reported once
+          op->emitOpError("'") << opName << "' has no generated or hand-written kernel on target '" << targetName
+                               << "' (" << llvm::join(refused, "; ")
+                               << "); --allow-portable-ops=REGEX lets ops whose names match run the portable "
+                                  "reference kernel";
+          return;
+        }
         op->setAttr("kiln.kernel", mlir::StringAttr::get(op->getContext(), chosen->name));
         mlir::InFlightDiagnostic remark = op->emitRemark("bound to ") << chosen->name << " (" << chosen->isa;
         if (chosen->cpu_features)
           remark << ", needs " << featureList(chosen->cpu_features);
         remark << ")";
-        if (llvm::StringRef(chosen->isa) == "portable")
+        if (fallback)
+          remark << ": portable reference kernel, allowed by allow-portable-ops (" << llvm::join(refused, "; ")
+                 << ")";
+        else if (portableChosen)
           remark << ": portable reference kernel, no generated kernel for " << targetName;
       });
     });

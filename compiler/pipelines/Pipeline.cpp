@@ -137,6 +137,7 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
   KilnSelectKernelsOptions select;
   select.target = options.target;
   select.cpuFeatures = options.cpuFeatures;
+  select.allowPortableOps = options.allowPortableOps;
   pm.addPass(createKilnSelectKernels(select));
   KilnPlanMemoryOptions plan;
   plan.maxPrefillTokens = options.maxPrefillTokens;

@@ -22,6 +22,7 @@ struct CompileOptions {
   std::string checkpoint;
   std::string target;       // triple; "" = host
   std::string cpuFeatures;  // "+dotprod,+i8mm"
+  std::string allowPortableOps;  // regex over op names that may run portable kernels on a CPU target
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;
 

@@ -26,6 +26,7 @@ struct WeightView {
   fb::Encoding encoding = fb::Encoding::F32;
   format::EncodingSpec spec;   // encoding, int4 group size and symmetry
   bool int8_activations = false;  // W8A8 / W4A8: activations quantised per token
+  bool overridden = false;        // replaced through kiln_calib_override_weight
   int64_t rows = 0;
   int64_t cols = 0;
   const flatbuffers::Vector<int64_t>* shape = nullptr;

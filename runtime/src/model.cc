@@ -181,8 +181,27 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
                     fb::EnumNameOpKind(op->kind()));
       table[i] = &set;
     }
+    kiln::rt::Vec<const UkernelSet*>& loaded = m->op_uk_loaded[static_cast<int>(s->kind())];
+    loaded.set_allocator(&m->allocator);
+    if (!loaded.resize(table.size())) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < table.size(); ++i) loaded[i] = table[i];
   }
   return KILN_OK;
+}
+
+// Ops bound to generated kernels run them only while none of their weights is
+// overridden (see kiln_model_t::op_uk_loaded).
+void RebindGenerated(kiln_model_t* m) {
+  for (const fb::Stage* s : *m->fb->stages()) {
+    const int k = static_cast<int>(s->kind());
+    // Without a code segment the tables are empty.
+    for (uint32_t i = 0; i < s->ops()->size() && i < m->op_uk_loaded[k].size(); ++i) {
+      if (m->op_uk_loaded[k][i] == nullptr) continue;
+      bool overridden = false;
+      for (uint32_t t : *s->ops()->Get(i)->weights()) overridden |= m->weights[t].overridden;
+      m->op_uk[k][i] = overridden ? nullptr : m->op_uk_loaded[k][i];
+    }
+  }
 }
 
 kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* error) {
@@ -233,6 +252,7 @@ void RestoreWeight(kiln_model_t* m, uint32_t tensor) {
   w.spec.group = t->group_size();
   w.spec.symmetric = t->symmetric();
   w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
+  w.overridden = false;
 }
 
 }  // namespace kiln::rt
@@ -257,11 +277,15 @@ kiln_status_t kiln_calib_override_weight(kiln_model_t* m, uint32_t tensor, const
   w.spec = spec;
   w.encoding = static_cast<fb::Encoding>(spec.id);
   w.int8_activations = encoding->int8_activations != 0;
+  w.overridden = true;
+  RebindGenerated(m);
   return KILN_OK;
 }
 
 void kiln_calib_restore_weight(kiln_model_t* m, uint32_t tensor) {
-  if (m != nullptr && tensor < m->weights.size()) RestoreWeight(m, tensor);
+  if (m == nullptr || tensor >= m->weights.size()) return;
+  RestoreWeight(m, tensor);
+  RebindGenerated(m);
 }
 
 kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* options, kiln_model_t** out_model,
@@ -322,6 +346,7 @@ void kiln_model_release(kiln_model_t* model) {
   model->eos_ids.set_allocator(nullptr);
   model->generated_uk.set_allocator(nullptr);
   for (auto& table : model->op_uk) table.set_allocator(nullptr);
+  for (auto& table : model->op_uk_loaded) table.set_allocator(nullptr);
   UnmapFile(&model->mapping);
   kiln_allocator_t raw = model->allocator.raw();
   model->~kiln_model_t();

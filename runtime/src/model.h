@@ -56,6 +56,10 @@ struct kiln_model_t {
   const kiln_kernel_library_t* kernel_library = nullptr;  // kiln_model_options_t.kernels
   kiln::rt::Vec<kiln::rt::UkernelSet> generated_uk;
   kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk[kiln::rt::kNumStages];
+  // op_uk as loaded: a generated kernel is specialised to its weights' stored
+  // encodings, so an op reading a weight overridden for calibration runs its
+  // kernel's own micro-kernels (op_uk null) until the weight is restored.
+  kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk_loaded[kiln::rt::kNumStages];
 };
 
 struct kiln_session_t {

@@ -74,6 +74,11 @@ static cl::opt<std::string> target("target",
 static cl::opt<std::string> cpuFeatures("cpu-features",
                                         cl::desc("CPU features to assume, e.g. +dotprod,+i8mm"),
                                         cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> allowPortableOps(
+    "allow-portable-ops",
+    cl::desc("Ops (a regex matching the whole op name, e.g. 'model.layers.*mlp') that may run a portable "
+             "reference kernel on a CPU target where no generated or hand-written kernel reads them"),
+    cl::init(""), cl::cat(kilnCategory));
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
     cl::init(512), cl::cat(kilnCategory));
@@ -262,6 +267,7 @@ int main(int argc, char** argv) {
   options.checkpoint = checkpointDir;
   options.target = target;
   options.cpuFeatures = cpuFeatures;
+  options.allowPortableOps = allowPortableOps;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
   options.memoryBudget = memoryBudget;

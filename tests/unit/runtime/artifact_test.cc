@@ -24,6 +24,7 @@
 
 #include "formats/kiln_generated.h"
 #include "kiln/kiln.h"
+#include "kiln/kiln_calibration.h"
 #include "support/npy.h"
 
 namespace fb = kiln::fb;
@@ -792,6 +793,74 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
     ++ran;
   }
   EXPECT_GE(ran, 1) << "no generated quantised artifact runs on this CPU";
+}
+
+// Calibration replaces weights with other encodings in a loaded model
+// (kiln_calib_override_weight). A generated kernel is specialised to the stored
+// encoding, so ops reading an overridden weight run the reference until it is
+// restored: the generated artifact then gives the portable artifact's logits.
+TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+#if defined(__aarch64__)
+  const std::string gen = dir + "/tiny-llama.gen-aarch64.kiln";
+#else
+  const std::string gen = dir + "/tiny-llama.gen-x86_64.kiln";
+#endif
+  std::vector<int32_t> ids = {1, 5, 9, 200, 17, 3};
+  auto logits = [&](const std::string& path, bool override_table, bool restore) {
+    kiln_error_t err;
+    kiln_model_t* model = nullptr;
+    EXPECT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+    std::vector<float> out;
+    if (model == nullptr) return out;
+    std::vector<uint8_t> bytes;
+    EXPECT_TRUE(ReadFile(path, &bytes));
+    const fb::Model* f = fb::GetSizePrefixedModel(bytes.data());
+    uint32_t table = 0;
+    for (uint32_t t = 0; t < f->tensors()->size(); ++t)
+      if (f->tensors()->Get(t)->name()->str() == "model.embed_tokens.weight") table = t;
+    const int64_t rows = f->tensors()->Get(table)->shape()->Get(0), cols = f->tensors()->Get(table)->shape()->Get(1);
+    // int8 codes and per-row scales, the same bytes for every artifact.
+    std::vector<uint8_t> q(rows * cols + 4 * rows);
+    std::mt19937 rng(5);
+    for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<uint8_t>(rng() % 255);
+    for (int64_t r = 0; r < rows; ++r) {
+      float sc = 0.01f;
+      std::memcpy(q.data() + rows * cols + 4 * r, &sc, 4);
+    }
+    kiln_calib_encoding_t enc = {5 /* int8 */, 0, 1, 0};
+    if (override_table) {
+      EXPECT_EQ(kiln_calib_override_weight(model, table, q.data(), &enc, &err), KILN_OK) << err.message;
+      if (restore) kiln_calib_restore_weight(model, table);
+    }
+    kiln_session_options_t so = {};
+    so.struct_size = sizeof(so);
+    so.num_threads = 1;
+    kiln_session_t* s = nullptr;
+    EXPECT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+    kiln_model_info_t info;
+    kiln_model_get_info(model, &info);
+    out.assign(ids.size() * static_cast<size_t>(info.vocab_size), 0.0f);
+    EXPECT_EQ(kiln_session_prefill_logits(s, ids.data(), ids.size(), out.data(), out.size(), &err), KILN_OK)
+        << err.message;
+    kiln_session_release(s);
+    kiln_model_release(model);
+    return out;
+  };
+  auto worst = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double w = 0;
+    for (size_t i = 0; i < a.size(); ++i) w = std::max(w, static_cast<double>(std::fabs(a[i] - b[i])));
+    return w;
+  };
+  const std::vector<float> want = logits(dir + "/tiny-llama.kiln", true, false);
+  const std::vector<float> got = logits(gen, true, false);
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_LE(worst(want, got), 1e-4);
+  // Restored: the generated kernels again, the artifact's own outputs.
+  const std::vector<float> plain = logits(gen, false, false), restored = logits(gen, true, true);
+  EXPECT_EQ(worst(plain, restored), 0.0);
+  EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
 }
 
 TEST(ModelLoad, MissingFileAndBadArguments) {
