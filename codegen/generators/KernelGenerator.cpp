@@ -375,6 +375,51 @@ const char* encodingTag(uint8_t enc) {
   return format::EncodingName(enc) ? format::EncodingName(enc) : "unknown";
 }
 
+// The bias of output channel n of a matmul (f32), 0 when `hasBias` is false.
+Value matmulBias(FnBuilder& f, Value hasBias, Value biasW, Value n) {
+  mlir::OpBuilder& b = f.b;
+  auto ifOp = b.create<mlir::scf::IfOp>(f.loc, mlir::TypeRange{f.f32}, hasBias, true, true);
+  mlir::OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
+  b.create<mlir::scf::YieldOp>(f.loc, f.load(f.f32, data, f.f32, n));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  b.create<mlir::scf::YieldOp>(f.loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(f.loc, b.getF32FloatAttr(0))});
+  return ifOp.getResult(0);
+}
+
+// The reduction over K of a tile: accumulators `init` carried through
+// step(k, acc, mask) for k in [0, kMain) by `stride` (mask null), then once more at
+// kMain under a mask of the first kTail of `maskLanes` lanes when kTail > 0.
+template <typename Step>
+llvm::SmallVector<Value> reduceOverK(FnBuilder& f, Value kMain, Value kTail, Value stride, int64_t maskLanes,
+                                     mlir::ValueRange init, Step step) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
+  auto loop = b.create<mlir::scf::ForOp>(loc, f.cI64(0), kMain, stride, init);
+  {
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(loop.getBody());
+    b.create<mlir::scf::YieldOp>(loc, step(loop.getInductionVar(), loop.getRegionIterArgs(), Value()));
+  }
+  Value any = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, kTail, f.cI64(0));
+  llvm::SmallVector<mlir::Type> types;
+  for (Value v : init)
+    types.push_back(v.getType());
+  auto tail = b.create<mlir::scf::IfOp>(loc, types, any, true, true);
+  {
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(tail.thenBlock());
+    auto vi1 = mlir::VectorType::get({maskLanes}, b.getI1Type());
+    Value mask = b.create<mlir::vector::CreateMaskOp>(
+        loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), kTail)});
+    b.create<mlir::scf::YieldOp>(loc, step(kMain, loop.getResults(), mask));
+    b.setInsertionPointToStart(tail.elseBlock());
+    b.create<mlir::scf::YieldOp>(loc, loop.getResults());
+  }
+  return llvm::SmallVector<Value>(tail.getResults());
+}
+
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for float weights of one encoding
 // (kiln_uk_matmul_params_t, output channels [begin, end)): 4 x 4 tiles of dot
 // products (rows m of x by rows n of W), `lanes`-wide partial sums reduced at the
@@ -390,7 +435,6 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
-  auto vi1 = mlir::VectorType::get({lanes}, b.getI1Type());
   const mlir::Type welem = encoding == format::kEncF32 ? f.f32 : b.getI16Type();
   auto vw = mlir::VectorType::get({lanes}, welem);
   auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
@@ -442,18 +486,7 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
     return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
   };
   // The bias of output channel n (f32; 0 without one).
-  auto bias = [&](Value n) -> Value {
-    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.f32}, hasBias, true, true);
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
-      b.create<mlir::scf::YieldOp>(loc, f.load(f.f32, data, f.f32, n));
-      b.setInsertionPointToStart(ifOp.elseBlock());
-      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0))});
-    }
-    return ifOp.getResult(0);
-  };
+  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n); };
 
   // One mr x nr tile at (m0, n0): dot products over K, then y = sum + bias.
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -470,30 +503,12 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
           out.push_back(fma(xs[i], ws[r], acc[i * nr + r]));
       return out;
     };
-    auto loop = b.create<mlir::scf::ForOp>(loc, zero, kMain, vl, init);
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(loop.getBody());
-      b.create<mlir::scf::YieldOp>(loc, step(loop.getInductionVar(), loop.getRegionIterArgs(), nullptr));
-    }
-    // The tail of K, masked.
-    Value any = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, kTail, zero);
-    llvm::SmallVector<mlir::Type> types(count, vf32);
-    auto tail = b.create<mlir::scf::IfOp>(loc, types, any, true, true);
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(tail.thenBlock());
-      Value mask = b.create<mlir::vector::CreateMaskOp>(
-          loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), kTail)});
-      b.create<mlir::scf::YieldOp>(loc, step(kMain, loop.getResults(), mask));
-      b.setInsertionPointToStart(tail.elseBlock());
-      b.create<mlir::scf::YieldOp>(loc, loop.getResults());
-    }
+    llvm::SmallVector<Value> sums = reduceOverK(f, kMain, kTail, vl, lanes, init, step);
     for (int64_t i = 0; i < mr; ++i)
       for (int64_t r = 0; r < nr; ++r) {
         Value n = f.addi(n0, f.cI64(r));
         Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD,
-                                                        tail.getResult(i * nr + r), Value(), fm);
+                                                        sums[i * nr + r], Value(), fm);
         f.store(f.add(sum, bias(n)), y, f.f32, f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), n));
       }
   };
@@ -1066,7 +1081,6 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   auto vf32 = mlir::VectorType::get({d.acc}, f.f32);
   auto vx = mlir::VectorType::get({C}, i8);
   auto vhalf = mlir::VectorType::get({C / 2}, i8);
-  auto vi1 = mlir::VectorType::get({C}, b.getI1Type());
 
   Value params = fn.getArgument(0);
   Value xq = f.field(params, offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
@@ -1112,16 +1126,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   auto loadF32 = [&](Value base, Value byteIndex) -> Value {
     return b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(base, i8, byteIndex), /*alignment=*/1);
   };
-  auto bias = [&](Value n) -> Value {
-    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.f32}, hasBias, true, true);
-    mlir::OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
-    b.create<mlir::scf::YieldOp>(loc, f.load(f.f32, data, f.f32, n));
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0))});
-    return ifOp.getResult(0);
-  };
+  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n); };
   auto rowX = [&](Value m) { return f.muli(m, K); };  // xq rows are K apart
   auto reduce = [&](Value v) {
     return b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, v, Value(),
@@ -1148,28 +1153,11 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
             out.push_back(intDotStep(f, d, acc[i * nr + r], xs[i], ws[r]));
         return out;
       };
-      auto loop = b.create<mlir::scf::ForOp>(loc, zero, kMain, step, init);
-      {
-        mlir::OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(loop.getBody());
-        b.create<mlir::scf::YieldOp>(loc, kstep(loop.getInductionVar(), loop.getRegionIterArgs(), nullptr));
-      }
-      Value any = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, kTail, zero);
-      llvm::SmallVector<mlir::Type> types(count, vi32);
-      auto tail = b.create<mlir::scf::IfOp>(loc, types, any, true, true);
-      {
-        mlir::OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(tail.thenBlock());
-        Value mask = b.create<mlir::vector::CreateMaskOp>(
-            loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), kTail)});
-        b.create<mlir::scf::YieldOp>(loc, kstep(kMain, loop.getResults(), mask));
-        b.setInsertionPointToStart(tail.elseBlock());
-        b.create<mlir::scf::YieldOp>(loc, loop.getResults());
-      }
+      llvm::SmallVector<Value> sums = reduceOverK(f, kMain, kTail, step, C, init, kstep);
       for (int64_t i = 0; i < mr; ++i) {
         Value sx = f.load(f.f32, xsc, f.f32, row(i));
         for (int64_t r = 0; r < nr; ++r) {
-          Value acc = b.create<mlir::arith::SIToFPOp>(loc, f.f32, reduce(tail.getResult(i * nr + r)));
+          Value acc = b.create<mlir::arith::SIToFPOp>(loc, f.f32, reduce(sums[i * nr + r]));
           Value sw = loadF32(scales, f.muli(col(r), f.cI64(4)));
           store(row(i), col(r), f.mul(f.mul(acc, sx), sw));
         }
