@@ -375,17 +375,51 @@ const char* encodingTag(uint8_t enc) {
   return format::EncodingName(enc) ? format::EncodingName(enc) : "unknown";
 }
 
-// The bias of output channel n of a matmul (f32), 0 when `hasBias` is false.
-Value matmulBias(FnBuilder& f, Value hasBias, Value biasW, Value n) {
+// The bias of output channel n of a matmul as f32 (0 when `hasBias` is false),
+// decoded by its encoding at run time: f32, bf16, and f16 when `f16` (the target
+// converts it in registers).
+Value matmulBias(FnBuilder& f, Value hasBias, Value biasW, Value n, bool f16) {
   mlir::OpBuilder& b = f.b;
-  auto ifOp = b.create<mlir::scf::IfOp>(f.loc, mlir::TypeRange{f.f32}, hasBias, true, true);
-  mlir::OpBuilder::InsertionGuard g(b);
-  b.setInsertionPointToStart(ifOp.thenBlock());
-  Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
-  b.create<mlir::scf::YieldOp>(f.loc, f.load(f.f32, data, f.f32, n));
-  b.setInsertionPointToStart(ifOp.elseBlock());
-  b.create<mlir::scf::YieldOp>(f.loc, mlir::ValueRange{b.create<mlir::arith::ConstantOp>(f.loc, b.getF32FloatAttr(0))});
-  return ifOp.getResult(0);
+  mlir::Location loc = f.loc;
+  auto yieldIf = [&](Value cond, auto thenFn, auto elseFn) -> Value {
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{f.f32}, cond, true, true);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{thenFn()});
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{elseFn()});
+    return ifOp.getResult(0);
+  };
+  auto zero = [&]() -> Value { return b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0)); };
+  return yieldIf(
+      hasBias,
+      [&]() -> Value {
+        Value data = f.field(biasW, offsetof(kiln_uk_weight_t, data), f.ptr);
+        Value enc = f.field(biasW, offsetof(kiln_uk_weight_t, encoding), b.getI8Type());
+        auto is = [&](uint8_t e) {
+          return b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, enc,
+                                               b.create<mlir::arith::ConstantIntOp>(loc, e, 8));
+        };
+        auto half = [&]() -> Value { return f.load(b.getI16Type(), data, b.getI16Type(), n); };
+        auto bf16 = [&]() -> Value {
+          Value wide = b.create<mlir::arith::ExtUIOp>(loc, f.i32, half());
+          return b.create<mlir::arith::BitcastOp>(
+              loc, f.f32, b.create<mlir::arith::ShLIOp>(loc, wide, b.create<mlir::arith::ConstantIntOp>(loc, 16, 32)));
+        };
+        auto notF32 = [&]() -> Value {
+          if (!f16)
+            return bf16();
+          return yieldIf(
+              is(format::kEncF16),
+              [&]() -> Value {
+                Value h = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), half());
+                return b.create<mlir::arith::ExtFOp>(loc, f.f32, h);
+              },
+              bf16);
+        };
+        return yieldIf(is(format::kEncF32), [&]() -> Value { return f.load(f.f32, data, f.f32, n); }, notF32);
+      },
+      zero);
 }
 
 // The reduction over K of a tile: accumulators `init` carried through
@@ -426,7 +460,7 @@ llvm::SmallVector<Value> reduceOverK(FnBuilder& f, Value kMain, Value kTail, Val
 // end, K's tail by one masked load; M and N tails by 1 x 4 and 1 x 1 tiles. Weights
 // are widened in registers (f16: hardware conversion; bf16: a 16-bit shift). The
 // multiply-adds may fuse (contract); sums are reassociated within a tile.
-void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes,
+void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, bool f16Bias,
                       bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   if (!isPublic)
@@ -486,7 +520,7 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
     return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
   };
   // The bias of output channel n (f32; 0 without one).
-  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n); };
+  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, f16Bias); };
 
   // One mr x nr tile at (m0, n0): dot products over K, then y = sum + bias.
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -1126,7 +1160,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   auto loadF32 = [&](Value base, Value byteIndex) -> Value {
     return b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(base, i8, byteIndex), /*alignment=*/1);
   };
-  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n); };
+  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, hasF16Conversion(target)); };
   auto rowX = [&](Value m) { return f.muli(m, K); };  // xq rows are K apart
   auto reduce = [&](Value v) {
     return b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, v, Value(),
@@ -1277,7 +1311,7 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
     if (v.a8)
       buildMatmulInt(kernels, fnName, v.encoding, target, isPublic, loc);
     else
-      buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), isPublic, loc);
+      buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), hasF16Conversion(target), isPublic, loc);
   };
   if (variants.size() == 1) {
     build(variants[0], name, true);
@@ -1354,9 +1388,9 @@ llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
 bool matmulReads(const MatmulWeight& w, const Target& target, std::string* why) {
   const char* name = format::EncodingName(w.spec.id) ? format::EncodingName(w.spec.id) : "this encoding";
   if (w.bias) {
-    if (w.spec.id == format::kEncF32)
+    if (generatedMatmulEncodings(target) & format::EncodingBit(w.spec.id))
       return true;
-    *why = std::string("no generated matmul for a bias in ") + name;
+    *why = std::string("no generated matmul for a bias in ") + name + " on " + target.triple;
     return false;
   }
   if (w.spec.id == format::kEncINT8 || w.spec.id == format::kEncINT4) {

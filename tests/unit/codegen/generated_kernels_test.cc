@@ -126,13 +126,14 @@ TEST_F(GeneratedKernels, RopeMatchesReference) {
 // A one-op model: kiln.linear of [?, k] by a [n, k] weight of `encoding` (and an f32
 // bias), bound to the generated matmul.
 std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool bias,
-                        const std::string& kernel = "linear_bias_f32_f32_wfloat_4x4_gen") {
+                        const std::string& kernel = "linear_bias_f32_f32_wfloat_4x4_gen",
+                        const std::string& biasEncoding = "f32") {
   std::string ns = std::to_string(n), ks = std::to_string(k);
   std::string m = "kiln.weight @w : tensor<" + ns + "x" + ks + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, "
                   "size = " + std::to_string(4 * n * k) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n";
   if (bias)
     m += "kiln.weight @b : tensor<" + ns + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, size = " +
-         std::to_string(4 * n) + ", dtype = \"F32\"> as #kiln.encoding<f32>\n";
+         std::to_string(4 * n) + ", dtype = \"F32\"> as #kiln.encoding<" + biasEncoding + ">\n";
   m += "func.func @decoder_prefill(%x: tensor<?x" + ks + "xf32>) -> tensor<?x" + ns +
        "xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n"
        "  %w = kiln.weight_ref @w : tensor<" + ns + "x" + ks + "xf32>\n";
@@ -150,6 +151,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& v, uint8_t enc) {
   EXPECT_TRUE(format::EncodeFloatElements(enc, v.data(), v.size(), out.data()));
   return out;
 }
+
+constexpr const char* kKernel = "linear_bias_f32_f32_wfloat_4x4_gen";
 
 TEST_F(GeneratedKernels, MatmulMatchesReference) {
   struct Shape {
@@ -173,7 +176,7 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
                        (bias ? " + bias" : ""));
           Compiled c;
           mlir::OwningOpRef<mlir::ModuleOp> probe =
-              mlir::parseSourceString<mlir::ModuleOp>(LinearModel(s.n, s.k, label, bias), &ctx_);
+              mlir::parseSourceString<mlir::ModuleOp>(LinearModel(s.n, s.k, label, bias, kKernel, label), &ctx_);
           ASSERT_TRUE(probe);
           mlir::Operation* linear = nullptr;
           probe->walk([&](LinearOp op) { linear = op; });
@@ -182,7 +185,7 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
             EXPECT_EQ(enc, format::kEncF16) << why;
             continue;
           }
-          ASSERT_TRUE(Generate(ctx_, LinearModel(s.n, s.k, label, bias), target, &c));
+          ASSERT_TRUE(Generate(ctx_, LinearModel(s.n, s.k, label, bias, kKernel, label), target, &c));
           rt::CodeImage image;
           kiln_error_t err;
           ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
@@ -194,9 +197,10 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
           for (float& v : x) v = value(rng);
           for (float& v : wf) v = value(rng);
           for (float& v : bv) v = value(rng);
-          std::vector<uint8_t> wbytes = Encode(wf, enc), bbytes = Encode(bv, format::kEncF32);
+          // The bias in the weight's encoding too (checkpoints store bf16 biases).
+          std::vector<uint8_t> wbytes = Encode(wf, enc), bbytes = Encode(bv, enc);
           kiln_uk_weight_t wt = {wbytes.data(), s.n, s.k, enc, 1, 0, 0, 0};
-          kiln_uk_weight_t bt = {bbytes.data(), s.n, 1, format::kEncF32, 1, 0, 0, 0};
+          kiln_uk_weight_t bt = {bbytes.data(), s.n, 1, enc, 1, 0, 0, 0};
           kiln_uk_matmul_params_t p = {};
           p.x = x.data();
           p.ldx = ldx;
