@@ -214,6 +214,85 @@ struct Int4View {
   int32_t zero(uint64_t row, uint64_t g) const { return zeros ? zeros[row * groups_per_row + g] : 8; }
 };
 
+// ---- layouts: how a weight's bytes are arranged (kiln.fbs Layout) ----
+//
+// kLayoutRowMajor: the bytes above. kLayoutInt4P4K32: a symmetric int4 weight packed
+// at compile time for the generated W4A8 matmuls (codegen/generators), the same
+// number of bytes as row major:
+//   codes   rows in panels of 4 (the last panel holds the rows left over); a panel
+//           is, for each block of 32 columns in order, each of its rows' 16 bytes:
+//           byte j holds column 32b + j in the low nibble and 32b + 16 + j in the
+//           high nibble, each as the signed 4-bit value c - 8 (the code c xor 8), so
+//           that `byte << 4` and `byte & 0xF0` are the two halves times 16;
+//   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
+//   no zero points (symmetric only). Needs cols and the group multiples of 32.
+enum LayoutId : uint8_t { kLayoutRowMajor = 0, kLayoutInt4P4K32 = 1 };
+constexpr uint64_t kP4K32Rows = 4, kP4K32Block = 32;
+
+inline const char* LayoutName(uint8_t id) {
+  switch (id) {
+    case kLayoutRowMajor: return "row_major";
+    case kLayoutInt4P4K32: return "int4_p4k32";
+    default: return nullptr;
+  }
+}
+
+// Whether a [rows, cols] weight of `e` can be stored in `layout`.
+inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uint64_t cols) {
+  switch (layout) {
+    case kLayoutRowMajor: return true;
+    case kLayoutInt4P4K32:
+      return e.id == kEncINT4 && e.symmetric && rows > 0 && cols % kP4K32Block == 0 && e.group != 0 &&
+             e.group % kP4K32Block == 0 && cols % e.group == 0;
+    default: return false;
+  }
+}
+
+// Where (row, unit) of a weight whose rows are in panels of 4 lies, counted in units
+// of `unit_bytes`, when each row has `units` of them: panel by panel, unit by unit,
+// the panel's rows.
+inline uint64_t P4K32Offset(uint64_t rows, uint64_t units, uint64_t row, uint64_t unit) {
+  const uint64_t panel = row / kP4K32Rows, first = panel * kP4K32Rows;
+  const uint64_t height = rows - first < kP4K32Rows ? rows - first : kP4K32Rows;
+  return first * units + unit * height + (row - first);
+}
+
+// Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p4k32.
+// `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
+inline void PackInt4P4K32(const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
+  const Int4View v = Int4View::Of(e, in, rows, cols);
+  const uint64_t blocks = cols / kP4K32Block, half = kP4K32Block / 2;
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = out + half * P4K32Offset(rows, blocks, r, b);
+      for (uint64_t j = 0; j < half; ++j) {
+        const uint8_t lo = v.code(r, b * kP4K32Block + j) ^ 8, hi = v.code(r, b * kP4K32Block + half + j) ^ 8;
+        dst[j] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+    for (uint64_t g = 0; g < v.groups_per_row; ++g)
+      std::memcpy(out + Int4ScalesOffset(rows, cols) + 2 * P4K32Offset(rows, v.groups_per_row, r, g),
+                  v.scales + 2 * (r * v.groups_per_row + g), 2);
+  }
+}
+
+// The inverse of PackInt4P4K32: int4_p4k32 back to row major.
+inline void UnpackInt4P4K32(const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
+  const uint64_t blocks = cols / kP4K32Block, half = kP4K32Block / 2, groups = cols / e.group;
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src = in + half * P4K32Offset(rows, blocks, r, b);
+      for (uint64_t j = 0; j < half; ++j) {
+        Int4View::SetCode(out, r * cols + b * kP4K32Block + j, (src[j] & 0xF) ^ 8);
+        Int4View::SetCode(out, r * cols + b * kP4K32Block + half + j, (src[j] >> 4) ^ 8);
+      }
+    }
+    for (uint64_t g = 0; g < groups; ++g)
+      std::memcpy(out + Int4ScalesOffset(rows, cols) + 2 * (r * groups + g),
+                  in + Int4ScalesOffset(rows, cols) + 2 * P4K32Offset(rows, groups, r, g), 2);
+  }
+}
+
 // ---- dequantisation ----
 
 // Decodes row `row` of a [rows, cols] weight stored as `e` at `data` into out[cols].

@@ -12,7 +12,7 @@ namespace kiln::format {
 // Schema version: major * 1000 + minor. A runtime reads every minor version of its
 // major (fields it does not know are ignored); a newer major is rejected.
 constexpr uint32_t kSchemaMajor = 1;
-constexpr uint32_t kSchemaMinor = 1;  // 1: code segment (Model.code, Op.symbol)
+constexpr uint32_t kSchemaMinor = 2;  // 1: code segment (Model.code, Op.symbol); 2: Layout.Int4P4K32
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
@@ -144,6 +144,19 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
   for (size_t i = 0; i < n; ++i)
     if (k[i].id == id) return &k[i];
   return nullptr;
+}
+
+// Whether a kernel (generated or not, the weight encodings it accepts, its op kind)
+// reads weight slot `slot` of its op stored in `layout` (formats/encoding.h LayoutId):
+// row major always; int4_p4k32 only the generated matmuls with int8 activations, for
+// a slot the op multiplies with int8 per-token activations.
+inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
+                              uint32_t slot, bool int8_activations) {
+  if (layout == kLayoutRowMajor) return true;
+  if (layout != kLayoutInt4P4K32) return false;
+  const OpInfo* op = FindOp(op_kind);
+  return generated && int8_activations && op != nullptr && HasSlot(op->int8_act_weights, slot) &&
+         (kernel_encodings & EncodingBit(kEncINT4)) != 0;
 }
 
 }  // namespace kiln::format

@@ -49,6 +49,32 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
+def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
+  let summary = "Store weights in the packed layouts of the kernels that read them";
+  let description = [{
+    Runs after `kiln-select-kernels`. A weight whose every reader is bound to a
+    kernel that reads a packed layout is given that layout (`#kiln.layout`); the
+    artifact writer rearranges its bytes at compile time, and the runtime maps them
+    as they are (no repacking at load).
+
+    Today one layout: `int4_p4k32`, for symmetric int4 weights (group and input
+    dimension multiples of 32) that the generated matmuls multiply with int8
+    per-token activations (W4A8: linear, LM head, gated MLP, mixture of experts,
+    patch embedding). Rows are interleaved by 4 and each block of 32 columns is 16
+    bytes of signed nibbles, so that the kernel's unpacking is one shift and one
+    mask (formats/encoding.h). A weight that another kernel also reads (an
+    embedding table tied to the LM head, an op allowed onto the reference kernels)
+    stays row major.
+
+    Example:
+
+    ```mlir
+    kiln.weight @w : tensor<64x64xf32> from ... as #kiln.encoding<int4, group_size = 32, activation = int8_per_token>
+        layout #kiln.layout<int4_p4k32>
+    ```
+  }];
+}
+
 def KilnPlanMemory : Pass<"kiln-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Place every activation of every stage in a static arena";
   let description = [{

@@ -1099,8 +1099,8 @@ Value intDotStep(FnBuilder& f, const IntDot& d, Value acc, Value x, Value w) {
 //         nibbles unpacked to (c - z) in i8 and interleaved back into element order;
 //         the group (runtime) must be a multiple of the step (checked at compile time).
 // Tiles of mr x 4 (mr from the register file), M and N tails by 1 x 4 and 1 x 1.
-void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
-                    bool isPublic, mlir::Location loc) {
+void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, bool packed,
+                    const Target& target, bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   if (!isPublic)
     fn.setPrivate();
@@ -1170,6 +1170,95 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     f.store(f.add(v, bias(n)), y, f.f32, f.addi(f.muli(m, ldy), n));
   };
 
+  // int4_p4k32 (formats/encoding.h): per row, its panel's start and height give the
+  // byte offset of its first 32-column block and the stride to the next (16 x the
+  // panel height), and likewise for its f16 scales. Per block one 16-byte load:
+  // `byte << 4` and `byte & 0xF0` are the block's two halves of (c - 8) x 16, dotted
+  // with the activations' two halves; the group's integer sum is scaled by s / 16
+  // (exact: a power of two).
+  auto packedInt4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
+    const int64_t count = mr * nr;
+    auto row = [&](int64_t i) { return f.addi(m0, f.cI64(i)); };
+    Value blocks = b.create<mlir::arith::DivSIOp>(loc, K, f.cI64(32));
+    Value blocksPerGroup = b.create<mlir::arith::DivSIOp>(loc, group, f.cI64(32));
+    auto v16 = mlir::VectorType::get({16}, i8);
+    llvm::SmallVector<Value> codeBase, codeStride, scaleBase, scaleStride;
+    for (int64_t r = 0; r < nr; ++r) {
+      Value n = f.addi(n0, f.cI64(r));
+      Value first = b.create<mlir::arith::AndIOp>(loc, n, f.cI64(~int64_t{3}));
+      Value within = b.create<mlir::arith::SubIOp>(loc, n, first);
+      Value height = b.create<mlir::arith::MinSIOp>(loc, four, b.create<mlir::arith::SubIOp>(loc, N, first));
+      codeBase.push_back(f.muli(f.cI64(16), f.addi(f.muli(first, blocks), within)));
+      codeStride.push_back(f.muli(f.cI64(16), height));
+      scaleBase.push_back(f.addi(f.muli(first, groups), within));
+      scaleStride.push_back(height);
+    }
+    llvm::SmallVector<int64_t> concat;
+    for (int64_t j = 0; j < 32; ++j)
+      concat.push_back(j);
+    llvm::SmallVector<Value> finit(count, f.splat(vf32, 0.0));
+    auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, finit);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(groupsLoop.getBody());
+      Value gi = groupsLoop.getInductionVar();
+      llvm::SmallVector<Value> ss;
+      for (int64_t r = 0; r < nr; ++r) {
+        Value at = f.addi(scaleBase[r], f.muli(gi, scaleStride[r]));
+        Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
+        Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+        Value s16 = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
+        ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(s16, b.create<mlir::arith::ConstantOp>(
+                                                                            loc, b.getF32FloatAttr(1.0f / 16)))));
+      }
+      Value b0 = f.muli(gi, blocksPerGroup);
+      llvm::SmallVector<Value> init(count, f.splatInt(vi32, 0));
+      auto inner = b.create<mlir::scf::ForOp>(loc, b0, f.addi(b0, blocksPerGroup), one, init);
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(inner.getBody());
+        Value bi = inner.getInductionVar();
+        Value k = f.muli(bi, f.cI64(32));
+        llvm::SmallVector<llvm::SmallVector<Value>> xs(mr), ws(nr);
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t c = 0; c < 32; c += C)
+            xs[i].push_back(loadVec(vx, xq, f.addi(rowX(row(i)), f.addi(k, f.cI64(c))), nullptr));
+        for (int64_t r = 0; r < nr; ++r) {
+          Value bytes = loadVec(v16, w, f.addi(codeBase[r], f.muli(bi, codeStride[r])), nullptr);
+          Value lo = b.create<mlir::arith::ShLIOp>(loc, bytes, f.splatInt(v16, 4));
+          Value hi = b.create<mlir::arith::AndIOp>(loc, bytes, f.splatInt(v16, 0xF0));
+          Value all = b.create<mlir::vector::ShuffleOp>(loc, lo, hi, concat);
+          for (int64_t c = 0; c < 32; c += C)
+            ws[r].push_back(C == 32 ? all
+                                    : b.create<mlir::vector::ExtractStridedSliceOp>(
+                                          loc, all, llvm::ArrayRef<int64_t>{c}, llvm::ArrayRef<int64_t>{C},
+                                          llvm::ArrayRef<int64_t>{1}));
+        }
+        llvm::SmallVector<Value> out;
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t r = 0; r < nr; ++r) {
+            Value acc = inner.getRegionIterArgs()[i * nr + r];
+            for (size_t c = 0; c < xs[i].size(); ++c)
+              acc = intDotStep(f, d, acc, xs[i][c], ws[r][c]);
+            out.push_back(acc);
+          }
+        b.create<mlir::scf::YieldOp>(loc, out);
+      }
+      llvm::SmallVector<Value> next;
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t r = 0; r < nr; ++r) {
+          Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
+          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
+        }
+      b.create<mlir::scf::YieldOp>(loc, next);
+    }
+    for (int64_t i = 0; i < mr; ++i) {
+      Value sx = f.load(f.f32, xsc, f.f32, row(i));
+      for (int64_t r = 0; r < nr; ++r)
+        store(row(i), f.addi(n0, f.cI64(r)), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
+    }
+  };
+
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
     const int64_t count = mr * nr;
     auto col = [&](int64_t r) { return f.addi(n0, f.cI64(r)); };
@@ -1196,6 +1285,10 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           store(row(i), col(r), f.mul(f.mul(acc, sx), sw));
         }
       }
+      return;
+    }
+    if (packed) {
+      packedInt4Tile(m0, mr, n0, nr);
       return;
     }
     // int4: per group, integer sums, then scaled into f32 lanes.
@@ -1295,10 +1388,11 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
 // (`intEncodings`) for int8 activations, and with several a public dispatcher on
 // the activations (xq set or not) and the weight's encoding.
 void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEncodings, uint32_t intEncodings,
-                 const Target& target, mlir::Location loc) {
+                 bool packedInt4, const Target& target, mlir::Location loc) {
   struct Variant {
     uint8_t encoding;
     bool a8;
+    uint8_t layout = format::kLayoutRowMajor;
   };
   llvm::SmallVector<Variant> variants;
   for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
@@ -1307,9 +1401,11 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   for (uint8_t e : {format::kEncINT8, format::kEncINT4})
     if (intEncodings & format::EncodingBit(e))
       variants.push_back({e, true});
+  if (packedInt4)
+    variants.push_back({format::kEncINT4, true, format::kLayoutInt4P4K32});
   auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
     if (v.a8)
-      buildMatmulInt(kernels, fnName, v.encoding, target, isPublic, loc);
+      buildMatmulInt(kernels, fnName, v.encoding, v.layout == format::kLayoutInt4P4K32, target, isPublic, loc);
     else
       buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), hasF16Conversion(target), isPublic, loc);
   };
@@ -1317,7 +1413,10 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
     build(variants[0], name, true);
     return;
   }
-  auto variantName = [&](const Variant& v) { return (name + "_w" + encodingTag(v.encoding)).str(); };
+  auto variantName = [&](const Variant& v) {
+    return (name + "_w" + encodingTag(v.encoding) + (v.layout ? "_" + std::string(format::LayoutName(v.layout)) : ""))
+        .str();
+  };
   for (const Variant& v : variants)
     build(v, variantName(v), false);
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
@@ -1326,6 +1425,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   FnBuilder f(b, loc);
   Value enc = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, encoding),
                       b.getI8Type());
+  Value layout = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, layout),
+                         b.getI8Type());
   Value xq = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
   Value a8 = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, xq,
                                           b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
@@ -1334,7 +1435,9 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
     Value isEnc = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, enc,
                                                 b.create<mlir::arith::ConstantIntOp>(loc, v.encoding, 8));
     Value isAct = v.a8 ? a8 : b.create<mlir::arith::XOrIOp>(loc, a8, isTrue);
-    Value is = b.create<mlir::arith::AndIOp>(loc, isEnc, isAct);
+    Value isLayout = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, layout,
+                                                   b.create<mlir::arith::ConstantIntOp>(loc, v.layout, 8));
+    Value is = b.create<mlir::arith::AndIOp>(loc, b.create<mlir::arith::AndIOp>(loc, isEnc, isAct), isLayout);
     auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is, false);
     mlir::OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
@@ -1358,6 +1461,7 @@ struct MatmulWeight {
   format::EncodingSpec spec;
   bool a8 = false;    // multiplied with int8 per-token activations
   bool bias = false;  // a Linear's or PatchEmbed's bias
+  uint8_t layout = format::kLayoutRowMajor;
 };
 
 // The weights of `op`, in slot order (the last of a Linear's or PatchEmbed's two is
@@ -1375,6 +1479,7 @@ llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
       continue;
     MatmulWeight mw;
     mw.spec = encodingSpec(w.getEncoding());
+    mw.layout = static_cast<uint8_t>(w.getLayout());
     mw.a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken && info &&
             format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(out.size()));
     out.push_back(mw);
@@ -1570,16 +1675,24 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         return;
       }
       uint32_t floats = 0, ints = 0;
-      for (const MatmulWeight& w : matmulWeights(op))
-        if (!w.bias)
+      bool packed = false;
+      for (const MatmulWeight& w : matmulWeights(op)) {
+        if (w.bias)
+          continue;
+        if (w.layout == format::kLayoutInt4P4K32)
+          packed = true;
+        else
           (w.a8 ? ints : floats) |= format::EncodingBit(w.spec.id);
+      }
       std::string tag;
       for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncINT8, format::kEncINT4})
         if ((floats | ints) & format::EncodingBit(e))
           tag += std::string(tag.empty() ? "" : "_") + encodingTag(e);
-      symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
+      if (packed)
+        tag += std::string(tag.empty() ? "" : "_") + format::LayoutName(format::kLayoutInt4P4K32);
+      symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packed ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
-        buildMatmul(*kernels, symbol, floats, ints, target, op->getLoc());
+        buildMatmul(*kernels, symbol, floats, ints, packed, target, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

@@ -57,6 +57,7 @@ struct WeightEntry {
   uint64_t rows = 0, cols = 0;
   uint64_t numElements;
   uint64_t bytes;     // stored size
+  uint8_t layout = format::kLayoutRowMajor;  // formats/encoding.h LayoutId
   uint64_t offset;    // absolute file offset (set during layout)
   int stage = -1;     // first stage that reads it
 };
@@ -134,6 +135,7 @@ bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_
 fb::Layout toFb(LayoutKind k) {
   switch (k) {
   case LayoutKind::row_major: return fb::Layout::RowMajor;
+  case LayoutKind::int4_p4k32: return fb::Layout::Int4P4K32;
   }
   return fb::Layout::RowMajor;
 }
@@ -274,6 +276,10 @@ LogicalResult Writer::collect() {
       return w.emitOpError("encoding ") << w.getEncoding() << " cannot store a [" << e.rows << ", "
                                         << e.cols << "] weight (int4 needs the input dimension to "
                                            "be a multiple of the group size)";
+    e.layout = static_cast<uint8_t>(toFb(w.getLayout()));
+    if (!format::LayoutFits(e.layout, e.spec, e.rows, e.cols))
+      return w.emitOpError("layout ") << format::LayoutName(e.layout) << " cannot hold a [" << e.rows << ", "
+                                      << e.cols << "] weight of encoding " << w.getEncoding();
     e.offset = 0;
     e.stage = it->second;
     weightIndex_[w] = e.index;
@@ -760,6 +766,11 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       std::vector<uint8_t> q = h != options_.hessians.end() && h->second.size() == w.cols * w.cols
                                    ? quant::quantizeGptq(f32.data(), w.rows, w.cols, w.spec, h->second.data())
                                    : quant::quantizeRtn(f32.data(), w.rows, w.cols, w.spec);
+      if (w.layout == format::kLayoutInt4P4K32) {
+        scratch.assign(q.size(), 0);
+        format::PackInt4P4K32(w.spec, q.data(), w.rows, w.cols, scratch.data());
+        q.swap(scratch);
+      }
       write(q.data(), q.size());
       continue;
     }

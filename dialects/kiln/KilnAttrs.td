@@ -58,19 +58,23 @@ def Kiln_ActivationMode : I32EnumAttr<"ActivationMode", "activation precision", 
 
 // How a weight's elements are arranged in the artifact (formats/kiln.fbs Layout).
 def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
-    I32EnumAttrCase<"row_major", 0>]> {
+    I32EnumAttrCase<"row_major", 0>,
+    I32EnumAttrCase<"int4_p4k32", 1>]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
 }
 def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
   let summary = "Arrangement of a weight's elements in the artifact";
   let description = [{
-    `row_major` is the weight's logical shape in row-major order, the only layout
-    today (and the default of `kiln.weight`). Kernel-specific tile layouts (packed
-    panels for a GEMM microkernel) will be further cases.
+    `row_major` is the weight's logical shape in row-major order (the default of
+    `kiln.weight`). `int4_p4k32` is a symmetric int4 weight packed for the
+    generated W4A8 matmuls by `kiln-pack-weights`: rows in panels of 4, columns in
+    blocks of 32 whose two halves share bytes as signed nibbles, scales interleaved
+    by panel (formats/encoding.h gives the bytes).
 
     ```mlir
     #kiln.layout<row_major>
+    #kiln.layout<int4_p4k32>
     ```
   }];
   let assemblyFormat = "`<` $value `>`";

@@ -155,11 +155,22 @@ LogicalResult WeightOp::verify() {
   for (SourceAttr src : getSources())
     if (src.getOffset() > UINT64_MAX - src.getSize())
       return weightError() << "source offset + size overflows";
-  // Layout: row_major, the only LayoutKind today, holds every encoding and shape.
-  // Packed layouts will check here what they require of the shape and encoding.
+  // Layout: row_major holds every encoding and shape; a packed layout only what its
+  // kernels read (formats/encoding.h LayoutFits, which the writer checks too).
   switch (getLayout()) {
   case LayoutKind::row_major:
     break;
+  case LayoutKind::int4_p4k32: {
+    EncodingAttr enc = getEncoding();
+    const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+    const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;
+    if (enc.getKind() != EncodingKind::int4 || !enc.getSymmetric() || enc.getGroupSize() % 32 != 0 ||
+        cols % 32 != 0 || cols == 0)
+      return weightError() << "layout int4_p4k32 needs symmetric int4 with a group and an input dimension that "
+                              "are multiples of 32, got "
+                           << enc << " for " << type;
+    break;
+  }
   }
   return success();
 }

@@ -27,6 +27,7 @@ struct WeightView {
   format::EncodingSpec spec;   // encoding, int4 group size and symmetry
   bool int8_activations = false;  // W8A8 / W4A8: activations quantised per token
   bool overridden = false;        // replaced through kiln_calib_override_weight
+  uint8_t layout = 0;             // formats/encoding.h LayoutId
   int64_t rows = 0;
   int64_t cols = 0;
   const flatbuffers::Vector<int64_t>* shape = nullptr;
@@ -39,7 +40,7 @@ struct WeightView {
     w.encoding = spec.id;
     w.symmetric = spec.symmetric ? 1 : 0;
     w.int8_activations = int8_activations ? 1 : 0;
-    w.layout = 0;
+    w.layout = layout;
     w.group = spec.group;
     return w;
   }

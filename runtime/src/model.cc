@@ -252,6 +252,7 @@ void RestoreWeight(kiln_model_t* m, uint32_t tensor) {
   w.spec.group = t->group_size();
   w.spec.symmetric = t->symmetric();
   w.int8_activations = t->activation() == fb::ActivationMode::Int8PerToken;
+  w.layout = static_cast<uint8_t>(t->layout());
   w.overridden = false;
 }
 
@@ -273,10 +274,26 @@ kiln_status_t kiln_calib_override_weight(kiln_model_t* m, uint32_t tensor, const
   if (spec.id >= format::kNumEncodings ||
       format::StorageBytes(spec, static_cast<uint64_t>(w.rows), static_cast<uint64_t>(w.cols)) == 0)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "encoding cannot hold tensor %u", tensor);
+  // An op reading the replaced weight runs the reference kernel, which reads row-major
+  // weights only: its other weights must not be packed.
+  for (const fb::Stage* s : *m->fb->stages())
+    for (const fb::Op* op : *s->ops()) {
+      bool reads = false;
+      for (uint32_t t : *op->weights()) reads |= t == tensor;
+      if (!reads) continue;
+      for (uint32_t t : *op->weights())
+        if (t != tensor && m->weights[t].layout != format::kLayoutRowMajor && !m->weights[t].overridden)
+          return Fail(error, KILN_ERROR_INVALID_ARGUMENT,
+                      "tensor %u shares op '%s' with weight '%s', stored packed (%s); calibrate an artifact with "
+                      "row-major weights",
+                      tensor, op->name() ? op->name()->c_str() : "?", m->fb->tensors()->Get(t)->name() ? m->fb->tensors()->Get(t)->name()->c_str() : "?",
+                      format::LayoutName(m->weights[t].layout));
+    }
   w.data = data;
   w.spec = spec;
   w.encoding = static_cast<fb::Encoding>(spec.id);
   w.int8_activations = encoding->int8_activations != 0;
+  w.layout = format::kLayoutRowMajor;  // calibration's bytes are row major
   w.overridden = true;
   RebindGenerated(m);
   return KILN_OK;

@@ -261,11 +261,16 @@ kiln_status_t Verifier::Tensors() {
     if (t->activation() == fb::ActivationMode::Int8PerToken && spec.id != format::kEncINT8 &&
         spec.id != format::kEncINT4)
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int8 activations need int8 or int4 weights", name);
-    if (t->layout() != fb::Layout::RowMajor)
-      return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': unknown layout", name);
+    if (t->layout() > fb::Layout::MAX)
+      return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': layout %u is not supported by this runtime", name,
+                 static_cast<unsigned>(t->layout()));
     if (elems > (uint64_t{1} << 40))
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu elements is more than this runtime accepts", name,
                  static_cast<unsigned long long>(elems));
+    if (!format::LayoutFits(static_cast<uint8_t>(t->layout()), spec, rows, elems / rows))
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': layout %s cannot hold a [%llu, %llu] %s weight", name,
+                 format::LayoutName(static_cast<uint8_t>(t->layout())), static_cast<unsigned long long>(rows),
+                 static_cast<unsigned long long>(elems / rows), fb::EnumNameEncoding(t->encoding()));
     uint64_t bytes = format::StorageBytes(spec, rows, elems / rows);
     if (bytes == 0 || bytes != t->size())
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu bytes do not match its shape and encoding %s", name,
@@ -601,10 +606,17 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
     uint32_t w = op->weights()->Get(i);
     if (w >= model_->tensors()->size())
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': weight %u out of range", OpName(op), w);
-    fb::Encoding e = model_->tensors()->Get(w)->encoding();
+    const fb::Tensor* t = model_->tensors()->Get(w);
+    fb::Encoding e = t->encoding();
     if ((kernel->encodings & (1u << static_cast<unsigned>(e))) == 0)
       return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s cannot read %s weights", OpName(op),
                  kernel->name, fb::EnumNameEncoding(e));
+    if (!format::KernelReadsLayout(static_cast<uint8_t>(t->layout()), kernel->generated, kernel->encodings,
+                                   static_cast<uint16_t>(op->kind()), static_cast<uint32_t>(i),
+                                   t->activation() == fb::ActivationMode::Int8PerToken))
+      return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s cannot read weight '%s' in layout %s",
+                 OpName(op), kernel->name, t->name() ? t->name()->c_str() : "<unnamed>",
+                 format::LayoutName(static_cast<uint8_t>(t->layout())));
   }
   uint32_t out = op->output();
   if (out >= num_values_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': output out of range", OpName(op));

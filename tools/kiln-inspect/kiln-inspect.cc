@@ -55,6 +55,12 @@ const char* KernelIsa(uint32_t id) {
   return k != nullptr ? k->isa : "unknown";
 }
 
+// How a tensor's bytes are arranged: row_major, int4_p4k32 (formats/encoding.h).
+const char* LayoutOf(const fb::Tensor* t) {
+  const char* name = kiln::format::LayoutName(static_cast<uint8_t>(t->layout()));
+  return name ? name : "unknown";
+}
+
 // The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
 std::string Label(const fb::Tensor* t) {
   const char* name = kiln::format::EncodingName(static_cast<uint8_t>(t->encoding()));
@@ -178,19 +184,21 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                     KernelIsa(op->kernel()), S(op->name()), op->symbol() ? "  -> " : "", S(op->symbol()));
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
-  std::printf("  %-64s %-16s %-14s %14s %12s %12s\n", "tensor", "stage", "encoding", "shape", "source", "stored");
+  std::printf("  %-64s %-16s %-14s %-10s %14s %12s %12s\n", "tensor", "stage", "encoding", "layout", "shape", "source",
+              "stored");
   uint64_t src_total = 0, total = 0;
   for (uint32_t i = 0; m->precision() && i < m->precision()->size(); ++i) {
     const fb::PrecisionEntry* e = m->precision()->Get(i);
     const fb::Tensor* tn = m->tensors()->Get(e->tensor());
-    std::printf("  %-64s %-16s %-14s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
-                fb::EnumNameStageKind(e->stage()), Label(tn).c_str(), Shape(tn->shape()).c_str(),
+    std::printf("  %-64s %-16s %-14s %-10s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
+                fb::EnumNameStageKind(e->stage()), Label(tn).c_str(), LayoutOf(tn), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(),
                 std::isnan(e->sensitivity()) ? "" : ("  sensitivity " + Num(e->sensitivity())).c_str());
     src_total += e->source_bytes();
     total += e->bytes();
   }
-  std::printf("  %-64s %-16s %-14s %14s %12" PRIu64 " %12" PRIu64 "  (%.2f bits per weight)\n", "total", "", "", "",
+  std::printf("  %-64s %-16s %-14s %-10s %14s %12" PRIu64 " %12" PRIu64 "  (%.2f bits per weight)\n", "total", "", "",
+              "", "",
               src_total, total, 8.0 * static_cast<double>(total) / static_cast<double>(ParamCount(m)));
 }
 
@@ -260,11 +268,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   for (uint32_t i = 0; m->precision() && i < m->precision()->size(); ++i) {
     const fb::PrecisionEntry* e = m->precision()->Get(i);
     const fb::Tensor* tn = m->tensors()->Get(e->tensor());
-    std::printf("    {\"tensor\": %s, \"stage\": %s, \"encoding\": %s, \"group_size\": %u, \"shape\": %s, "
-                "\"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64
+    std::printf("    {\"tensor\": %s, \"stage\": %s, \"encoding\": %s, \"group_size\": %u, \"layout\": %s, "
+                "\"shape\": %s, \"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64
                 ", \"sensitivity\": %s}%s\n",
                 J(S(tn->name())).c_str(), J(fb::EnumNameStageKind(e->stage())).c_str(),
-                J(Label(tn).c_str()).c_str(), tn->group_size(), Shape(tn->shape()).c_str(),
+                J(Label(tn).c_str()).c_str(), tn->group_size(), J(LayoutOf(tn)).c_str(), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(), tn->offset(), Num(e->sensitivity()).c_str(),
                 i + 1 < m->precision()->size() ? "," : "");
   }

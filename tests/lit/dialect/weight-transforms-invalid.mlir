@@ -138,7 +138,18 @@ kiln.weight @w : tensor<4x8xf32> from #kiln.encoding<f32> as #kiln.encoding<f32>
 
 // -----
 
-// Only row_major exists today.
-// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major}}
+// An unknown layout.
+// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major, int4_p4k32}}
 // expected-error @+1 {{failed to parse Kiln_LayoutAttr parameter 'value'}}
 kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32"> as #kiln.encoding<f32> layout #kiln.layout<tiled>
+
+// -----
+
+// int4_p4k32 holds symmetric int4 only.
+// expected-error @+1 {{'kiln.weight' op weight 'w': layout int4_p4k32 needs symmetric int4 with a group and an input dimension that are multiples of 32, got #kiln.encoding<int8>}}
+kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int8> layout #kiln.layout<int4_p4k32>
+
+// -----
+
+// expected-error @+1 {{layout int4_p4k32 needs symmetric int4}}
+kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym> layout #kiln.layout<int4_p4k32>

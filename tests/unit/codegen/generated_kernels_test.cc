@@ -127,10 +127,11 @@ TEST_F(GeneratedKernels, RopeMatchesReference) {
 // bias), bound to the generated matmul.
 std::string LinearModel(int64_t n, int64_t k, const std::string& encoding, bool bias,
                         const std::string& kernel = "linear_bias_f32_f32_wfloat_4x4_gen",
-                        const std::string& biasEncoding = "f32") {
+                        const std::string& biasEncoding = "f32", const std::string& layout = "") {
   std::string ns = std::to_string(n), ks = std::to_string(k);
   std::string m = "kiln.weight @w : tensor<" + ns + "x" + ks + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, "
-                  "size = " + std::to_string(4 * n * k) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n";
+                  "size = " + std::to_string(4 * n * k) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">" +
+                  (layout.empty() ? "" : " layout #kiln.layout<" + layout + ">") + "\n";
   if (bias)
     m += "kiln.weight @b : tensor<" + ns + "xf32> from #kiln.source<\"m.safetensors\", offset = 0, size = " +
          std::to_string(4 * n) + ", dtype = \"F32\"> as #kiln.encoding<" + biasEncoding + ">\n";
@@ -273,6 +274,7 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
     int64_t group;
     bool symmetric;
     int64_t m, n, k;
+    bool packed = false;  // int4_p4k32 (formats/encoding.h)
   };
   const Case cases[] = {
       // int8: K below, at and above every step (8, 16, 32), tails of M and N.
@@ -285,6 +287,14 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
       {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256},
       {"int4, group = 64, asym", format::kEncINT4, 64, false, 17, 7, 128},
       {"int4, group = 128", format::kEncINT4, 128, true, 2, 33, 256},
+      // int4 packed in panels of 4 rows: a last panel of 1, 2 and 3 rows, panels that
+      // the thread split cuts, groups of 32, 64 and 128.
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 1, 32, true},
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 6, 64, true},
+      {"int4, group = 32", format::kEncINT4, 32, true, 3, 7, 96, true},
+      {"int4, group = 32", format::kEncINT4, 32, true, 5, 16, 128, true},
+      {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256, true},
+      {"int4, group = 128", format::kEncINT4, 128, true, 17, 37, 256, true},
   };
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -294,11 +304,12 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
   for (const Target& target : targets) {
     for (const Case& cs : cases) {
       for (bool bias : {false, true}) {
-        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", " +
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding +
+                     (cs.packed ? " packed" : "") + ", " +
                      std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
                      (bias ? " + bias" : ""));
-        const std::string model =
-            LinearModel(cs.n, cs.k, std::string(cs.encoding) + ", act = int8_per_token", bias, kernel);
+        const std::string model = LinearModel(cs.n, cs.k, std::string(cs.encoding) + ", act = int8_per_token", bias,
+                                              kernel, "f32", cs.packed ? "int4_p4k32" : "");
         mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
         ASSERT_TRUE(probe);
         mlir::Operation* linear = nullptr;
@@ -344,6 +355,17 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
         p.ldy = ldy;
         kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(&p, 0, cs.n, nullptr);
         p.y = got.data();
+        std::vector<uint8_t> packedBytes(wbytes.size());
+        if (cs.packed) {
+          const format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), true};
+          ASSERT_TRUE(format::LayoutFits(format::kLayoutInt4P4K32, spec, cs.n, cs.k));
+          format::PackInt4P4K32(spec, wbytes.data(), cs.n, cs.k, packedBytes.data());
+          std::vector<uint8_t> back(wbytes.size());
+          format::UnpackInt4P4K32(spec, packedBytes.data(), cs.n, cs.k, back.data());
+          ASSERT_EQ(back, wbytes) << "int4_p4k32 does not round-trip";
+          p.w.data = packedBytes.data();
+          p.w.layout = format::kLayoutInt4P4K32;
+        }
         const int64_t split = cs.n / 3;  // two ranges, as threads split them
         fn(&p, 0, split, nullptr);
         fn(&p, split, cs.n, nullptr);

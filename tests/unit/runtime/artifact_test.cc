@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
 #include "kiln/kiln.h"
 #include "kiln/kiln_calibration.h"
@@ -102,6 +103,30 @@ std::string ArtifactFile(const std::string& param) {
 #endif
 }
 
+// Rewrites an artifact's header through the object API, keeps the weights, and fixes
+// up every absolute offset if the header changed size.
+std::vector<uint8_t> RewriteArtifact(const std::vector<uint8_t>& bytes, const std::function<void(fb::ModelT&)>& edit) {
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes.data());
+  std::unique_ptr<fb::ModelT> obj(m->UnPack());
+  edit(*obj);
+  uint64_t old_start = obj->segments.empty() ? bytes.size() : obj->segments[0].offset();
+  flatbuffers::FlatBufferBuilder b;
+  b.ForceDefaults(true);
+  b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
+  uint64_t new_start = (b.GetSize() + 63) / 64 * 64;
+  int64_t delta = static_cast<int64_t>(new_start) - static_cast<int64_t>(old_start);
+  if (delta != 0) {
+    for (auto& s : obj->segments) s = fb::Segment(s.offset() + delta, s.size());
+    for (auto& t : obj->tensors) t->offset += delta;
+    b.Clear();
+    b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
+  }
+  std::vector<uint8_t> out(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  out.resize(new_start, 0);
+  if (old_start < bytes.size()) out.insert(out.end(), bytes.begin() + old_start, bytes.end());
+  return out;
+}
+
 class ArtifactTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -112,29 +137,7 @@ class ArtifactTest : public ::testing::TestWithParam<std::string> {
     vectors_ = dir_ + "/" + Preset(GetParam());
   }
 
-  // Rewrites the header through the object API, keeps the weights, and fixes up
-  // every absolute offset if the header changed size.
-  std::vector<uint8_t> Rewrite(const std::function<void(fb::ModelT&)>& edit) {
-    const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
-    std::unique_ptr<fb::ModelT> obj(m->UnPack());
-    edit(*obj);
-    uint64_t old_start = obj->segments.empty() ? bytes_.size() : obj->segments[0].offset();
-    flatbuffers::FlatBufferBuilder b;
-    b.ForceDefaults(true);
-    b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
-    uint64_t new_start = (b.GetSize() + 63) / 64 * 64;
-    int64_t delta = static_cast<int64_t>(new_start) - static_cast<int64_t>(old_start);
-    if (delta != 0) {
-      for (auto& s : obj->segments) s = fb::Segment(s.offset() + delta, s.size());
-      for (auto& t : obj->tensors) t->offset += delta;
-      b.Clear();
-      b.FinishSizePrefixed(fb::Model::Pack(b, obj.get()), fb::ModelIdentifier());
-    }
-    std::vector<uint8_t> out(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
-    out.resize(new_start, 0);
-    if (old_start < bytes_.size()) out.insert(out.end(), bytes_.begin() + old_start, bytes_.end());
-    return out;
-  }
+  std::vector<uint8_t> Rewrite(const std::function<void(fb::ModelT&)>& edit) { return RewriteArtifact(bytes_, edit); }
 
   kiln_status_t Load(const std::vector<uint8_t>& bytes, kiln_error_t* err, bool run = false) {
     Buffer b;
@@ -861,6 +864,88 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   const std::vector<float> plain = logits(gen, false, false), restored = logits(gen, true, true);
   EXPECT_EQ(worst(plain, restored), 0.0);
   EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
+}
+
+// Packed weight layouts (formats/encoding.h int4_p4k32): the generated W4A8 artifacts
+// store their int4 weights packed, and the verifier refuses a packed weight that the
+// bound kernel does not read or whose encoding and shape the layout cannot hold.
+TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+#if defined(__aarch64__)
+  const std::string path = dir + "/tiny-llama.a8.gen-aarch64.kiln";
+#else
+  const std::string path = dir + "/tiny-llama.a8.gen-x86_64.kiln";
+#endif
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(ReadFile(path, &bytes)) << path;
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes.data());
+  // The first op reading a packed weight, and that weight.
+  int64_t stage = -1, op = -1, slot = -1;
+  for (uint32_t si = 0; si < m->stages()->size() && stage < 0; ++si)
+    for (uint32_t oi = 0; oi < m->stages()->Get(si)->ops()->size() && stage < 0; ++oi) {
+      const fb::Op* o = m->stages()->Get(si)->ops()->Get(oi);
+      for (uint32_t wi = 0; wi < o->weights()->size(); ++wi)
+        if (m->tensors()->Get(o->weights()->Get(wi))->layout() == fb::Layout::Int4P4K32) {
+          stage = si, op = oi, slot = wi;
+          break;
+        }
+    }
+  ASSERT_GE(stage, 0) << "no packed weight in " << path;
+  const uint32_t tensor = m->stages()->Get(stage)->ops()->Get(op)->weights()->Get(slot);
+  uint32_t f32Tensor = 0;
+  for (uint32_t t = 0; t < m->tensors()->size(); ++t)
+    if (m->tensors()->Get(t)->encoding() == fb::Encoding::F32) f32Tensor = t;
+  uint32_t portable = 0;  // the reference kernel of the op's kind
+  size_t count;
+  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (kernels[i].op_kind == static_cast<uint16_t>(m->stages()->Get(stage)->ops()->Get(op)->kind()) &&
+        std::string(kernels[i].isa) == "portable")
+      portable = kernels[i].id;
+  struct Case {
+    const char* name;
+    kiln_status_t expected;
+    const char* message;
+    std::function<void(fb::ModelT&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"bound to the reference kernel", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p4k32",
+       [&](fb::ModelT& mt) { mt.stages[stage]->ops[op]->kernel = portable; }},
+      {"packed f32 weight", KILN_ERROR_ARTIFACT_SHAPE, "layout int4_p4k32 cannot hold",
+       [&](fb::ModelT& mt) { mt.tensors[f32Tensor]->layout = fb::Layout::Int4P4K32; }},
+      {"packed with zero points", KILN_ERROR_ARTIFACT_SHAPE, "",
+       [&](fb::ModelT& mt) { mt.tensors[tensor]->symmetric = false; }},
+      {"unknown layout", KILN_ERROR_UNSUPPORTED, "layout 9",
+       [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = static_cast<fb::Layout>(9); }},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, c.edit);
+    Buffer b;
+    b.Assign(bad.data(), bad.size());
+    kiln_error_t err;
+    err.message[0] = '\0';
+    EXPECT_EQ(LoadAndRun(b, &err, false), c.expected) << c.name << ": " << err.message;
+    EXPECT_NE(std::strstr(err.message, c.message), nullptr) << c.name << ": " << err.message;
+  }
+  // Calibration may not replace a weight of an op that also reads a packed one: the
+  // reference kernel the op would then run reads row-major weights only.
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, &err);
+  if (st == KILN_ERROR_UNSUPPORTED) GTEST_SKIP() << err.message;
+  ASSERT_EQ(st, KILN_OK) << err.message;
+  const fb::Op* o = m->stages()->Get(stage)->ops()->Get(op);
+  if (o->weights()->size() > 1) {
+    const uint32_t other = o->weights()->Get(slot == 0 ? 1 : 0);
+    const fb::Tensor* t = m->tensors()->Get(other);
+    std::vector<uint8_t> q(t->size(), 0);
+    kiln_calib_encoding_t enc = {static_cast<uint8_t>(t->encoding()), t->group_size(),
+                                 static_cast<uint8_t>(t->symmetric()), 1};
+    EXPECT_EQ(kiln_calib_override_weight(model, other, q.data(), &enc, &err), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::strstr(err.message, "packed"), nullptr) << err.message;
+  }
+  kiln_model_release(model);
 }
 
 TEST(ModelLoad, MissingFileAndBadArguments) {

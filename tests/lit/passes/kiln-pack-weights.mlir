@@ -1,0 +1,38 @@
+// RUN: kiln-opt %s --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c" --kiln-pack-weights | FileCheck %s
+// RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod" --kiln-pack-weights | FileCheck %s
+// RUN: kiln-opt %s --kiln-select-kernels=target=portable --kiln-pack-weights | FileCheck %s --check-prefix=PORTABLE
+
+// kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
+// are stored packed (int4_p4k32); a weight another kernel also reads (the
+// embedding table tied to the LM head), one with zero points, and every weight of
+// a portable artifact stay row major. (int4 groups are 32, 64 or 128, so the input
+// dimension is always a multiple of 32.)
+// CHECK-LABEL: kiln.weight @gate
+// CHECK-SAME: layout <int4_p4k32>
+// CHECK-LABEL: kiln.weight @up
+// CHECK-SAME: layout <int4_p4k32>
+// CHECK-LABEL: kiln.weight @asym
+// CHECK-NOT: layout
+// CHECK-LABEL: kiln.weight @tied
+// CHECK-NOT: layout
+// CHECK-LABEL: func.func
+// PORTABLE-NOT: layout <int4_p4k32>
+
+kiln.weight @gate : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
+kiln.weight @up : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 64, act = int8_per_token>
+kiln.weight @down : tensor<64x12xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int8, act = int8_per_token>
+kiln.weight @asym : tensor<64x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16384, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym, act = int8_per_token>
+kiln.weight @tied : tensor<100x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 25600, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
+func.func @stage(%ids: tensor<?xi32>) -> tensor<?x100xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
+  %t = kiln.weight_ref @tied : tensor<100x64xf32>
+  %x = kiln.embedding %t, %ids : tensor<100x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %g = kiln.weight_ref @gate : tensor<12x64xf32>
+  %u = kiln.weight_ref @up : tensor<12x64xf32>
+  %d = kiln.weight_ref @down : tensor<64x12xf32>
+  %m = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>} : tensor<?x64xf32>, tensor<12x64xf32>, tensor<12x64xf32>, tensor<64x12xf32> -> tensor<?x64xf32>
+  %a = kiln.weight_ref @asym : tensor<64x64xf32>
+  %y = kiln.linear %m, %a : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %s = kiln.slice_rows %y {start = 0 : i64} : tensor<?x64xf32> -> tensor<?x64xf32>
+  %l = kiln.lm_head %s, %t : tensor<?x64xf32>, tensor<100x64xf32> -> tensor<?x100xf32>
+  return %l : tensor<?x100xf32>
+}
