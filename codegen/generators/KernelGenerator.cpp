@@ -2,6 +2,7 @@
 #include "codegen/generators/KernelGenerator.h"
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -460,6 +461,9 @@ llvm::SmallVector<Value> reduceOverK(FnBuilder& f, Value kMain, Value kTail, Val
 // end, K's tail by one masked load; M and N tails by 1 x 4 and 1 x 1 tiles. Weights
 // are widened in registers (f16: hardware conversion; bf16: a 16-bit shift). The
 // multiply-adds may fuse (contract); sums are reassociated within a tile.
+std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t encoding, int64_t lanes, Value params,
+                                                      size_t tAt);
+
 void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, bool f16Bias,
                       bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
@@ -469,7 +473,8 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
-  const mlir::Type welem = encoding == format::kEncF32 ? f.f32 : b.getI16Type();
+  const mlir::Type welem = encoding == format::kEncF32 ? f.f32 : format::IsQuantized(encoding) ? b.getI8Type()
+                                                                                              : b.getI16Type();
   auto vw = mlir::VectorType::get({lanes}, welem);
   auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
 
@@ -502,7 +507,14 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
     return b.create<mlir::arith::BitcastOp>(loc, vf32,
                                             b.create<mlir::arith::ShLIOp>(loc, wide, f.splatInt(vi32, 16)));
   };
+  // int8, fp8 and int4 weights (W8A16, W4A16): decoded to f32 lanes, scales applied.
+  const bool quantised = format::IsQuantized(encoding);
+  std::function<Value(Value, Value, Value)> decodeW;
+  if (quantised)
+    decodeW = weightLanes(f, encoding, lanes, params, offsetof(kiln_uk_matmul_params_t, w));
   auto loadW = [&](Value row, Value k, Value mask) -> Value {
+    if (quantised)
+      return decodeW(row, k, mask);
     Value at = f.gep(w, welem, f.addi(f.muli(row, K), k));
     if (!mask)
       return widen(b.create<mlir::LLVM::LoadOp>(loc, vw, at, 2));
@@ -882,30 +894,23 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
 // is given. fp8 through the exponent bits (exact, NaN/inf codes kept), int8 and
 // fp8 times the row's scale, int4 (c - z) * s per group (the group a multiple of
 // the lanes, checked at compile time).
-void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
-  mlir::OpBuilder b(fn.getBody());
-  b.setInsertionPointToStart(&fn.getBody().front());
-  FnBuilder f(b, loc);
+// `lanes` consecutive elements of a stored [rows, cols] weight (formats/encoding.h,
+// row major) from element (row, i), decoded to f32 lanes with their scales applied:
+// float encodings widened; int8 and fp8 codes times the row's scale; int4 (c - z)
+// times the group's scale (`lanes` must divide the group; the mask is not applied to
+// int4, whose rows are whole groups). The weight is the kiln_uk_weight_t at byte
+// `at` of the parameter struct `params`.
+std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t encoding, int64_t lanes, Value params,
+                                                      size_t tAt) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
   auto vi32 = mlir::VectorType::get({lanes}, f.i32);
   auto i8 = b.getI8Type();
-  Value params = fn.getArgument(0);
   auto field = [&](size_t offset, mlir::Type t) { return f.field(params, offset, t); };
-  Value ids = field(offsetof(kiln_uk_gather_params_t, ids), f.ptr);
-  Value placeholder = field(offsetof(kiln_uk_gather_params_t, placeholder), f.i64);
-  Value x = field(offsetof(kiln_uk_gather_params_t, x), f.ptr);
-  Value y = field(offsetof(kiln_uk_gather_params_t, y), f.ptr);
-  Value ldy = field(offsetof(kiln_uk_gather_params_t, ldy), f.i64);
-  Value cols = field(offsetof(kiln_uk_gather_params_t, cols), f.i64);
-  const size_t tAt = offsetof(kiln_uk_gather_params_t, table);
   Value data = field(tAt + offsetof(kiln_uk_weight_t, data), f.ptr);
   Value rows = field(tAt + offsetof(kiln_uk_weight_t, rows), f.i64);
   Value tcols = field(tAt + offsetof(kiln_uk_weight_t, cols), f.i64);
-  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
-  Value hasIds = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, ids, nullPtr);
-  Value hasX = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, x, nullPtr);
-  Value one = f.cI64(1);
   Value codesBytes = f.muli(rows, tcols);  // int8 / fp8: the codes, then f32 row scales
   Value groups, int4Scales, int4Zeros, symmetric, group;
   if (encoding == format::kEncINT4) {
@@ -918,8 +923,8 @@ void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding,
                                               b.create<mlir::arith::ConstantIntOp>(loc, 0, 8));
   }
 
-  // `lanes` decoded elements of table row `row` from column `i`.
-  auto decode = [&](Value row, Value i, Value mask) -> Value {
+  return [=, &f](Value row, Value i, Value mask) -> Value {
+    mlir::OpBuilder& b = f.b;
     switch (encoding) {
     case format::kEncF32:
     case format::kEncF16:
@@ -995,6 +1000,29 @@ void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding,
     }
     }
   };
+
+}
+
+void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  Value params = fn.getArgument(0);
+  auto field = [&](size_t offset, mlir::Type t) { return f.field(params, offset, t); };
+  Value ids = field(offsetof(kiln_uk_gather_params_t, ids), f.ptr);
+  Value placeholder = field(offsetof(kiln_uk_gather_params_t, placeholder), f.i64);
+  Value x = field(offsetof(kiln_uk_gather_params_t, x), f.ptr);
+  Value y = field(offsetof(kiln_uk_gather_params_t, y), f.ptr);
+  Value ldy = field(offsetof(kiln_uk_gather_params_t, ldy), f.i64);
+  Value cols = field(offsetof(kiln_uk_gather_params_t, cols), f.i64);
+  const size_t tAt = offsetof(kiln_uk_gather_params_t, table);
+  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
+  Value hasIds = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, ids, nullPtr);
+  Value hasX = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, x, nullPtr);
+  Value one = f.cI64(1);
+  auto decode = weightLanes(f, encoding, lanes, params, tAt);
 
   f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value r) {
     Value yRow = f.muli(r, ldy);
@@ -1395,7 +1423,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
     uint8_t layout = format::kLayoutRowMajor;
   };
   llvm::SmallVector<Variant> variants;
-  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncFP8_E4M3, format::kEncFP8_E5M2,
+                    format::kEncINT8, format::kEncINT4})
     if (floatEncodings & format::EncodingBit(e))
       variants.push_back({e, false});
   for (uint8_t e : {format::kEncINT8, format::kEncINT4})
@@ -1414,7 +1443,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
     return;
   }
   auto variantName = [&](const Variant& v) {
-    return (name + "_w" + encodingTag(v.encoding) + (v.layout ? "_" + std::string(format::LayoutName(v.layout)) : ""))
+    return (name + "_w" + encodingTag(v.encoding) + (v.a8 ? "_a8" : "") +
+            (v.layout ? "_" + std::string(format::LayoutName(v.layout)) : ""))
         .str();
   };
   for (const Variant& v : variants)
@@ -1498,17 +1528,19 @@ bool matmulReads(const MatmulWeight& w, const Target& target, std::string* why) 
     *why = std::string("no generated matmul for a bias in ") + name + " on " + target.triple;
     return false;
   }
-  if (w.spec.id == format::kEncINT8 || w.spec.id == format::kEncINT4) {
-    if (!w.a8) {
-      *why = std::string("no generated matmul for ") + name + " weights with float activations on " + target.triple;
+  if (format::IsQuantized(w.spec.id)) {
+    // int8 and fp8 with float activations: codes widened in registers. int4: the
+    // group's scale (f16) per vector, so the group must be whole vectors.
+    if (w.spec.id == format::kEncINT4 && !hasF16Conversion(target)) {
+      *why = "no generated int4 matmul on " + target.triple + " without f16 conversion (F16C)";
       return false;
     }
-    if (w.spec.id == format::kEncINT4) {
+    if (w.spec.id == format::kEncINT4 && !w.a8 && (w.spec.group == 0 || w.spec.group % vectorLanes(target) != 0)) {
+      *why = "no generated int4 matmul for group " + std::to_string(w.spec.group) + " on " + target.triple;
+      return false;
+    }
+    if (w.spec.id == format::kEncINT4 && w.a8) {
       const int64_t chunk = intDot(target).chunk;
-      if (!hasF16Conversion(target)) {
-        *why = "no generated int4 matmul on " + target.triple + " without f16 conversion (F16C)";
-        return false;
-      }
       if (w.spec.group == 0 || w.spec.group % chunk != 0) {
         *why = "no generated int4 matmul for group " + std::to_string(w.spec.group) + " on " + target.triple +
                " (the group must be a multiple of " + std::to_string(chunk) + ")";
@@ -1684,10 +1716,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         else
           (w.a8 ? ints : floats) |= format::EncodingBit(w.spec.id);
       }
+      // The weight encodings the function reads; with int8 activations beside, an int8
+      // or int4 weight multiplied with float activations is marked a16 (W8A16, W4A16).
       std::string tag;
-      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncINT8, format::kEncINT4})
-        if ((floats | ints) & format::EncodingBit(e))
-          tag += std::string(tag.empty() ? "" : "_") + encodingTag(e);
+      auto add = [&](const std::string& t) { tag += (tag.empty() ? "" : "_") + t; };
+      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncFP8_E4M3,
+                        format::kEncFP8_E5M2, format::kEncINT8, format::kEncINT4}) {
+        if (floats & format::EncodingBit(e))
+          add(std::string(encodingTag(e)) + (ints && format::IsQuantized(e) ? "a16" : ""));
+        if (ints & format::EncodingBit(e))
+          add(encodingTag(e));
+      }
       if (packed)
         tag += std::string(tag.empty() ? "" : "_") + format::LayoutName(format::kLayoutInt4P4K32);
       symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packed ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;

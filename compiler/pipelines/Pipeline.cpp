@@ -139,7 +139,8 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
   select.cpuFeatures = options.cpuFeatures;
   select.allowPortableOps = options.allowPortableOps;
   pm.addPass(createKilnSelectKernels(select));
-  pm.addPass(createKilnPackWeights());
+  if (options.packWeights)
+    pm.addPass(createKilnPackWeights());
   KilnPlanMemoryOptions plan;
   plan.maxPrefillTokens = options.maxPrefillTokens;
   pm.addPass(createKilnPlanMemory(plan));

@@ -31,6 +31,16 @@ A8 = {
                      {"x86_64": "+avx2,+fma,+f16c", "aarch64": ""}),
 }
 
+# Quantised weights with float activations (W8A16, W4A16, fp8): `<preset>.a16.kiln`
+# (portable) and `<preset>.a16.gen-<arch>.kiln`, compared the same way.
+A16 = {
+    "tiny-llama": (["lm_head.weight=int8", ".*self_attn.(q|k)_proj.*=fp8_e4m3", ".*self_attn.(v|o)_proj.*=fp8_e5m2",
+                    ".*mlp.*=int4_g32"],
+                   {"x86_64": "+avx2,+fma,+f16c", "aarch64": ""}),
+    "tiny-mixtral": ([".*experts.*=int4_g32_asym", ".*self_attn.*=int8"],
+                     {"x86_64": "+avx2,+fma,+f16c", "aarch64": "+dotprod"}),
+}
+
 
 def run(cmd):
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
@@ -60,15 +70,17 @@ def main():
         for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
             run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.gen-{arch}.kiln"),
                  f"--target={triple}"])
-        if preset in A8:
-            rules, features = A8[preset]
+        for suffix, table in (("a8", A8), ("a16", A16)):
+            if preset not in table:
+                continue
+            rules, features = table[preset]
             precision = [f"--precision={r}" for r in rules]
-            run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".a8.kiln"), "--target=portable"]
+            run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.kiln"), "--target=portable"]
                 + precision)
             for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
                 flags = features[arch]
                 flags = [flags] if flags.startswith("--") else [f"--cpu-features={flags}"]
-                run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.a8.gen-{arch}.kiln"),
+                run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.gen-{arch}.kiln"),
                      f"--target={triple}"] + flags + precision)
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]

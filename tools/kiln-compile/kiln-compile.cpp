@@ -79,6 +79,11 @@ static cl::opt<std::string> allowPortableOps(
     cl::desc("Ops (a regex matching the whole op name, e.g. 'model.layers.*mlp') that may run a portable "
              "reference kernel on a CPU target where no generated or hand-written kernel reads them"),
     cl::init(""), cl::cat(kilnCategory));
+static cl::opt<bool> noPackWeights(
+    "no-pack-weights",
+    cl::desc("Store every weight row major, also those the bound kernels read packed (larger inner loops; for "
+             "comparisons)"),
+    cl::init(false), cl::cat(kilnCategory));
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
     cl::init(512), cl::cat(kilnCategory));
@@ -268,6 +273,7 @@ int main(int argc, char** argv) {
   options.target = target;
   options.cpuFeatures = cpuFeatures;
   options.allowPortableOps = allowPortableOps;
+  options.packWeights = !noPackWeights;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
   options.memoryBudget = memoryBudget;

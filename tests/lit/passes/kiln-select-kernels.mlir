@@ -3,10 +3,9 @@
 // An AVX-512 target binds ops that have AVX-512 micro-kernels to them (the most
 // specialised kernel that runs them: here the norm and the linear).
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni" | FileCheck %s --check-prefix=AVX512
-// Without VNNI the AVX-512 kernels do not qualify: the norm and the activation get
-// generated kernels; int4 weights with float activations have none (portable, as
-// allow-portable-ops lets the linear run the reference kernel).
-// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl allow-portable-ops=kiln.linear" | FileCheck %s --check-prefix=GEN
+// Without VNNI the AVX-512 kernels do not qualify: the norm, the linear (int4
+// weights with float activations, W4A16) and the activation get generated kernels.
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl" | FileCheck %s --check-prefix=GEN
 
 kiln.weight @w : tensor<32x32xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "BF16"> as #kiln.encoding<int4, group = 32>
 kiln.weight @n : tensor<32xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 128, dtype = "F32"> as #kiln.encoding<f32>
@@ -19,7 +18,7 @@ func.func @stage(%x: tensor<?x32xf32>) -> tensor<?x32xf32> attributes {kiln.stag
   // CHECK: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_1x16_ref_portable"}
   // AVX512: kiln.rms_norm {{.*}} kiln.kernel = "rmsnorm_f32_f32_wfloat_x86_avx512"
   // GEN: kiln.rms_norm {{.*}} kiln.kernel = "rmsnorm_f32_f32_wfloat_gen"
-  // GEN: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_1x16_ref_portable"}
+  // GEN: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_qai8dx_wq_4x4_gen"}
   // GEN: kiln.activation {{.*}} {kiln.kernel = "act_f32_f32_gen", kind = #kiln.activation<silu>}
   // AVX512: kiln.linear {{.*}} {kiln.kernel = "linear_bias_f32_f32_wany_4x4_x86_avx512"}
   %y = kiln.linear %h, %w : tensor<?x32xf32>, tensor<32x32xbf16> -> tensor<?x32xf32>

@@ -395,6 +395,121 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
   EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 6);
 }
 
+// Quantised weights with float activations (W8A16, W4A16, fp8): the generated
+// matmul decodes the codes in registers, scales applied per vector; the reference
+// dequantises a row and sums the same products in another order.
+TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
+  struct Case {
+    const char* encoding;  // as the IR spells it
+    uint8_t id;
+    int64_t group;
+    bool symmetric;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {
+      {"int8", format::kEncINT8, 0, true, 1, 1, 1},       {"int8", format::kEncINT8, 0, true, 3, 37, 7},
+      {"int8", format::kEncINT8, 0, true, 9, 13, 100},    {"fp8_e4m3", format::kEncFP8_E4M3, 0, true, 1, 5, 33},
+      {"fp8_e4m3", format::kEncFP8_E4M3, 0, true, 6, 9, 64}, {"fp8_e5m2", format::kEncFP8_E5M2, 0, true, 5, 7, 19},
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 5, 64},
+      {"int4, group = 32, asym", format::kEncINT4, 32, false, 7, 6, 96},
+      {"int4, group = 128", format::kEncINT4, 128, true, 5, 9, 256},
+  };
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const char* kernel = "linear_bias_f32_qai8dx_wq_4x4_gen";
+  int compared = 0;
+  const std::vector<Target> targets = RunnableTargets();
+  for (const Target& target : targets) {
+    for (const Case& cs : cases) {
+      for (bool bias : {false, true}) {
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", " +
+                     std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
+                     (bias ? " + bias" : ""));
+        const std::string model = LinearModel(cs.n, cs.k, cs.encoding, bias, kernel);
+        mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
+        ASSERT_TRUE(probe);
+        mlir::Operation* linear = nullptr;
+        probe->walk([&](LinearOp op) { linear = op; });
+        std::string why;
+        if (!generatorSupports(linear, kernel, target, &why)) {
+          // Only int4 without a hardware f16 conversion (x86 without F16C) is refused.
+          EXPECT_EQ(cs.id, format::kEncINT4) << why;
+          EXPECT_EQ(target.features & format::kCpuX86F16c, 0u) << why;
+          continue;
+        }
+        Compiled c;
+        ASSERT_TRUE(Generate(ctx_, model, target, &c));
+        rt::CodeImage image;
+        kiln_error_t err;
+        ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
+        auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
+        ASSERT_NE(fn, nullptr) << c.symbol;
+
+        const int64_t ldx = cs.k + 3, ldy = cs.n + 2;
+        std::vector<float> x(cs.m * ldx), bv(cs.n), want(cs.m * ldy, 0.0f), got(cs.m * ldy, 0.0f);
+        for (float& v : x) v = value(rng);
+        for (float& v : bv) v = value(rng);
+        std::vector<uint8_t> wbytes;
+        if (cs.id == format::kEncFP8_E4M3 || cs.id == format::kEncFP8_E5M2) {
+          // Codes of values in [-4, 4] (finite), f32 row scales.
+          wbytes.resize(cs.n * cs.k + 4 * cs.n);
+          for (int64_t i = 0; i < cs.n * cs.k; ++i)
+            wbytes[i] = format::F32ToFp8(4.0f * value(rng), cs.id == format::kEncFP8_E4M3);
+          for (int64_t r = 0; r < cs.n; ++r) {
+            float sc = 0.01f + 0.05f * std::fabs(value(rng));
+            std::memcpy(wbytes.data() + cs.n * cs.k + 4 * r, &sc, 4);
+          }
+        } else {
+          wbytes = RandomIntWeight(rng, cs.id, cs.n, cs.k, cs.group, cs.symmetric);
+        }
+        std::vector<uint8_t> bbytes = Encode(bv, format::kEncF32);
+        kiln_uk_weight_t wt = {wbytes.data(), cs.n, cs.k, cs.id, static_cast<uint8_t>(cs.symmetric), 0, 0,
+                               static_cast<uint32_t>(cs.group)};
+        kiln_uk_weight_t bt = {bbytes.data(), cs.n, 1, format::kEncF32, 1, 0, 0, 0};
+        kiln_uk_matmul_params_t p = {};
+        p.x = x.data();
+        p.ldx = ldx;
+        p.M = cs.m;
+        p.N = cs.n;
+        p.K = cs.k;
+        p.w = wt;
+        p.bias = bias ? &bt : nullptr;
+        p.y = want.data();
+        p.ldy = ldy;
+        std::vector<float> scratch(kiln_uk_matmul_scratch_ref(cs.k) + 64);
+        kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(&p, 0, cs.n, scratch.data());
+        p.y = got.data();
+        const int64_t split = cs.n / 3;  // two ranges, as threads split them
+        fn(&p, 0, split, nullptr);
+        fn(&p, split, cs.n, nullptr);
+        // The largest dequantised weight bounds each product (|x| <= 1).
+        format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), cs.symmetric};
+        std::vector<float> row(cs.k);
+        double wmax = 0;
+        for (int64_t r = 0; r < cs.n; ++r) {
+          format::DecodeRow(spec, wbytes.data(), cs.n, cs.k, r, row.data());
+          for (float v : row) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
+        }
+        double worst = 0;
+        for (int64_t m = 0; m < cs.m; ++m)
+          for (int64_t n = 0; n < ldy; ++n) {
+            if (n >= cs.n) {
+              ASSERT_EQ(got[m * ldy + n], 0.0f) << "wrote past N at row " << m;
+              continue;
+            }
+            worst = std::max(worst, static_cast<double>(std::fabs(got[m * ldy + n] - want[m * ldy + n])));
+          }
+        // The same products (the scale applied to the code or to the sum) summed in
+        // another order: a few ulps of the largest term per term.
+        EXPECT_LE(worst, 1e-6 * static_cast<double>(cs.k + 1) * (wmax + 1)) << "largest |weight| " << wmax;
+        ++compared;
+      }
+    }
+  }
+  // int8 and fp8 on every target, int4 where f16 converts.
+  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 6);
+}
+
 // Loads the one generated function of `source` compiled for `target`.
 template <typename Fn>
 Fn* LoadGenerated(mlir::MLIRContext& ctx, const std::string& source, const Target& target, rt::CodeImage* image) {

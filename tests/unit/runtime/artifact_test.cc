@@ -708,7 +708,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ArtifactTest,
 struct Outputs {
   std::vector<float> logits;
   std::vector<int32_t> tokens;
-  bool generated_a8 = false;  // an op runs a generated int8-activation matmul
+  bool generated_a8 = false;  // an op runs a generated quantised-weight matmul (ids 37-41)
 };
 kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err) {
   kiln_model_t* model = nullptr;
@@ -761,7 +761,8 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
 // portable artifact's outputs of the same precision: the same integer sums, so the
 // logits differ only by float rounding (RoPE, the order int4 group sums are added
 // in, and an activation rounding to the other int8 code as a result), and the
-// greedy tokens agree.
+// greedy tokens agree. The same for quantised weights with float activations (A16:
+// W8A16, W4A16 with and without zero points, fp8), summed in another order.
 TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
@@ -771,16 +772,18 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
   const std::string arch = "x86_64";
 #endif
   int ran = 0;
-  for (const char* preset : {"tiny-llama", "tiny-llava", "tiny-mixtral"}) {
-    SCOPED_TRACE(preset);
+  const std::pair<const char*, const char*> sets[] = {
+      {"tiny-llama", "a8"}, {"tiny-llava", "a8"}, {"tiny-mixtral", "a8"}, {"tiny-llama", "a16"}, {"tiny-mixtral", "a16"}};
+  for (const auto& [preset, suffix] : sets) {
+    SCOPED_TRACE(std::string(preset) + "." + suffix);
     const std::string base = dir + "/" + preset;
     kiln_error_t err;
     Outputs portable, generated;
-    ASSERT_EQ(RunVectors(base + ".a8.kiln", base, &portable, &err), KILN_OK) << err.message;
-    kiln_status_t st = RunVectors(base + ".a8.gen-" + arch + ".kiln", base, &generated, &err);
+    ASSERT_EQ(RunVectors(base + "." + suffix + ".kiln", base, &portable, &err), KILN_OK) << err.message;
+    kiln_status_t st = RunVectors(base + "." + suffix + ".gen-" + arch + ".kiln", base, &generated, &err);
     if (st == KILN_ERROR_UNSUPPORTED) continue;  // this CPU lacks the artifact's features (named in err)
     ASSERT_EQ(st, KILN_OK) << err.message;
-    EXPECT_TRUE(generated.generated_a8) << "no op runs a generated int8-activation matmul";
+    EXPECT_TRUE(generated.generated_a8) << "no op runs a generated quantised-weight matmul";
     EXPECT_FALSE(portable.generated_a8);
     ASSERT_EQ(portable.logits.size(), generated.logits.size());
     double worst = 0, scale = 0;
@@ -788,8 +791,8 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
       worst = std::max(worst, static_cast<double>(std::fabs(portable.logits[i] - generated.logits[i])));
       scale = std::max(scale, static_cast<double>(std::fabs(portable.logits[i])));
     }
-    std::printf("%s.a8.gen-%s: max |generated - portable| logit %.3g, max |logit| %.3g\n", preset, arch.c_str(),
-                worst, scale);
+    std::printf("%s.%s.gen-%s: max |generated - portable| logit %.3g, max |logit| %.3g\n", preset, suffix,
+                arch.c_str(), worst, scale);
     EXPECT_LE(worst, 2e-3 * scale) << "max |generated - portable| logit, max |logit| " << scale;
     EXPECT_EQ(generated.tokens, portable.tokens);
     EXPECT_EQ(generated.tokens.size(), 6u);
