@@ -159,8 +159,9 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Tiles of 4 x 4 with M and N tails, K below, at and above every vector width.
-  const Shape shapes[] = {{1, 1, 1}, {1, 37, 7}, {3, 16, 16}, {4, 8, 64}, {9, 13, 100}, {17, 20, 33}};
+  // Tiles of 4 x 4 with M and N tails, K below, at and above every vector width, and
+  // a long K.
+  const Shape shapes[] = {{1, 1, 1}, {1, 37, 7}, {3, 16, 16}, {4, 8, 64}, {9, 13, 100}, {17, 20, 33}, {37, 9, 4096}};
   const std::pair<const char*, uint8_t> encodings[] = {
       {"f32", format::kEncF32}, {"f16", format::kEncF16}, {"bf16", format::kEncBF16}};
   std::mt19937 rng(11);
@@ -295,6 +296,9 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
       {"int4, group = 32", format::kEncINT4, 32, true, 5, 16, 128, true},
       {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256, true},
       {"int4, group = 128", format::kEncINT4, 128, true, 17, 37, 256, true},
+      // A long K.
+      {"int8", format::kEncINT8, 0, true, 70, 5, 4096},
+      {"int4, group = 32", format::kEncINT4, 32, true, 70, 6, 4096, true},
   };
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
