@@ -226,13 +226,19 @@ struct Int4View {
 //           that `byte << 4` and `byte & 0xF0` are the two halves times 16;
 //   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
 //   no zero points (symmetric only). Needs cols and the group multiples of 32.
-enum LayoutId : uint8_t { kLayoutRowMajor = 0, kLayoutInt4P4K32 = 1 };
-constexpr uint64_t kP4K32Rows = 4, kP4K32Block = 32;
+//
+// kLayoutPanel16: a float weight (f32, f16, bf16) for the generated float matmuls:
+// rows in panels of 16 (the last panel holds the rows left over), each panel column
+// by column: for k = 0 .. cols - 1 the panel's elements of column k, so that one
+// column of a panel is one or a few vector loads. Same bytes as row major.
+enum LayoutId : uint8_t { kLayoutRowMajor = 0, kLayoutInt4P4K32 = 1, kLayoutPanel16 = 2 };
+constexpr uint64_t kP4K32Rows = 4, kP4K32Block = 32, kPanel16Rows = 16;
 
 inline const char* LayoutName(uint8_t id) {
   switch (id) {
     case kLayoutRowMajor: return "row_major";
     case kLayoutInt4P4K32: return "int4_p4k32";
+    case kLayoutPanel16: return "panel16";
     default: return nullptr;
   }
 }
@@ -244,17 +250,34 @@ inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uin
     case kLayoutInt4P4K32:
       return e.id == kEncINT4 && e.symmetric && rows > 0 && cols % kP4K32Block == 0 && e.group != 0 &&
              e.group % kP4K32Block == 0 && cols % e.group == 0;
+    case kLayoutPanel16:
+      return (e.id == kEncF32 || e.id == kEncF16 || e.id == kEncBF16) && rows > 0 && cols > 0;
     default: return false;
   }
 }
 
-// Where (row, unit) of a weight whose rows are in panels of 4 lies, counted in units
-// of `unit_bytes`, when each row has `units` of them: panel by panel, unit by unit,
-// the panel's rows.
-inline uint64_t P4K32Offset(uint64_t rows, uint64_t units, uint64_t row, uint64_t unit) {
-  const uint64_t panel = row / kP4K32Rows, first = panel * kP4K32Rows;
-  const uint64_t height = rows - first < kP4K32Rows ? rows - first : kP4K32Rows;
+// Where (row, unit) of a weight whose rows are in panels of `panel` lies, counted in
+// units, when each row has `units` of them: panel by panel, unit by unit, the
+// panel's rows.
+inline uint64_t PanelOffset(uint64_t panel, uint64_t rows, uint64_t units, uint64_t row, uint64_t unit) {
+  const uint64_t first = row / panel * panel;
+  const uint64_t height = rows - first < panel ? rows - first : panel;
   return first * units + unit * height + (row - first);
+}
+inline uint64_t P4K32Offset(uint64_t rows, uint64_t units, uint64_t row, uint64_t unit) {
+  return PanelOffset(kP4K32Rows, rows, units, row, unit);
+}
+
+// Rearranges a row-major float weight of `element_bytes` per element into panel16
+// (`pack`) or back (`!pack`). `out` must not overlap `in`.
+inline void RepackPanel16(bool pack, uint64_t element_bytes, const uint8_t* in, uint64_t rows, uint64_t cols,
+                          uint8_t* out) {
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t k = 0; k < cols; ++k) {
+      const uint64_t packed = element_bytes * PanelOffset(kPanel16Rows, rows, cols, r, k);
+      const uint64_t plain = element_bytes * (r * cols + k);
+      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), element_bytes);
+    }
 }
 
 // Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p4k32.

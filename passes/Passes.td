@@ -57,14 +57,16 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
     artifact writer rearranges its bytes at compile time, and the runtime maps them
     as they are (no repacking at load).
 
-    Today one layout: `int4_p4k32`, for symmetric int4 weights (group and input
-    dimension multiples of 32) that the generated matmuls multiply with int8
-    per-token activations (W4A8: linear, LM head, gated MLP, mixture of experts,
-    patch embedding). Rows are interleaved by 4 and each block of 32 columns is 16
+    Two layouts (formats/encoding.h): `int4_p4k32`, for symmetric int4 weights
+    (group and input dimension multiples of 32) that the generated matmuls multiply
+    with int8 per-token activations (W4A8: linear, LM head, gated MLP, mixture of
+    experts, patch embedding): rows interleaved by 4, each block of 32 columns 16
     bytes of signed nibbles, so that the kernel's unpacking is one shift and one
-    mask (formats/encoding.h). A weight that another kernel also reads (an
-    embedding table tied to the LM head, an op allowed onto the reference kernels)
-    stays row major.
+    mask; `panel16`, for f32, f16 and bf16 matmul weights of the generated float
+    matmuls: rows in panels of 16 stored column by column, so that the kernel
+    multiplies a broadcast activation by a panel's column. A weight that another
+    kernel also reads (an embedding table tied to the LM head, a norm, an op allowed
+    onto the reference kernels) stays row major.
 
     Example:
 

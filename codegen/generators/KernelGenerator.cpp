@@ -1,6 +1,7 @@
 //===- KernelGenerator.cpp - kernels generated for one model -----*- C++ -*-===//
 #include "codegen/generators/KernelGenerator.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -1411,12 +1412,138 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for a float weight (f32, f16, bf16) stored
+// panel16 (formats/encoding.h), with float activations. Per whole panel of 16 output
+// channels in [begin, end), tiles of mr rows x 16 columns: for each k the panel's
+// column k (16 / lanes vector loads, widened once for the mr rows), each row's
+// x[m, k] broadcast and multiply-added into mr x 16 / lanes accumulators, which are
+// stored as they are, plus the bias. Rows of the range outside its whole panels (a
+// range that cuts a panel, the last panel's rows left over) one dot product at a time.
+void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
+                       bool isPublic, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  if (!isPublic)
+    fn.setPrivate();
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  const int64_t P = static_cast<int64_t>(format::kPanel16Rows);
+  const int64_t lanes = std::min<int64_t>(vectorLanes(target), P);
+  const int64_t vecs = P / lanes;
+  const int64_t mr = std::clamp<int64_t>((intDot(target).registers - vecs - 2) / vecs, 1, 8);
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
+
+  Value params = fn.getArgument(0);
+  Value x = f.field(params, offsetof(kiln_uk_matmul_params_t, x), f.ptr);
+  Value ldx = f.field(params, offsetof(kiln_uk_matmul_params_t, ldx), f.i64);
+  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
+  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
+  const size_t wAt = offsetof(kiln_uk_matmul_params_t, w);
+  Value w = f.field(params, wAt + offsetof(kiln_uk_weight_t, data), f.ptr);
+  Value N = f.field(params, wAt + offsetof(kiln_uk_weight_t, rows), f.i64);
+  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
+  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
+  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
+  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  Value zero = f.cI64(0), one = f.cI64(1), p16 = f.cI64(P);
+  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW,
+                                               b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
+  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, hasF16Conversion(target)); };
+  auto fma = [&](Value a, Value c, Value acc) {
+    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
+  };
+  // One stored element (index in elements) as f32.
+  auto element = [&](Value index) -> Value {
+    if (encoding == format::kEncF32)
+      return f.load(f.f32, w, f.f32, index);
+    Value h = f.load(b.getI16Type(), w, b.getI16Type(), index);
+    if (encoding == format::kEncF16) {
+      Value half = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+      return b.create<mlir::arith::ExtFOp>(loc, f.f32, half);
+    }
+    Value wide = b.create<mlir::arith::ExtUIOp>(loc, f.i32, h);
+    return b.create<mlir::arith::BitcastOp>(loc, f.f32,
+                                            b.create<mlir::arith::ShLIOp>(
+                                                loc, wide, b.create<mlir::arith::ConstantIntOp>(loc, 16, 32)));
+  };
+  auto roundDown16 = [&](Value v) { return b.create<mlir::arith::AndIOp>(loc, v, f.cI64(~(P - 1))); };
+
+  // Output channel n alone: its panel's start and height give its elements.
+  auto singleRow = [&](Value n) {
+    Value first = roundDown16(n);
+    Value height = b.create<mlir::arith::MinSIOp>(loc, p16, b.create<mlir::arith::SubIOp>(loc, N, first));
+    Value base = f.addi(f.muli(first, K), b.create<mlir::arith::SubIOp>(loc, n, first));
+    Value bn = bias(n);
+    f.loop(zero, M, one, [&](Value m) {
+      Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0));
+      auto sum = b.create<mlir::scf::ForOp>(loc, zero, K, one, mlir::ValueRange{zeroF});
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(sum.getBody());
+        Value k = sum.getInductionVar();
+        Value xv = f.load(f.f32, x, f.f32, f.addi(f.muli(m, ldx), k));
+        Value wv = element(f.addi(base, f.muli(k, height)));
+        b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{fma(xv, wv, sum.getRegionIterArgs()[0])});
+      }
+      f.store(f.add(sum.getResult(0), bn), y, f.f32, f.addi(f.muli(m, ldy), n));
+    });
+  };
+  // Rows [m0, m0 + rows) of the whole panel starting at output channel n0.
+  auto panelTile = [&](Value m0, int64_t rows, Value n0, llvm::ArrayRef<Value> biasVec) {
+    const int64_t count = rows * vecs;
+    llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
+    auto kLoop = b.create<mlir::scf::ForOp>(loc, zero, K, one, init);
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(kLoop.getBody());
+      Value k = kLoop.getInductionVar();
+      Value col = f.addi(f.muli(n0, K), f.muli(k, p16));
+      llvm::SmallVector<Value> ws, out;
+      for (int64_t v = 0; v < vecs; ++v)
+        ws.push_back(loadFloatWeight(f, encoding, lanes, w, f.addi(col, f.cI64(v * lanes)), Value()));
+      for (int64_t i = 0; i < rows; ++i) {
+        Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(f.addi(m0, f.cI64(i)), ldx), k));
+        Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
+        for (int64_t v = 0; v < vecs; ++v)
+          out.push_back(fma(xb, ws[v], kLoop.getRegionIterArgs()[i * vecs + v]));
+      }
+      b.create<mlir::scf::YieldOp>(loc, out);
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t v = 0; v < vecs; ++v)
+        storeLanes(f, f.add(kLoop.getResult(i * vecs + v), biasVec[v]), y,
+                   f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), f.addi(n0, f.cI64(v * lanes))), Value());
+  };
+
+  // [nBegin, pBegin) and [pEnd, nEnd) one row at a time; whole panels between.
+  Value up = roundDown16(f.addi(nBegin, f.cI64(P - 1)));
+  Value pBegin = b.create<mlir::arith::MinSIOp>(loc, up, nEnd);
+  Value pEnd = b.create<mlir::arith::MaxSIOp>(loc, roundDown16(nEnd), pBegin);
+  f.loop(nBegin, pBegin, one, singleRow);
+  Value mMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, M, f.cI64(mr)), f.cI64(mr));
+  f.loop(pBegin, pEnd, p16, [&](Value n0) {
+    llvm::SmallVector<Value> biasVec;
+    for (int64_t v = 0; v < vecs; ++v) {
+      Value bv = f.splat(vf32, 0.0);
+      for (int64_t j = 0; j < lanes; ++j)
+        bv = b.create<mlir::vector::InsertOp>(loc, bias(f.addi(n0, f.cI64(v * lanes + j))), bv, j);
+      biasVec.push_back(bv);
+    }
+    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, biasVec); });
+    f.loop(mMain, M, one, [&](Value m0) { panelTile(m0, 1, n0, biasVec); });
+  });
+  f.loop(pEnd, nEnd, one, singleRow);
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // The matmul family of an op (a kiln_uk_matmul_fn): one function per weight
 // encoding, float ones (`floatEncodings`) for float activations and integer ones
 // (`intEncodings`) for int8 activations, and with several a public dispatcher on
 // the activations (xq set or not) and the weight's encoding.
 void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEncodings, uint32_t intEncodings,
-                 bool packedInt4, const Target& target, mlir::Location loc) {
+                 bool packedInt4, uint32_t panelEncodings, const Target& target, mlir::Location loc) {
   struct Variant {
     uint8_t encoding;
     bool a8;
@@ -1432,8 +1559,13 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
       variants.push_back({e, true});
   if (packedInt4)
     variants.push_back({format::kEncINT4, true, format::kLayoutInt4P4K32});
+  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+    if (panelEncodings & format::EncodingBit(e))
+      variants.push_back({e, false, format::kLayoutPanel16});
   auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
-    if (v.a8)
+    if (v.layout == format::kLayoutPanel16)
+      buildMatmulPanels(kernels, fnName, v.encoding, target, isPublic, loc);
+    else if (v.a8)
       buildMatmulInt(kernels, fnName, v.encoding, v.layout == format::kLayoutInt4P4K32, target, isPublic, loc);
     else
       buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), hasF16Conversion(target), isPublic, loc);
@@ -1706,13 +1838,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         failed = true;
         return;
       }
-      uint32_t floats = 0, ints = 0;
+      uint32_t floats = 0, ints = 0, panels = 0;
       bool packed = false;
       for (const MatmulWeight& w : matmulWeights(op)) {
         if (w.bias)
           continue;
         if (w.layout == format::kLayoutInt4P4K32)
           packed = true;
+        else if (w.layout == format::kLayoutPanel16)
+          panels |= format::EncodingBit(w.spec.id);
         else
           (w.a8 ? ints : floats) |= format::EncodingBit(w.spec.id);
       }
@@ -1728,10 +1862,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
           add(encodingTag(e));
       }
       if (packed)
-        tag += std::string(tag.empty() ? "" : "_") + format::LayoutName(format::kLayoutInt4P4K32);
+        add(format::LayoutName(format::kLayoutInt4P4K32));
+      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+        if (panels & format::EncodingBit(e))
+          add(std::string(encodingTag(e)) + "_" + format::LayoutName(format::kLayoutPanel16));
       symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packed ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
-        buildMatmul(*kernels, symbol, floats, ints, packed, target, op->getLoc());
+        buildMatmul(*kernels, symbol, floats, ints, packed, panels, target, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

@@ -46,15 +46,20 @@ struct PackWeightsPass : impl::KilnPackWeightsBase<PackWeightsPass> {
         continue;
       mlir::RankedTensorType type = w.getTensorType();
       const uint64_t rows = type.getDimSize(0), cols = rows ? type.getNumElements() / rows : 0;
-      const uint8_t layout = format::kLayoutInt4P4K32;
-      if (!format::LayoutFits(layout, encodingSpec(w.getEncoding()), rows, cols))
-        continue;
       const bool a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken;
-      bool all = true;
-      for (auto [op, slot] : it->second)
-        all = all && readsLayout(op, slot, layout, a8);
-      if (all)
-        w.setLayoutAttr(LayoutKindAttr::get(ctx, LayoutKind::int4_p4k32));
+      // The first packed layout that holds the weight and every reader reads.
+      for (auto [layout, kind] : {std::pair{format::kLayoutInt4P4K32, LayoutKind::int4_p4k32},
+                                  std::pair{format::kLayoutPanel16, LayoutKind::panel16}}) {
+        if (!format::LayoutFits(layout, encodingSpec(w.getEncoding()), rows, cols))
+          continue;
+        bool all = true;
+        for (auto [op, slot] : it->second)
+          all = all && readsLayout(op, slot, layout, a8);
+        if (all) {
+          w.setLayoutAttr(LayoutKindAttr::get(ctx, kind));
+          break;
+        }
+      }
     }
   }
 };

@@ -136,6 +136,7 @@ fb::Layout toFb(LayoutKind k) {
   switch (k) {
   case LayoutKind::row_major: return fb::Layout::RowMajor;
   case LayoutKind::int4_p4k32: return fb::Layout::Int4P4K32;
+  case LayoutKind::panel16: return fb::Layout::Panel16;
   }
   return fb::Layout::RowMajor;
 }
@@ -779,6 +780,11 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
                          : format::EncodeFloatElements(w.spec.id, f32.data(), w.numElements, scratch.data());
     if (!converted)
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
+    if (w.layout == format::kLayoutPanel16) {
+      std::vector<uint8_t> packed(scratch.size());
+      format::RepackPanel16(true, w.bytes / w.numElements, scratch.data(), w.rows, w.cols, packed.data());
+      scratch.swap(packed);
+    }
     write(scratch.data(), scratch.size());
   }
   pad(alignUp(pos));

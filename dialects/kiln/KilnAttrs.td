@@ -59,7 +59,8 @@ def Kiln_ActivationMode : I32EnumAttr<"ActivationMode", "activation precision", 
 // How a weight's elements are arranged in the artifact (formats/kiln.fbs Layout).
 def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
     I32EnumAttrCase<"row_major", 0>,
-    I32EnumAttrCase<"int4_p4k32", 1>]> {
+    I32EnumAttrCase<"int4_p4k32", 1>,
+    I32EnumAttrCase<"panel16", 2>]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
 }
@@ -70,11 +71,14 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
     `kiln.weight`). `int4_p4k32` is a symmetric int4 weight packed for the
     generated W4A8 matmuls by `kiln-pack-weights`: rows in panels of 4, columns in
     blocks of 32 whose two halves share bytes as signed nibbles, scales interleaved
-    by panel (formats/encoding.h gives the bytes).
+    by panel. `panel16` is a float weight (f32, f16, bf16) packed for the
+    generated float matmuls: rows in panels of 16, each panel column by column
+    (formats/encoding.h gives the bytes of both).
 
     ```mlir
     #kiln.layout<row_major>
     #kiln.layout<int4_p4k32>
+    #kiln.layout<panel16>
     ```
   }];
   let assemblyFormat = "`<` $value `>`";

@@ -171,6 +171,12 @@ LogicalResult WeightOp::verify() {
                            << enc << " for " << type;
     break;
   }
+  case LayoutKind::panel16: {
+    EncodingKind kind = getEncoding().getKind();
+    if (kind != EncodingKind::f32 && kind != EncodingKind::f16 && kind != EncodingKind::bf16)
+      return weightError() << "layout panel16 needs f32, f16 or bf16, got " << getEncoding();
+    break;
+  }
   }
   return success();
 }

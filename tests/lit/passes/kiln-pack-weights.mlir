@@ -5,7 +5,8 @@
 // kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
 // are stored packed (int4_p4k32); a weight another kernel also reads (the
 // embedding table tied to the LM head), one with zero points, and every weight of
-// a portable artifact stay row major. (int4 groups are 32, 64 or 128, so the input
+// a portable artifact stay row major. Float matmul weights of the generated float
+// matmuls are stored in panels of 16 rows (panel16); a bias and a norm's weight are not. (int4 groups are 32, 64 or 128, so the input
 // dimension is always a multiple of 32.)
 // CHECK-LABEL: kiln.weight @gate
 // CHECK-SAME: layout <int4_p4k32>
@@ -15,14 +16,23 @@
 // CHECK-NOT: layout
 // CHECK-LABEL: kiln.weight @tied
 // CHECK-NOT: layout
+// CHECK-LABEL: kiln.weight @proj
+// CHECK-SAME: layout <panel16>
+// CHECK-LABEL: kiln.weight @proj_bias
+// CHECK-NOT: layout
+// CHECK-LABEL: kiln.weight @norm
+// CHECK-NOT: layout
 // CHECK-LABEL: func.func
-// PORTABLE-NOT: layout <int4_p4k32>
+// PORTABLE-NOT: layout <
 
 kiln.weight @gate : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
 kiln.weight @up : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 64, act = int8_per_token>
 kiln.weight @down : tensor<64x12xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int8, act = int8_per_token>
 kiln.weight @asym : tensor<64x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16384, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym, act = int8_per_token>
 kiln.weight @tied : tensor<100x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 25600, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
+kiln.weight @proj : tensor<64x64xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 8192, dtype = "BF16"> as #kiln.encoding<bf16>
+kiln.weight @proj_bias : tensor<64xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "BF16"> as #kiln.encoding<bf16>
+kiln.weight @norm : tensor<64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 256, dtype = "F32"> as #kiln.encoding<f32>
 func.func @stage(%ids: tensor<?xi32>) -> tensor<?x100xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
   %t = kiln.weight_ref @tied : tensor<100x64xf32>
   %x = kiln.embedding %t, %ids : tensor<100x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
@@ -32,7 +42,12 @@ func.func @stage(%ids: tensor<?xi32>) -> tensor<?x100xf32> attributes {kiln.stag
   %m = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>} : tensor<?x64xf32>, tensor<12x64xf32>, tensor<12x64xf32>, tensor<64x12xf32> -> tensor<?x64xf32>
   %a = kiln.weight_ref @asym : tensor<64x64xf32>
   %y = kiln.linear %m, %a : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
-  %s = kiln.slice_rows %y {start = 0 : i64} : tensor<?x64xf32> -> tensor<?x64xf32>
+  %nw = kiln.weight_ref @norm : tensor<64xf32>
+  %yn = kiln.rms_norm %y, %nw {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %pw = kiln.weight_ref @proj : tensor<64x64xbf16>
+  %pb = kiln.weight_ref @proj_bias : tensor<64xbf16>
+  %yp = kiln.linear %yn, %pw, %pb : tensor<?x64xf32>, tensor<64x64xbf16>, tensor<64xbf16> -> tensor<?x64xf32>
+  %s = kiln.slice_rows %yp {start = 0 : i64} : tensor<?x64xf32> -> tensor<?x64xf32>
   %l = kiln.lm_head %s, %t : tensor<?x64xf32>, tensor<100x64xf32> -> tensor<?x100xf32>
   return %l : tensor<?x100xf32>
 }

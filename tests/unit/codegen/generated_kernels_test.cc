@@ -160,8 +160,9 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
     int64_t m, n, k;
   };
   // Tiles of 4 x 4 with M and N tails, K below, at and above every vector width, and
-  // a long K.
-  const Shape shapes[] = {{1, 1, 1}, {1, 37, 7}, {3, 16, 16}, {4, 8, 64}, {9, 13, 100}, {17, 20, 33}, {37, 9, 4096}};
+  // a long K; with panel16, whole panels, panels the thread split cuts, the rows left over.
+  const Shape shapes[] = {{1, 1, 1}, {1, 37, 7}, {3, 16, 16}, {4, 8, 64}, {9, 13, 100}, {17, 20, 33}, {37, 9, 4096},
+                          {13, 48, 40}};
   const std::pair<const char*, uint8_t> encodings[] = {
       {"f32", format::kEncF32}, {"f16", format::kEncF16}, {"bf16", format::kEncBF16}};
   std::mt19937 rng(11);
@@ -172,13 +173,14 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
     for (const auto& [label, enc] : encodings) {
       std::string why;
       for (const Shape& s : shapes) {
-        for (bool bias : {false, true}) {
-          SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + label + ", " +
-                       std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
-                       (bias ? " + bias" : ""));
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool bias = variant & 1, panel = variant & 2;  // panel: stored panel16
+          SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + label +
+                       (panel ? " panel16" : "") + ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                       std::to_string(s.k) + (bias ? " + bias" : ""));
+          const std::string model = LinearModel(s.n, s.k, label, bias, kKernel, label, panel ? "panel16" : "");
           Compiled c;
-          mlir::OwningOpRef<mlir::ModuleOp> probe =
-              mlir::parseSourceString<mlir::ModuleOp>(LinearModel(s.n, s.k, label, bias, kKernel, label), &ctx_);
+          mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
           ASSERT_TRUE(probe);
           mlir::Operation* linear = nullptr;
           probe->walk([&](LinearOp op) { linear = op; });
@@ -187,7 +189,7 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
             EXPECT_EQ(enc, format::kEncF16) << why;
             continue;
           }
-          ASSERT_TRUE(Generate(ctx_, LinearModel(s.n, s.k, label, bias, kKernel, label), target, &c));
+          ASSERT_TRUE(Generate(ctx_, model, target, &c));
           rt::CodeImage image;
           kiln_error_t err;
           ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
@@ -216,6 +218,16 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
           std::vector<float> scratch(kiln_uk_matmul_scratch_ref(s.k) + 64);
           kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(&p, 0, s.n, scratch.data());
           p.y = got.data();
+          std::vector<uint8_t> panelBytes(wbytes.size());
+          if (panel) {
+            const uint64_t elem = enc == format::kEncF32 ? 4 : 2;
+            format::RepackPanel16(true, elem, wbytes.data(), s.n, s.k, panelBytes.data());
+            std::vector<uint8_t> back(wbytes.size());
+            format::RepackPanel16(false, elem, panelBytes.data(), s.n, s.k, back.data());
+            ASSERT_EQ(back, wbytes) << "panel16 does not round-trip";
+            p.w.data = panelBytes.data();
+            p.w.layout = format::kLayoutPanel16;
+          }
           const int64_t split = s.n / 3;  // two ranges, as threads split them
           fn(&p, 0, split, nullptr);
           fn(&p, split, s.n, nullptr);
@@ -236,8 +248,8 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
       }
     }
   }
-  // Every target x encoding x shape x bias case ran (but f16 where refused).
-  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 12);
+  // Every target x encoding x shape x bias x layout case ran (but f16 where refused).
+  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 4 * 8);
 }
 
 // Random int8 (codes and f32 row scales) or int4 (nibbles, f16 group scales, u8

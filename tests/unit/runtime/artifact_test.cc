@@ -951,6 +951,54 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   kiln_model_release(model);
 }
 
+// panel16 (float weights packed for the generated float matmuls): the generated f32
+// artifacts store their matmul weights so; a panel16 weight bound to the reference
+// kernel, or a norm's weight marked panel16, is refused.
+TEST(PackedLayout, Panel16IsReadOnlyByGeneratedFloatMatmuls) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+#if defined(__aarch64__)
+  const std::string path = dir + "/tiny-llama.gen-aarch64.kiln";
+#else
+  const std::string path = dir + "/tiny-llama.gen-x86_64.kiln";
+#endif
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(ReadFile(path, &bytes)) << path;
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes.data());
+  int64_t stage = -1, op = -1, norm = -1, normStage = -1;
+  for (uint32_t si = 0; si < m->stages()->size(); ++si)
+    for (uint32_t oi = 0; oi < m->stages()->Get(si)->ops()->size(); ++oi) {
+      const fb::Op* o = m->stages()->Get(si)->ops()->Get(oi);
+      if (o->kind() == fb::OpKind::RmsNorm && norm < 0) norm = oi, normStage = si;
+      if (stage < 0 && o->weights()->size() > 0 &&
+          m->tensors()->Get(o->weights()->Get(0))->layout() == fb::Layout::Panel16)
+        stage = si, op = oi;
+    }
+  ASSERT_GE(stage, 0) << "no panel16 weight in " << path;
+  ASSERT_GE(norm, 0);
+  uint32_t portable = 0;
+  size_t count;
+  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (kernels[i].op_kind == static_cast<uint16_t>(m->stages()->Get(stage)->ops()->Get(op)->kind()) &&
+        std::string(kernels[i].isa) == "portable")
+      portable = kernels[i].id;
+  const uint32_t normWeight = m->stages()->Get(normStage)->ops()->Get(norm)->weights()->Get(0);
+  const std::pair<const char*, std::function<void(fb::ModelT&)>> cases[] = {
+      {"bound to the reference kernel", [&](fb::ModelT& mt) { mt.stages[stage]->ops[op]->kernel = portable; }},
+      {"norm weight in panel16", [&](fb::ModelT& mt) { mt.tensors[normWeight]->layout = fb::Layout::Panel16; }},
+  };
+  for (const auto& [name, edit] : cases) {
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, edit);
+    Buffer b;
+    b.Assign(bad.data(), bad.size());
+    kiln_error_t err;
+    err.message[0] = '\0';
+    EXPECT_EQ(LoadAndRun(b, &err, false), KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL) << name << ": " << err.message;
+    EXPECT_NE(std::strstr(err.message, "in layout panel16"), nullptr) << name << ": " << err.message;
+  }
+}
+
 TEST(ModelLoad, MissingFileAndBadArguments) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
