@@ -168,11 +168,17 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
 
   bool precision = needsQuantizedEncodings(options) || !options.precision.empty();
   if (precision) {
-    // Calibration runs the model: it needs a lowered copy, which it makes itself.
+    // Calibration runs the model here: it needs a lowered copy, which it makes
+    // itself, for this machine (whatever the artifact's target) and with row-major
+    // weights (calibration swaps weights in and out of the loaded copy).
     {
       mlir::OwningOpRef<mlir::ModuleOp> lowered = module->clone();
       mlir::PassManager pm(&context);
-      buildLoweringPipeline(pm, options);
+      CompileOptions here = options;
+      here.target = "";
+      here.cpuFeatures = "";
+      here.packWeights = false;
+      buildLoweringPipeline(pm, here);
       if (mlir::failed(pm.run(*lowered)))
         return {};
       if (mlir::failed(calibrateModule(*lowered, options, hessians)))
