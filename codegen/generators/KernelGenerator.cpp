@@ -1199,6 +1199,53 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     f.store(f.add(v, bias(n)), y, f.f32, f.addi(f.muli(m, ldy), n));
   };
 
+  // int4: for each group, the integer sums of its K steps (`range(gi)`: the step
+  // loop's bounds, by `stride`; `dots(k, acc)`: the accumulators after step k) are
+  // converted to f32, times the group's scale per column (`scales(gi)`), and summed
+  // in f32 lanes; each row's total times its activation scale is stored.
+  using Values = llvm::SmallVector<Value>;
+  auto int4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr, llvm::function_ref<Values(Value)> scalesOf,
+                      llvm::function_ref<std::pair<Value, Value>(Value)> range, Value stride,
+                      llvm::function_ref<Values(Value, mlir::ValueRange)> dots) {
+    const int64_t count = mr * nr;
+    auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, Values(count, f.splat(vf32, 0.0)));
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(groupsLoop.getBody());
+      Value gi = groupsLoop.getInductionVar();
+      Values ss = scalesOf(gi);
+      auto [lo, hi] = range(gi);
+      auto inner = b.create<mlir::scf::ForOp>(loc, lo, hi, stride, Values(count, f.splatInt(vi32, 0)));
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(inner.getBody());
+        b.create<mlir::scf::YieldOp>(loc, dots(inner.getInductionVar(), inner.getRegionIterArgs()));
+      }
+      Values next;
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t r = 0; r < nr; ++r) {
+          Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
+          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
+        }
+      b.create<mlir::scf::YieldOp>(loc, next);
+    }
+    for (int64_t i = 0; i < mr; ++i) {
+      Value m = f.addi(m0, f.cI64(i));
+      Value sx = f.load(f.f32, xsc, f.f32, m);
+      for (int64_t r = 0; r < nr; ++r)
+        store(m, f.addi(n0, f.cI64(r)), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
+    }
+  };
+  // An f16 scale as an f32 splat, times `factor`.
+  auto scaleSplat = [&](Value at, float factor) -> Value {
+    Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
+    Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+    Value s = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
+    if (factor != 1.0f)
+      s = f.mul(s, b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(factor)));
+    return b.create<mlir::vector::SplatOp>(loc, vf32, s);
+  };
+
   // int4_p4k32 (formats/encoding.h): per row, its panel's start and height give the
   // byte offset of its first 32-column block and the stride to the next (16 x the
   // panel height), and likewise for its f16 scales. Per block one 16-byte load:
@@ -1206,12 +1253,10 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   // with the activations' two halves; the group's integer sum is scaled by s / 16
   // (exact: a power of two).
   auto packedInt4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
-    const int64_t count = mr * nr;
-    auto row = [&](int64_t i) { return f.addi(m0, f.cI64(i)); };
     Value blocks = b.create<mlir::arith::DivSIOp>(loc, K, f.cI64(32));
     Value blocksPerGroup = b.create<mlir::arith::DivSIOp>(loc, group, f.cI64(32));
     auto v16 = mlir::VectorType::get({16}, i8);
-    llvm::SmallVector<Value> codeBase, codeStride, scaleBase, scaleStride;
+    Values codeBase, codeStride, scaleBase, scaleStride;
     for (int64_t r = 0; r < nr; ++r) {
       Value n = f.addi(n0, f.cI64(r));
       Value first = b.create<mlir::arith::AndIOp>(loc, n, f.cI64(~int64_t{3}));
@@ -1225,67 +1270,44 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     llvm::SmallVector<int64_t> concat;
     for (int64_t j = 0; j < 32; ++j)
       concat.push_back(j);
-    llvm::SmallVector<Value> finit(count, f.splat(vf32, 0.0));
-    auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, finit);
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(groupsLoop.getBody());
-      Value gi = groupsLoop.getInductionVar();
-      llvm::SmallVector<Value> ss;
-      for (int64_t r = 0; r < nr; ++r) {
-        Value at = f.addi(scaleBase[r], f.muli(gi, scaleStride[r]));
-        Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
-        Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
-        Value s16 = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
-        ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(s16, b.create<mlir::arith::ConstantOp>(
-                                                                            loc, b.getF32FloatAttr(1.0f / 16)))));
-      }
+    auto scalesOf = [&](Value gi) {
+      Values ss;
+      for (int64_t r = 0; r < nr; ++r)
+        ss.push_back(scaleSplat(f.addi(scaleBase[r], f.muli(gi, scaleStride[r])), 1.0f / 16));
+      return ss;
+    };
+    auto range = [&](Value gi) {
       Value b0 = f.muli(gi, blocksPerGroup);
-      llvm::SmallVector<Value> init(count, f.splatInt(vi32, 0));
-      auto inner = b.create<mlir::scf::ForOp>(loc, b0, f.addi(b0, blocksPerGroup), one, init);
-      {
-        mlir::OpBuilder::InsertionGuard g2(b);
-        b.setInsertionPointToStart(inner.getBody());
-        Value bi = inner.getInductionVar();
-        Value k = f.muli(bi, f.cI64(32));
-        llvm::SmallVector<llvm::SmallVector<Value>> xs(mr), ws(nr);
-        for (int64_t i = 0; i < mr; ++i)
-          for (int64_t c = 0; c < 32; c += C)
-            xs[i].push_back(loadVec(vx, xq, f.addi(rowX(row(i)), f.addi(k, f.cI64(c))), nullptr));
-        for (int64_t r = 0; r < nr; ++r) {
-          Value bytes = loadVec(v16, w, f.addi(codeBase[r], f.muli(bi, codeStride[r])), nullptr);
-          Value lo = b.create<mlir::arith::ShLIOp>(loc, bytes, f.splatInt(v16, 4));
-          Value hi = b.create<mlir::arith::AndIOp>(loc, bytes, f.splatInt(v16, 0xF0));
-          Value all = b.create<mlir::vector::ShuffleOp>(loc, lo, hi, concat);
-          for (int64_t c = 0; c < 32; c += C)
-            ws[r].push_back(C == 32 ? all
-                                    : b.create<mlir::vector::ExtractStridedSliceOp>(
-                                          loc, all, llvm::ArrayRef<int64_t>{c}, llvm::ArrayRef<int64_t>{C},
-                                          llvm::ArrayRef<int64_t>{1}));
-        }
-        llvm::SmallVector<Value> out;
-        for (int64_t i = 0; i < mr; ++i)
-          for (int64_t r = 0; r < nr; ++r) {
-            Value acc = inner.getRegionIterArgs()[i * nr + r];
-            for (size_t c = 0; c < xs[i].size(); ++c)
-              acc = intDotStep(f, d, acc, xs[i][c], ws[r][c]);
-            out.push_back(acc);
-          }
-        b.create<mlir::scf::YieldOp>(loc, out);
+      return std::pair<Value, Value>{b0, f.addi(b0, blocksPerGroup)};
+    };
+    auto dots = [&](Value bi, mlir::ValueRange acc) {
+      Value k = f.muli(bi, f.cI64(32));
+      llvm::SmallVector<Values> xs(mr), ws(nr);
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t c = 0; c < 32; c += C)
+          xs[i].push_back(loadVec(vx, xq, f.addi(rowX(f.addi(m0, f.cI64(i))), f.addi(k, f.cI64(c))), nullptr));
+      for (int64_t r = 0; r < nr; ++r) {
+        Value bytes = loadVec(v16, w, f.addi(codeBase[r], f.muli(bi, codeStride[r])), nullptr);
+        Value lo = b.create<mlir::arith::ShLIOp>(loc, bytes, f.splatInt(v16, 4));
+        Value hi = b.create<mlir::arith::AndIOp>(loc, bytes, f.splatInt(v16, 0xF0));
+        Value all = b.create<mlir::vector::ShuffleOp>(loc, lo, hi, concat);
+        for (int64_t c = 0; c < 32; c += C)
+          ws[r].push_back(C == 32 ? all
+                                  : b.create<mlir::vector::ExtractStridedSliceOp>(
+                                        loc, all, llvm::ArrayRef<int64_t>{c}, llvm::ArrayRef<int64_t>{C},
+                                        llvm::ArrayRef<int64_t>{1}));
       }
-      llvm::SmallVector<Value> next;
+      Values out;
       for (int64_t i = 0; i < mr; ++i)
         for (int64_t r = 0; r < nr; ++r) {
-          Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
-          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
+          Value a = acc[i * nr + r];
+          for (size_t c = 0; c < xs[i].size(); ++c)
+            a = intDotStep(f, d, a, xs[i][c], ws[r][c]);
+          out.push_back(a);
         }
-      b.create<mlir::scf::YieldOp>(loc, next);
-    }
-    for (int64_t i = 0; i < mr; ++i) {
-      Value sx = f.load(f.f32, xsc, f.f32, row(i));
-      for (int64_t r = 0; r < nr; ++r)
-        store(row(i), f.addi(n0, f.cI64(r)), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
-    }
+      return out;
+    };
+    int4Tile(m0, mr, n0, nr, scalesOf, range, one, dots);
   };
 
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -1320,14 +1342,13 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
       packedInt4Tile(m0, mr, n0, nr);
       return;
     }
-    // int4: per group, integer sums, then scaled into f32 lanes.
-    llvm::SmallVector<Value> finit(count, f.splat(vf32, 0.0));
-    auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, finit);
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(groupsLoop.getBody());
-      Value gi = groupsLoop.getInductionVar();
-      llvm::SmallVector<Value> zs, ss;
+    // int4 row major: per group its zero point (8 when symmetric) and scale per
+    // column; per step the nibbles unpacked, zero-point corrected in i8 and
+    // interleaved back into element order.
+    Values zs;
+    auto scalesOf = [&](Value gi) {
+      Values ss;
+      zs.clear();
       for (int64_t r = 0; r < nr; ++r) {
         Value at = f.addi(f.muli(col(r), groups), gi);
         auto zIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{i8}, symmetric, true, true);
@@ -1339,55 +1360,39 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           b.create<mlir::scf::YieldOp>(loc, f.load(i8, zeros, i8, at));
         }
         zs.push_back(b.create<mlir::vector::SplatOp>(loc, vhalf, zIf.getResult(0)));
-        Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
-        Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
-        Value s = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
-        ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, s));
+        ss.push_back(scaleSplat(at, 1.0f));
       }
+      return ss;
+    };
+    auto range = [&](Value gi) {
       Value k0 = f.muli(gi, group);
-      llvm::SmallVector<Value> init(count, f.splatInt(vi32, 0));
-      auto inner = b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), step, init);
-      {
-        mlir::OpBuilder::InsertionGuard g2(b);
-        b.setInsertionPointToStart(inner.getBody());
-        Value k = inner.getInductionVar();
-        llvm::SmallVector<Value> xs, ws, out;
-        for (int64_t i = 0; i < mr; ++i)
-          xs.push_back(loadVec(vx, xq, f.addi(rowX(row(i)), k), nullptr));
-        llvm::SmallVector<int64_t> zip;
-        for (int64_t j = 0; j < C / 2; ++j) {
-          zip.push_back(j);
-          zip.push_back(C / 2 + j);
-        }
-        for (int64_t r = 0; r < nr; ++r) {
-          Value byte = b.create<mlir::arith::DivSIOp>(loc, f.addi(f.muli(col(r), K), k), f.cI64(2));
-          Value packed = loadVec(vhalf, w, byte, nullptr);
-          Value lo = b.create<mlir::arith::AndIOp>(loc, packed, f.splatInt(vhalf, 15));
-          Value hi = b.create<mlir::arith::ShRUIOp>(loc, packed, f.splatInt(vhalf, 4));
-          lo = b.create<mlir::arith::SubIOp>(loc, lo, zs[r]);
-          hi = b.create<mlir::arith::SubIOp>(loc, hi, zs[r]);
-          ws.push_back(b.create<mlir::vector::ShuffleOp>(loc, lo, hi, zip));
-        }
-        for (int64_t i = 0; i < mr; ++i)
-          for (int64_t r = 0; r < nr; ++r)
-            out.push_back(intDotStep(f, d, inner.getRegionIterArgs()[i * nr + r], xs[i], ws[r]));
-        b.create<mlir::scf::YieldOp>(loc, out);
-      }
-      llvm::SmallVector<Value> next;
+      return std::pair<Value, Value>{k0, f.addi(k0, group)};
+    };
+    llvm::SmallVector<int64_t> zip;
+    for (int64_t j = 0; j < C / 2; ++j) {
+      zip.push_back(j);
+      zip.push_back(C / 2 + j);
+    }
+    auto dots = [&](Value k, mlir::ValueRange acc) {
+      Values xs, ws, out;
       for (int64_t i = 0; i < mr; ++i)
-        for (int64_t r = 0; r < nr; ++r) {
-          Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
-          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
-        }
-      b.create<mlir::scf::YieldOp>(loc, next);
-    }
-    for (int64_t i = 0; i < mr; ++i) {
-      Value sx = f.load(f.f32, xsc, f.f32, row(i));
-      for (int64_t r = 0; r < nr; ++r)
-        store(row(i), col(r), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
-    }
+        xs.push_back(loadVec(vx, xq, f.addi(rowX(row(i)), k), nullptr));
+      for (int64_t r = 0; r < nr; ++r) {
+        Value byte = b.create<mlir::arith::DivSIOp>(loc, f.addi(f.muli(col(r), K), k), f.cI64(2));
+        Value packed = loadVec(vhalf, w, byte, nullptr);
+        Value lo = b.create<mlir::arith::AndIOp>(loc, packed, f.splatInt(vhalf, 15));
+        Value hi = b.create<mlir::arith::ShRUIOp>(loc, packed, f.splatInt(vhalf, 4));
+        lo = b.create<mlir::arith::SubIOp>(loc, lo, zs[r]);
+        hi = b.create<mlir::arith::SubIOp>(loc, hi, zs[r]);
+        ws.push_back(b.create<mlir::vector::ShuffleOp>(loc, lo, hi, zip));
+      }
+      for (int64_t i = 0; i < mr; ++i)
+        for (int64_t r = 0; r < nr; ++r)
+          out.push_back(intDotStep(f, d, acc[i * nr + r], xs[i], ws[r]));
+      return out;
+    };
+    int4Tile(m0, mr, n0, nr, scalesOf, range, step, dots);
   };
-
   // Tiles of mr rows by nr output channels, as many accumulators as the register
   // file holds (int4 keeps two per pair: the group's integer sum and the scaled
   // total), so that each unpacked weight step serves mr rows; rows past the last

@@ -869,17 +869,30 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
 }
 
+// `<dir>/<name>.gen-<this architecture>.kiln`, and the portable reference kernel of an op kind.
+std::string GeneratedArtifact(const std::string& dir, const std::string& name) {
+#if defined(__aarch64__)
+  return dir + "/" + name + ".gen-aarch64.kiln";
+#else
+  return dir + "/" + name + ".gen-x86_64.kiln";
+#endif
+}
+uint32_t PortableKernelOf(fb::OpKind kind) {
+  size_t count;
+  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (kernels[i].op_kind == static_cast<uint16_t>(kind) && std::string(kernels[i].isa) == "portable")
+      return kernels[i].id;
+  return 0;
+}
+
 // Packed weight layouts (formats/encoding.h int4_p4k32): the generated W4A8 artifacts
 // store their int4 weights packed, and the verifier refuses a packed weight that the
 // bound kernel does not read or whose encoding and shape the layout cannot hold.
 TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-#if defined(__aarch64__)
-  const std::string path = dir + "/tiny-llama.a8.gen-aarch64.kiln";
-#else
-  const std::string path = dir + "/tiny-llama.a8.gen-x86_64.kiln";
-#endif
+  const std::string path = GeneratedArtifact(dir, "tiny-llama.a8");
   std::vector<uint8_t> bytes;
   ASSERT_TRUE(ReadFile(path, &bytes)) << path;
   const fb::Model* m = fb::GetSizePrefixedModel(bytes.data());
@@ -899,13 +912,7 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   uint32_t f32Tensor = 0;
   for (uint32_t t = 0; t < m->tensors()->size(); ++t)
     if (m->tensors()->Get(t)->encoding() == fb::Encoding::F32) f32Tensor = t;
-  uint32_t portable = 0;  // the reference kernel of the op's kind
-  size_t count;
-  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
-  for (size_t i = 0; i < count; ++i)
-    if (kernels[i].op_kind == static_cast<uint16_t>(m->stages()->Get(stage)->ops()->Get(op)->kind()) &&
-        std::string(kernels[i].isa) == "portable")
-      portable = kernels[i].id;
+  const uint32_t portable = PortableKernelOf(m->stages()->Get(stage)->ops()->Get(op)->kind());
   struct Case {
     const char* name;
     kiln_status_t expected;
@@ -957,11 +964,7 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
 TEST(PackedLayout, Panel16IsReadOnlyByGeneratedFloatMatmuls) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-#if defined(__aarch64__)
-  const std::string path = dir + "/tiny-llama.gen-aarch64.kiln";
-#else
-  const std::string path = dir + "/tiny-llama.gen-x86_64.kiln";
-#endif
+  const std::string path = GeneratedArtifact(dir, "tiny-llama");
   std::vector<uint8_t> bytes;
   ASSERT_TRUE(ReadFile(path, &bytes)) << path;
   const fb::Model* m = fb::GetSizePrefixedModel(bytes.data());
@@ -976,13 +979,7 @@ TEST(PackedLayout, Panel16IsReadOnlyByGeneratedFloatMatmuls) {
     }
   ASSERT_GE(stage, 0) << "no panel16 weight in " << path;
   ASSERT_GE(norm, 0);
-  uint32_t portable = 0;
-  size_t count;
-  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
-  for (size_t i = 0; i < count; ++i)
-    if (kernels[i].op_kind == static_cast<uint16_t>(m->stages()->Get(stage)->ops()->Get(op)->kind()) &&
-        std::string(kernels[i].isa) == "portable")
-      portable = kernels[i].id;
+  const uint32_t portable = PortableKernelOf(m->stages()->Get(stage)->ops()->Get(op)->kind());
   const uint32_t normWeight = m->stages()->Get(normStage)->ops()->Get(norm)->weights()->Get(0);
   const std::pair<const char*, std::function<void(fb::ModelT&)>> cases[] = {
       {"bound to the reference kernel", [&](fb::ModelT& mt) { mt.stages[stage]->ops[op]->kernel = portable; }},
