@@ -67,23 +67,46 @@ llvm::Expected<Target> baseTarget(const std::string& triple) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "unsupported target '" + triple +
                                        "': Kiln targets x86_64 and aarch64 (e.g. "
-                                       "aarch64-linux-android, x86_64-linux-gnu)");
+                                       "aarch64-linux-android, x86_64-linux-gnu) and the presets "
+                                       "android-arm64-v8.2-dotprod, android-arm64-v9-i8mm");
   }
   return target;
 }
+
+// Named device classes: a triple and the CPU features every such device has
+// (docs/cli.md lists them).
+struct Preset {
+  const char* name;
+  const char* triple;
+  uint64_t features;
+};
+constexpr uint64_t kArmV82Dot = format::kCpuArmNeon | format::kCpuArmFp16 | format::kCpuArmDotProd;
+const Preset kPresets[] = {
+    // Armv8.2-A with the dot-product extension: Cortex-A55/A75/A76/A77/A78, X1.
+    {"android-arm64-v8.2-dotprod", "aarch64-linux-android", kArmV82Dot},
+    // Armv9-A: Cortex-A510/A710/A715/X2/X3 and later (SVE2 and int8 matrix multiply).
+    {"android-arm64-v9-i8mm", "aarch64-linux-android", kArmV82Dot | format::kCpuArmI8mm | format::kCpuArmSve},
+};
 
 } // namespace
 
 llvm::Expected<Target> parseTarget(llvm::StringRef tripleArg, llvm::StringRef features) {
   // "" / "host": this machine with what it detects; "portable": its architecture with
-  // baseline features; a triple: that architecture's baseline features.
+  // baseline features; a preset: its triple and features; a triple: that
+  // architecture's baseline features.
   const bool host = tripleArg.empty() || tripleArg == "host";
   const bool portable = tripleArg == "portable";
-  llvm::Expected<Target> parsed =
-      (host || portable) ? llvm::Expected<Target>(hostTarget()) : baseTarget(tripleArg.str());
+  const Preset* preset = nullptr;
+  for (const Preset& p : kPresets)
+    if (tripleArg == p.name)
+      preset = &p;
+  llvm::Expected<Target> parsed = (host || portable) ? llvm::Expected<Target>(hostTarget())
+                                                     : baseTarget(preset ? preset->triple : tripleArg.str());
   if (!parsed)
     return parsed.takeError();
   Target target = *parsed;
+  if (preset)
+    target.features |= preset->features;
   target.generate = !portable;
   if (host)
     target.features = detectHostFeatures();
