@@ -424,6 +424,48 @@ Value matmulBias(FnBuilder& f, Value hasBias, Value biasW, Value n, bool f16) {
       zero);
 }
 
+// The kiln_uk_matmul_params_t fields the matmul builders read, loaded at a kernel's
+// entry (its arguments: the params, the output-channel range [begin, end), scratch),
+// and the bias of output channel n as f32 (0 without one; f16 biases decoded when
+// `f16Bias`, the target converting f16).
+struct MatmulArgs {
+  Value x, ldx, xq, xs, M, K, w, N, y, ldy, nBegin, nEnd;
+  Value biasW, hasBias;
+  bool f16Bias;
+  MatmulArgs(FnBuilder& f, mlir::func::FuncOp fn, bool f16Bias) : f16Bias(f16Bias) {
+    Value params = fn.getArgument(0);
+    const size_t wAt = offsetof(kiln_uk_matmul_params_t, w);
+    x = f.field(params, offsetof(kiln_uk_matmul_params_t, x), f.ptr);
+    ldx = f.field(params, offsetof(kiln_uk_matmul_params_t, ldx), f.i64);
+    xq = f.field(params, offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
+    xs = f.field(params, offsetof(kiln_uk_matmul_params_t, xs), f.ptr);
+    M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
+    K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
+    w = f.field(params, wAt + offsetof(kiln_uk_weight_t, data), f.ptr);
+    N = f.field(params, wAt + offsetof(kiln_uk_weight_t, rows), f.i64);
+    biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
+    y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
+    ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
+    nBegin = fn.getArgument(1);
+    nEnd = fn.getArgument(2);
+    hasBias = f.b.create<mlir::LLVM::ICmpOp>(f.loc, mlir::LLVM::ICmpPredicate::ne, biasW,
+                                             f.b.create<mlir::LLVM::ZeroOp>(f.loc, f.ptr));
+  }
+  Value bias(FnBuilder& f, Value n) const { return matmulBias(f, hasBias, biasW, n, f16Bias); }
+};
+
+// acc + a * c, allowed to fuse and reassociate.
+Value fmaContract(FnBuilder& f, Value a, Value c, Value acc) {
+  auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
+  return f.b.create<mlir::arith::AddFOp>(f.loc, f.b.create<mlir::arith::MulFOp>(f.loc, a, c, fm), acc, fm);
+}
+
+// lo + (v - lo) / m * m: the end of the whole steps of m from lo towards v.
+Value roundDownFrom(FnBuilder& f, Value v, Value lo, Value m) {
+  Value span = f.b.create<mlir::arith::SubIOp>(f.loc, v, lo);
+  return f.addi(lo, f.muli(f.b.create<mlir::arith::DivSIOp>(f.loc, span, m), m));
+}
+
 // The reduction over K of a tile: accumulators `init` carried through
 // step(k, acc, mask) for k in [0, kMain) by `stride` (mask null), then once more at
 // kMain under a mask of the first kTail of `maskLanes` lanes when kTail > 0.
@@ -480,20 +522,12 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
 
   Value params = fn.getArgument(0);
-  Value x = f.field(params, offsetof(kiln_uk_matmul_params_t, x), f.ptr);
-  Value ldx = f.field(params, offsetof(kiln_uk_matmul_params_t, ldx), f.i64);
-  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
-  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
-  Value w = f.field(params, offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, data), f.ptr);
-  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
-  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
-  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
-  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  const MatmulArgs args(f, fn, f16Bias);
+  Value x = args.x, ldx = args.ldx, M = args.M, K = args.K, w = args.w, y = args.y, ldy = args.ldy;
+  Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), vl = f.cI64(lanes);
   Value kMain = b.create<mlir::arith::SubIOp>(loc, K, b.create<mlir::arith::RemSIOp>(loc, K, vl));
   Value kTail = b.create<mlir::arith::SubIOp>(loc, K, kMain);
-  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
-  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW, nullPtr);
 
   // `lanes` weights of row base[k..] widened to f32 (masked: lanes beyond `count` are 0).
   auto widen = [&](Value raw) -> Value {
@@ -529,11 +563,8 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
     Value pass = f.splat(vf32, 0.0);
     return b.create<mlir::LLVM::MaskedLoadOp>(loc, vf32, at, mask, mlir::ValueRange{pass}, 4);
   };
-  auto fma = [&](Value a, Value c, Value acc) {
-    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
-  };
-  // The bias of output channel n (f32; 0 without one).
-  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, f16Bias); };
+  auto fma = [&](Value a, Value c, Value acc) { return fmaContract(f, a, c, acc); };
+  auto bias = [&](Value n) { return args.bias(f, n); };
 
   // One mr x nr tile at (m0, n0): dot products over K, then y = sum + bias.
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -560,12 +591,8 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
       }
   };
 
-  auto roundDown = [&](Value v, Value lo, Value m) {  // lo + (v - lo) / m * m
-    Value span = b.create<mlir::arith::SubIOp>(loc, v, lo);
-    return f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(loc, span, m), m));
-  };
-  Value nMain = roundDown(nEnd, nBegin, four);
-  Value mMain = roundDown(M, zero, four);
+  Value nMain = roundDownFrom(f, nEnd, nBegin, four);
+  Value mMain = roundDownFrom(f, M, zero, four);
   f.loop(nBegin, nMain, four, [&](Value n0) {
     f.loop(zero, mMain, four, [&](Value m0) { tile(m0, 4, n0, 4); });
     f.loop(mMain, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
@@ -1146,20 +1173,11 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   auto vhalf = mlir::VectorType::get({C / 2}, i8);
 
   Value params = fn.getArgument(0);
-  Value xq = f.field(params, offsetof(kiln_uk_matmul_params_t, xq), f.ptr);
-  Value xsc = f.field(params, offsetof(kiln_uk_matmul_params_t, xs), f.ptr);
-  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
-  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
   const size_t wAt = offsetof(kiln_uk_matmul_params_t, w);
-  Value w = f.field(params, wAt + offsetof(kiln_uk_weight_t, data), f.ptr);
-  Value N = f.field(params, wAt + offsetof(kiln_uk_weight_t, rows), f.i64);
-  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
-  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
-  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
-  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  const MatmulArgs args(f, fn, hasF16Conversion(target));
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), step = f.cI64(C);
-  Value nullPtr = b.create<mlir::LLVM::ZeroOp>(loc, f.ptr);
-  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW, nullPtr);
   Value NK = f.muli(N, K);
   // int8: f32 scales per row after the codes. int4: f16 scales per (row, group)
   // after the codes, then (asymmetric) u8 zero points.
@@ -1189,7 +1207,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   auto loadF32 = [&](Value base, Value byteIndex) -> Value {
     return b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(base, i8, byteIndex), /*alignment=*/1);
   };
-  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, hasF16Conversion(target)); };
+  auto bias = [&](Value n) { return args.bias(f, n); };
   auto rowX = [&](Value m) { return f.muli(m, K); };  // xq rows are K apart
   auto reduce = [&](Value v) {
     return b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, v, Value(),
@@ -1399,12 +1417,8 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   // whole tile (and decode's single row) in 1 x 4 tiles.
   const int64_t mr = d.registers >= 32 ? 4 : 2;
   const int64_t nr = int4 ? 2 : 4;
-  auto roundDown = [&](Value v, Value lo, Value m) {
-    Value span = b.create<mlir::arith::SubIOp>(loc, v, lo);
-    return f.addi(lo, f.muli(b.create<mlir::arith::DivSIOp>(loc, span, m), m));
-  };
-  Value nMain = roundDown(nEnd, nBegin, four);
-  Value mMain = roundDown(M, zero, f.cI64(mr));
+  Value nMain = roundDownFrom(f, nEnd, nBegin, four);
+  Value mMain = roundDownFrom(f, M, zero, f.cI64(mr));
   f.loop(nBegin, nMain, four, [&](Value n0) {
     f.loop(zero, mMain, f.cI64(mr), [&](Value m0) {
       for (int64_t c = 0; c < 4; c += nr)
@@ -1437,27 +1451,13 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   const int64_t vecs = P / lanes;
   const int64_t mr = std::clamp<int64_t>((intDot(target).registers - vecs - 2) / vecs, 1, 8);
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
-  auto fm = mlir::arith::FastMathFlags::contract | mlir::arith::FastMathFlags::reassoc;
 
-  Value params = fn.getArgument(0);
-  Value x = f.field(params, offsetof(kiln_uk_matmul_params_t, x), f.ptr);
-  Value ldx = f.field(params, offsetof(kiln_uk_matmul_params_t, ldx), f.i64);
-  Value M = f.field(params, offsetof(kiln_uk_matmul_params_t, M), f.i64);
-  Value K = f.field(params, offsetof(kiln_uk_matmul_params_t, K), f.i64);
-  const size_t wAt = offsetof(kiln_uk_matmul_params_t, w);
-  Value w = f.field(params, wAt + offsetof(kiln_uk_weight_t, data), f.ptr);
-  Value N = f.field(params, wAt + offsetof(kiln_uk_weight_t, rows), f.i64);
-  Value biasW = f.field(params, offsetof(kiln_uk_matmul_params_t, bias), f.ptr);
-  Value y = f.field(params, offsetof(kiln_uk_matmul_params_t, y), f.ptr);
-  Value ldy = f.field(params, offsetof(kiln_uk_matmul_params_t, ldy), f.i64);
-  Value nBegin = fn.getArgument(1), nEnd = fn.getArgument(2);
+  const MatmulArgs args(f, fn, hasF16Conversion(target));
+  Value x = args.x, ldx = args.ldx, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), p16 = f.cI64(P);
-  Value hasBias = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, biasW,
-                                               b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
-  auto bias = [&](Value n) { return matmulBias(f, hasBias, biasW, n, hasF16Conversion(target)); };
-  auto fma = [&](Value a, Value c, Value acc) {
-    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
-  };
+  auto bias = [&](Value n) { return args.bias(f, n); };
+  auto fma = [&](Value a, Value c, Value acc) { return fmaContract(f, a, c, acc); };
   // One stored element (index in elements) as f32.
   auto element = [&](Value index) -> Value {
     if (encoding == format::kEncF32)

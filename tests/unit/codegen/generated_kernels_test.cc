@@ -68,6 +68,35 @@ bool Generate(mlir::MLIRContext& ctx, const std::string& source, const Target& t
 class GeneratedKernels : public ::testing::Test {
  protected:
   GeneratedKernels() { ctx_.loadDialect<KilnDialect, mlir::func::FuncDialect>(); }
+
+  // The generated function of a one-linear `model` bound to `kernel`, compiled for
+  // `target` and loaded into `image`; null with `why` set when the generator does not
+  // support the op on that target, null after a test failure otherwise.
+  kiln_uk_matmul_fn LinearKernel(const std::string& model, const char* kernel, const Target& target,
+                                 rt::CodeImage* image, std::string* why) {
+    why->clear();
+    mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
+    if (!probe) {
+      ADD_FAILURE() << "does not parse:\n" << model;
+      return nullptr;
+    }
+    mlir::Operation* linear = nullptr;
+    probe->walk([&](LinearOp op) { linear = op; });
+    if (!generatorSupports(linear, kernel, target, why)) return nullptr;
+    Compiled c;
+    if (!Generate(ctx_, model, target, &c)) {
+      ADD_FAILURE() << "generating the kernel failed";
+      return nullptr;
+    }
+    kiln_error_t err;
+    if (image->Load(c.code.object.data(), c.code.object.size(), &err) != KILN_OK) {
+      ADD_FAILURE() << err.message;
+      return nullptr;
+    }
+    auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image->Find(c.symbol.c_str()));
+    if (fn == nullptr) ADD_FAILURE() << "no function " << c.symbol;
+    return fn;
+  }
   mlir::MLIRContext ctx_;
 };
 
@@ -171,7 +200,6 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
   const std::vector<Target> targets = RunnableTargets();
   for (const Target& target : targets) {
     for (const auto& [label, enc] : encodings) {
-      std::string why;
       for (const Shape& s : shapes) {
         for (int variant = 0; variant < 4; ++variant) {
           const bool bias = variant & 1, panel = variant & 2;  // panel: stored panel16
@@ -179,22 +207,15 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
                        (panel ? " panel16" : "") + ", " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                        std::to_string(s.k) + (bias ? " + bias" : ""));
           const std::string model = LinearModel(s.n, s.k, label, bias, kKernel, label, panel ? "panel16" : "");
-          Compiled c;
-          mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
-          ASSERT_TRUE(probe);
-          mlir::Operation* linear = nullptr;
-          probe->walk([&](LinearOp op) { linear = op; });
-          if (!generatorSupports(linear, "linear_bias_f32_f32_wfloat_4x4_gen", target, &why)) {
+          rt::CodeImage image;
+          std::string why;
+          kiln_uk_matmul_fn fn = LinearKernel(model, kKernel, target, &image, &why);
+          if (fn == nullptr && !why.empty()) {
             // Only f16 without a hardware conversion (x86 without F16C) is refused.
             EXPECT_EQ(enc, format::kEncF16) << why;
             continue;
           }
-          ASSERT_TRUE(Generate(ctx_, model, target, &c));
-          rt::CodeImage image;
-          kiln_error_t err;
-          ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
-          auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
-          ASSERT_NE(fn, nullptr) << c.symbol;
+          ASSERT_NE(fn, nullptr);
 
           const int64_t ldx = s.k + 3, ldy = s.n + 2;
           std::vector<float> x(s.m * ldx), wf(s.n * s.k), bv(s.n), want(s.m * ldy, 0.0f), got(s.m * ldy, 0.0f);
@@ -326,24 +347,16 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
                      (bias ? " + bias" : ""));
         const std::string model = LinearModel(cs.n, cs.k, std::string(cs.encoding) + ", act = int8_per_token", bias,
                                               kernel, "f32", cs.packed ? "int4_p4k32" : "");
-        mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
-        ASSERT_TRUE(probe);
-        mlir::Operation* linear = nullptr;
-        probe->walk([&](LinearOp op) { linear = op; });
+        rt::CodeImage image;
         std::string why;
-        if (!generatorSupports(linear, kernel, target, &why)) {
+        kiln_uk_matmul_fn fn = LinearKernel(model, kernel, target, &image, &why);
+        if (fn == nullptr && !why.empty()) {
           // Only int4 without a hardware f16 conversion (x86 without F16C) is refused.
           EXPECT_EQ(cs.id, format::kEncINT4) << why;
           EXPECT_EQ(target.features & format::kCpuX86F16c, 0u) << why;
           continue;
         }
-        Compiled c;
-        ASSERT_TRUE(Generate(ctx_, model, target, &c));
-        rt::CodeImage image;
-        kiln_error_t err;
-        ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
-        auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
-        ASSERT_NE(fn, nullptr) << c.symbol;
+        ASSERT_NE(fn, nullptr);
 
         const int64_t ldx = cs.k + 3, ldy = cs.n + 2;
         std::vector<float> x(cs.m * ldx), bv(cs.n), xs(cs.m), want(cs.m * ldy, 0.0f), got(cs.m * ldy, 0.0f);
@@ -442,24 +455,16 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
                      std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
                      (bias ? " + bias" : ""));
         const std::string model = LinearModel(cs.n, cs.k, cs.encoding, bias, kernel);
-        mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
-        ASSERT_TRUE(probe);
-        mlir::Operation* linear = nullptr;
-        probe->walk([&](LinearOp op) { linear = op; });
+        rt::CodeImage image;
         std::string why;
-        if (!generatorSupports(linear, kernel, target, &why)) {
+        kiln_uk_matmul_fn fn = LinearKernel(model, kernel, target, &image, &why);
+        if (fn == nullptr && !why.empty()) {
           // Only int4 without a hardware f16 conversion (x86 without F16C) is refused.
           EXPECT_EQ(cs.id, format::kEncINT4) << why;
           EXPECT_EQ(target.features & format::kCpuX86F16c, 0u) << why;
           continue;
         }
-        Compiled c;
-        ASSERT_TRUE(Generate(ctx_, model, target, &c));
-        rt::CodeImage image;
-        kiln_error_t err;
-        ASSERT_EQ(image.Load(c.code.object.data(), c.code.object.size(), &err), KILN_OK) << err.message;
-        auto* fn = reinterpret_cast<kiln_uk_matmul_fn>(image.Find(c.symbol.c_str()));
-        ASSERT_NE(fn, nullptr) << c.symbol;
+        ASSERT_NE(fn, nullptr);
 
         const int64_t ldx = cs.k + 3, ldy = cs.n + 2;
         std::vector<float> x(cs.m * ldx), bv(cs.n), want(cs.m * ldy, 0.0f), got(cs.m * ldy, 0.0f);

@@ -757,6 +757,23 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
   return KILN_OK;
 }
 
+// `<dir>/<name>.gen-<this architecture>.kiln`, and the portable reference kernel of an op kind.
+std::string GeneratedArtifact(const std::string& dir, const std::string& name) {
+#if defined(__aarch64__)
+  return dir + "/" + name + ".gen-aarch64.kiln";
+#else
+  return dir + "/" + name + ".gen-x86_64.kiln";
+#endif
+}
+uint32_t PortableKernelOf(fb::OpKind kind) {
+  size_t count;
+  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
+  for (size_t i = 0; i < count; ++i)
+    if (kernels[i].op_kind == static_cast<uint16_t>(kind) && std::string(kernels[i].isa) == "portable")
+      return kernels[i].id;
+  return 0;
+}
+
 // W8A8 / W4A8 artifacts with generated kernels (make_test_artifacts.py: A8) give the
 // portable artifact's outputs of the same precision: the same integer sums, so the
 // logits differ only by float rounding (RoPE, the order int4 group sums are added
@@ -808,11 +825,7 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
 TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-#if defined(__aarch64__)
-  const std::string gen = dir + "/tiny-llama.gen-aarch64.kiln";
-#else
-  const std::string gen = dir + "/tiny-llama.gen-x86_64.kiln";
-#endif
+  const std::string gen = GeneratedArtifact(dir, "tiny-llama");
   std::vector<int32_t> ids = {1, 5, 9, 200, 17, 3};
   auto logits = [&](const std::string& path, bool override_table, bool restore) {
     kiln_error_t err;
@@ -867,23 +880,6 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   const std::vector<float> plain = logits(gen, false, false), restored = logits(gen, true, true);
   EXPECT_EQ(worst(plain, restored), 0.0);
   EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
-}
-
-// `<dir>/<name>.gen-<this architecture>.kiln`, and the portable reference kernel of an op kind.
-std::string GeneratedArtifact(const std::string& dir, const std::string& name) {
-#if defined(__aarch64__)
-  return dir + "/" + name + ".gen-aarch64.kiln";
-#else
-  return dir + "/" + name + ".gen-x86_64.kiln";
-#endif
-}
-uint32_t PortableKernelOf(fb::OpKind kind) {
-  size_t count;
-  const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);
-  for (size_t i = 0; i < count; ++i)
-    if (kernels[i].op_kind == static_cast<uint16_t>(kind) && std::string(kernels[i].isa) == "portable")
-      return kernels[i].id;
-  return 0;
 }
 
 // Packed weight layouts (formats/encoding.h int4_p4k32): the generated W4A8 artifacts
