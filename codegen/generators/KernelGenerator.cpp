@@ -54,31 +54,21 @@ namespace kiln {
 using mlir::Value;
 
 void setModuleTarget(mlir::ModuleOp module, const Target& target) {
-  mlir::Builder b(module.getContext());
   module->setAttr(kTargetAttrName,
-                  b.getDictionaryAttr({b.getNamedAttr("triple", b.getStringAttr(target.triple)),
-                                       b.getNamedAttr("features", b.getStringAttr(featureList(target.features))),
-                                       b.getNamedAttr("generate", b.getBoolAttr(target.generate))}));
+                  TargetAttr::get(module.getContext(), target.triple, featureList(target.features), target.generate));
 }
 
 llvm::Expected<Target> moduleTarget(mlir::ModuleOp module) {
-  auto dict = module->getAttrOfType<mlir::DictionaryAttr>(kTargetAttrName);
-  if (!dict)
+  auto attr = module->getAttrOfType<TargetAttr>(kTargetAttrName);
+  if (!attr)
     return parseTarget("", "");
-  auto triple = dict.getAs<mlir::StringAttr>("triple");
-  auto features = dict.getAs<mlir::StringAttr>("features");
-  auto generate = dict.getAs<mlir::BoolAttr>("generate");
-  if (!triple || !features || !generate)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "module attribute kiln.target needs triple, features (strings) and "
-                                   "generate (bool)");
   std::string list;
-  for (llvm::StringRef f : llvm::split(features.getValue(), ','))
+  for (llvm::StringRef f : llvm::split(attr.getFeatures(), ','))
     if (!f.empty())
       list += "+" + f.str() + ",";
-  auto target = parseTarget(triple.getValue(), list);
+  auto target = parseTarget(attr.getTriple(), list);
   if (target)
-    target->generate = generate.getValue();
+    target->generate = attr.getGenerate();
   return target;
 }
 

@@ -180,15 +180,6 @@ private:
   LogicalResult generateCode();
   LogicalResult buildHeader(uint64_t dataStart);
   LogicalResult writeFile(llvm::StringRef path);
-  int64_t intAttr(mlir::DictionaryAttr dict, llvm::StringRef key, int64_t dflt = 0) {
-    if (!dict)
-      return dflt;
-    if (auto a = dict.getAs<mlir::IntegerAttr>(key))
-      return a.getInt();
-    if (auto b = dict.getAs<mlir::BoolAttr>(key))
-      return b.getValue();
-    return dflt;
-  }
 
   mlir::ModuleOp module_;
   ArtifactOptions options_;
@@ -448,11 +439,16 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
                                            &outputs, &ops, arenaBytes));
   }
 
-  // Model facts from module attributes.
-  auto text = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.text");
-  auto image = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.image");
-  auto pre = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.preprocessor");
-  auto gen = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.generation");
+  // Model facts from the module's configuration attributes (typed and verified by
+  // the dialect; an image input needs both its shape and its preprocessing).
+  auto text = module_->getAttrOfType<TextConfigAttr>("kiln.text");
+  auto image = module_->getAttrOfType<ImageConfigAttr>("kiln.image");
+  auto pre = module_->getAttrOfType<PreprocessorConfigAttr>("kiln.preprocessor");
+  auto gen = module_->getAttrOfType<GenerationConfigAttr>("kiln.generation");
+  if (!text)
+    return error() << "module has no kiln.text attribute (import it with kiln-compile)";
+  if (static_cast<bool>(image) != static_cast<bool>(pre))
+    return error() << "module has " << (image ? "kiln.image but no kiln.preprocessor" : "kiln.preprocessor but no kiln.image");
   auto str = [&](llvm::StringRef key) {
     auto a = module_->getAttrOfType<mlir::StringAttr>(key);
     return a ? a.str() : std::string();
@@ -461,8 +457,7 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   // it, never silently narrowed (the importer range-checks the config; this is the
   // writer's own guard for IR from elsewhere).
   std::string narrowed;
-  auto u32 = [&](mlir::DictionaryAttr dict, llvm::StringRef key, int64_t dflt = 0) {
-    int64_t v = intAttr(dict, key, dflt);
+  auto u32 = [&](llvm::StringRef key, int64_t v) {
     if ((v < 0 || v > static_cast<int64_t>(UINT32_MAX)) && narrowed.empty())
       narrowed = key.str() + " = " + std::to_string(v) + " does not fit the artifact's 32-bit field";
     return static_cast<uint32_t>(v);
@@ -472,41 +467,29 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       narrowed = key.str() + " = " + std::to_string(v) + " does not fit the artifact's 32-bit field";
     return static_cast<int32_t>(v);
   };
-  int64_t layers = intAttr(text, "num_layers"), kvHeads = intAttr(text, "num_kv_heads"),
-          headDim = intAttr(text, "head_dim");
+  int64_t layers = text.getNumLayers(), kvHeads = text.getNumKvHeads(), headDim = text.getHeadDim();
   auto textConfig = fb::CreateTextConfig(
-      b, u32(text, "vocab_size"), u32(text, "hidden_size"), u32(text, "num_layers"),
-      u32(text, "num_heads"), u32(text, "num_kv_heads"), u32(text, "head_dim"),
-      u32(text, "max_position_embeddings"), u32(text, "sliding_window"));
+      b, u32("vocab_size", text.getVocabSize()), u32("hidden_size", text.getHiddenSize()),
+      u32("num_layers", layers), u32("num_heads", text.getNumHeads()), u32("num_kv_heads", kvHeads),
+      u32("head_dim", headDim), u32("max_position_embeddings", text.getMaxPositionEmbeddings()),
+      u32("sliding_window", text.getSlidingWindow()));
   flatbuffers::Offset<fb::ImageConfig> imageConfig;
   flatbuffers::Offset<fb::ImagePreprocess> preprocess;
   if (image) {
-    imageConfig = fb::CreateImageConfig(b, u32(image, "image_size"), u32(image, "channels"),
-                                        u32(image, "image_tokens"),
-                                        intAttr(image, "image_token_id", -1));
-    auto f64s = [&](llvm::StringRef key) {
-      std::vector<float> out;
-      if (auto a = pre.getAs<mlir::DenseF64ArrayAttr>(key))
-        for (double d : a.asArrayRef())
-          out.push_back(static_cast<float>(d));
-      return out;
-    };
-    std::vector<float> mean = f64s("image_mean"), stdv = f64s("image_std");
-    auto crop = pre.getAs<mlir::DenseI64ArrayAttr>("crop_size");
-    auto processor = pre.getAs<mlir::StringAttr>("processor");
-    auto rescale = pre.getAs<mlir::FloatAttr>("rescale_factor");
+    imageConfig = fb::CreateImageConfig(b, u32("image_size", image.getImageSize()),
+                                        u32("channels", image.getChannels()),
+                                        u32("image_tokens", image.getImageTokens()),
+                                        i32("image_token_id", image.getImageTokenId()));
+    std::vector<float> mean(pre.getImageMean().begin(), pre.getImageMean().end()),
+        stdv(pre.getImageStd().begin(), pre.getImageStd().end());
     preprocess = fb::CreateImagePreprocessDirect(
         b,
-        processor && processor.getValue() == "Idefics3ImageProcessor" ? fb::ImageProcessor::Idefics3
-                                                                      : fb::ImageProcessor::Clip,
-        intAttr(pre, "do_convert_rgb"), intAttr(pre, "do_resize"),
-        u32(pre, "shortest_edge"), u32(pre, "longest_edge"),
-        static_cast<uint8_t>(intAttr(pre, "resample")), intAttr(pre, "do_center_crop"),
-        crop && crop.size() == 2 ? static_cast<uint32_t>(i32("crop_size", crop[0])) : 0,
-        crop && crop.size() == 2 ? static_cast<uint32_t>(i32("crop_size", crop[1])) : 0,
-        intAttr(pre, "do_rescale"),
-        rescale ? rescale.getValueAsDouble() : 1.0 / 255.0, intAttr(pre, "do_normalize"), &mean,
-        &stdv, u32(pre, "max_image_edge"));
+        pre.getProcessor() == "Idefics3ImageProcessor" ? fb::ImageProcessor::Idefics3 : fb::ImageProcessor::Clip,
+        pre.getDoConvertRgb(), pre.getDoResize(), u32("shortest_edge", pre.getShortestEdge()),
+        u32("longest_edge", pre.getLongestEdge()), static_cast<uint8_t>(pre.getResample()),
+        pre.getDoCenterCrop(), u32("crop_size", pre.getCropSize()[0]), u32("crop_size", pre.getCropSize()[1]),
+        pre.getDoRescale(), pre.getRescaleFactor(), pre.getDoNormalize(), &mean, &stdv,
+        u32("max_image_edge", pre.getMaxImageEdge()));
   }
 
   // Tokenizer.
@@ -527,18 +510,14 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
 
   std::vector<int32_t> eos;
   if (gen)
-    if (auto a = gen.getAs<mlir::DenseI64ArrayAttr>("eos_token_ids"))
-      for (int64_t e : a.asArrayRef())
-        eos.push_back(i32("eos_token_id", e));
-  auto fl = [&](llvm::StringRef key, double dflt) {
-    auto a = gen ? gen.getAs<mlir::FloatAttr>(key) : mlir::FloatAttr();
-    return static_cast<float>(a ? a.getValueAsDouble() : dflt);
-  };
-  auto generation = fb::CreateGenerationDirect(
-      b, i32("bos_token_id", intAttr(gen, "bos_token_id", -1)), &eos,
-      i32("pad_token_id", intAttr(gen, "pad_token_id", -1)), intAttr(gen, "do_sample", 0),
-      fl("temperature", 1.0), i32("top_k", intAttr(gen, "top_k", 0)), fl("top_p", 1.0),
-      i32("max_new_tokens", intAttr(gen, "max_new_tokens", 0)));
+    for (int64_t e : gen.getEosTokenIds())
+      eos.push_back(i32("eos_token_id", e));
+  auto generation =
+      gen ? fb::CreateGenerationDirect(b, i32("bos_token_id", gen.getBosTokenId()), &eos,
+                                       i32("pad_token_id", gen.getPadTokenId()), gen.getDoSample(),
+                                       static_cast<float>(gen.getTemperature()), i32("top_k", gen.getTopK()),
+                                       static_cast<float>(gen.getTopP()), i32("max_new_tokens", gen.getMaxNewTokens()))
+          : fb::CreateGenerationDirect(b, -1, &eos, -1, false, 1.0f, 0, 1.0f, 0);
   if (!narrowed.empty())
     return error() << narrowed;
 
@@ -563,10 +542,10 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
 
   // The session's stage buffers: ids, positions and hidden states of one prefill
   // step, one row of logits, and the image path's pixels and features.
-  uint64_t hidden = static_cast<uint64_t>(intAttr(text, "hidden_size"));
+  uint64_t hidden = static_cast<uint64_t>(text.getHiddenSize());
   uint64_t ioBytes = alignUp(static_cast<uint64_t>(maxPrefill_) * 4) * 2 +
                      alignUp(static_cast<uint64_t>(maxPrefill_) * hidden * 4) +
-                     alignUp(static_cast<uint64_t>(intAttr(text, "vocab_size")) * 4) + visionIoBytes;
+                     alignUp(static_cast<uint64_t>(text.getVocabSize()) * 4) + visionIoBytes;
   auto memoryPlan = fb::CreateMemoryPlan(
       b, arenaMax, static_cast<uint32_t>(maxPrefill_), ioBytes,
       static_cast<uint64_t>(layers * 2 * kvHeads * headDim * 4), weightBytes_);

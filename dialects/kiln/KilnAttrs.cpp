@@ -416,3 +416,112 @@ EncodingAttr EncodingAttr::fromLabel(MLIRContext* context, StringRef label, std:
   }
   return EncodingAttr::get(context, *kind, group, symmetric, act);
 }
+
+//===----------------------------------------------------------------------===//
+// Module configuration
+//===----------------------------------------------------------------------===//
+
+FailureOr<F64> kiln::parseF64Parameter(AsmParser& parser) {
+  double value = 0;
+  if (parser.parseFloat(value))
+    return failure();
+  return F64(value);
+}
+
+void kiln::printF64Parameter(AsmPrinter& printer, F64 value) { printer.printFloat(llvm::APFloat(value.value)); }
+
+namespace {
+// `name` must be at least `min`.
+LogicalResult atLeast(function_ref<InFlightDiagnostic()> emitError, StringRef name, int64_t value,
+                      int64_t min) {
+  if (value < min)
+    return emitError() << name << " must be at least " << min << ", got " << value;
+  return success();
+}
+} // namespace
+
+LogicalResult TextConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t vocabSize,
+                                     int64_t hiddenSize, int64_t numLayers, int64_t numHeads,
+                                     int64_t numKvHeads, int64_t headDim, int64_t maxPositionEmbeddings,
+                                     bool, int64_t slidingWindow) {
+  if (failed(atLeast(emitError, "vocab_size", vocabSize, 1)) ||
+      failed(atLeast(emitError, "hidden_size", hiddenSize, 1)) ||
+      failed(atLeast(emitError, "num_layers", numLayers, 1)) ||
+      failed(atLeast(emitError, "num_heads", numHeads, 1)) ||
+      failed(atLeast(emitError, "num_kv_heads", numKvHeads, 1)) ||
+      failed(atLeast(emitError, "head_dim", headDim, 1)) ||
+      failed(atLeast(emitError, "max_position_embeddings", maxPositionEmbeddings, 1)) ||
+      failed(atLeast(emitError, "sliding_window", slidingWindow, 0)))
+    return failure();
+  if (numHeads % numKvHeads != 0)
+    return emitError() << "num_heads (" << numHeads << ") must be a multiple of num_kv_heads (" << numKvHeads
+                       << ")";
+  return success();
+}
+
+LogicalResult ImageConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t imageSize,
+                                      int64_t channels, int64_t imageTokens, int64_t imageTokenId) {
+  return failure(failed(atLeast(emitError, "image_size", imageSize, 1)) ||
+                 failed(atLeast(emitError, "channels", channels, 1)) ||
+                 failed(atLeast(emitError, "image_tokens", imageTokens, 1)) ||
+                 failed(atLeast(emitError, "image_token_id", imageTokenId, 0)));
+}
+
+LogicalResult PreprocessorConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef processor,
+                                             bool, bool, int64_t shortestEdge, int64_t longestEdge,
+                                             int64_t resample, bool, ArrayRef<int64_t> cropSize, bool,
+                                             F64 rescaleFactor, bool, ArrayRef<F64> imageMean,
+                                             ArrayRef<F64> imageStd, int64_t maxImageEdge) {
+  if (processor != "CLIPImageProcessor" && processor != "Idefics3ImageProcessor")
+    return emitError() << "processor must be CLIPImageProcessor or Idefics3ImageProcessor, got '" << processor
+                       << "'";
+  if (failed(atLeast(emitError, "shortest_edge", shortestEdge, 0)) ||
+      failed(atLeast(emitError, "longest_edge", longestEdge, 0)) ||
+      failed(atLeast(emitError, "resample", resample, 0)) ||
+      failed(atLeast(emitError, "max_image_edge", maxImageEdge, 0)))
+    return failure();
+  if (cropSize.size() != 2 || cropSize[0] < 0 || cropSize[1] < 0)
+    return emitError() << "crop_size must be [height, width], both at least 0";
+  if (!(rescaleFactor > 0.0))
+    return emitError() << "rescale_factor must be positive";
+  if (imageMean.size() != imageStd.size() || imageMean.empty())
+    return emitError() << "image_mean and image_std need one value per channel (got " << imageMean.size()
+                       << " and " << imageStd.size() << ")";
+  for (F64 s : imageStd)
+    if (!(s.value > 0.0))
+      return emitError() << "image_std values must be positive";
+  return success();
+}
+
+LogicalResult GenerationConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t bosTokenId,
+                                           ArrayRef<int64_t> eosTokenIds, int64_t padTokenId, bool,
+                                           F64 temperature, int64_t topK, F64 topP,
+                                           int64_t maxNewTokens) {
+  if (failed(atLeast(emitError, "bos_token_id", bosTokenId, -1)) ||
+      failed(atLeast(emitError, "pad_token_id", padTokenId, -1)) || failed(atLeast(emitError, "top_k", topK, 0)) ||
+      failed(atLeast(emitError, "max_new_tokens", maxNewTokens, 0)))
+    return failure();
+  for (int64_t id : eosTokenIds)
+    if (id < 0)
+      return emitError() << "eos_token_ids must be token ids (at least 0), got " << id;
+  if (!(temperature >= 0.0))
+    return emitError() << "temperature must be at least 0";
+  if (!(topP > 0.0 && topP <= 1.0))
+    return emitError() << "top_p must lie in (0, 1]";
+  return success();
+}
+
+LogicalResult TokenizerConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef file,
+                                          int64_t vocab, int64_t addedTokens) {
+  if (file.empty())
+    return emitError() << "file must name the tokenizer file";
+  return failure(failed(atLeast(emitError, "vocab", vocab, 0)) ||
+                 failed(atLeast(emitError, "added_tokens", addedTokens, 0)));
+}
+
+LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef triple, StringRef,
+                                 bool) {
+  if (triple.empty())
+    return emitError() << "triple must name an LLVM target triple";
+  return success();
+}

@@ -7,11 +7,65 @@
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/bit.h"
 
 #include "dialects/kiln/KilnEnums.h.inc"
 
 #include "dialects/kiln/KilnAttrInterfaces.h.inc"
+
+namespace kiln {
+// A double parameter of an attribute (attribute storage hashes its parameters, and
+// LLVM has no hash for double): equal and hashed by its bits, converts to double.
+struct F64 {
+  double value = 0;
+  F64() = default;
+  F64(double v) : value(v) {}
+  operator double() const { return value; }
+  friend bool operator==(F64 a, F64 b) { return llvm::bit_cast<uint64_t>(a.value) == llvm::bit_cast<uint64_t>(b.value); }
+  friend bool operator!=(F64 a, F64 b) { return !(a == b); }
+  friend llvm::hash_code hash_value(F64 v) { return llvm::hash_value(llvm::bit_cast<uint64_t>(v.value)); }
+};
+
+// Parameters of the module configuration attributes: doubles printed to read back
+// exactly, lists in brackets.
+mlir::FailureOr<F64> parseF64Parameter(mlir::AsmParser& parser);
+void printF64Parameter(mlir::AsmPrinter& printer, F64 value);
+template <typename T>
+mlir::FailureOr<llvm::SmallVector<T>> parseListParameter(mlir::AsmParser& parser) {
+  llvm::SmallVector<T> values;
+  auto element = [&]() -> mlir::ParseResult {
+    if constexpr (std::is_same_v<T, F64>) {
+      mlir::FailureOr<F64> v = parseF64Parameter(parser);
+      if (mlir::failed(v))
+        return mlir::failure();
+      values.push_back(*v);
+      return mlir::success();
+    } else {
+      T v;
+      if (parser.parseInteger(v))
+        return mlir::failure();
+      values.push_back(v);
+      return mlir::success();
+    }
+  };
+  if (parser.parseCommaSeparatedList(mlir::AsmParser::Delimiter::Square, element))
+    return mlir::failure();
+  return values;
+}
+template <typename T>
+void printListParameter(mlir::AsmPrinter& printer, llvm::ArrayRef<T> values) {
+  printer << '[';
+  llvm::interleaveComma(values, printer, [&](T v) {
+    if constexpr (std::is_same_v<T, F64>)
+      printF64Parameter(printer, v);
+    else
+      printer << v;
+  });
+  printer << ']';
+}
+} // namespace kiln
 
 #define GET_ATTRDEF_CLASSES
 #include "dialects/kiln/KilnAttrs.h.inc"

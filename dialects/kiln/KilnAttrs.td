@@ -255,4 +255,151 @@ def Kiln_EncodingAttr : Kiln_Attr<"Encoding", "encoding"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Module configuration: what travels to the artifact's model facts
+//===----------------------------------------------------------------------===//
+
+// A float parameter, printed so that it reads back to the same double.
+class Kiln_F64Parameter<string desc, string default> : AttrOrTypeParameter<"::kiln::F64", desc> {
+  let parser = "::kiln::parseF64Parameter($_parser)";
+  let printer = "::kiln::printF64Parameter($_printer, $_self)";
+  let defaultValue = default;
+}
+
+// Lists in brackets (`[1, 2]`), so they sit among a struct's comma-separated fields.
+class Kiln_ListParameter<string element, string desc> : ArrayRefParameter<element, desc> {
+  let parser = "::kiln::parseListParameter<" # element # ">($_parser)";
+  let printer = "::kiln::printListParameter($_printer, $_self)";
+}
+
+def Kiln_TextConfigAttr : Kiln_Attr<"TextConfig", "text_config"> {
+  let summary = "Shape of the decoder language model (module attribute kiln.text)";
+  let description = [{
+    The decoder's dimensions as the importer read them from the checkpoint's
+    config.json, written to the artifact's TextConfig. `sliding_window` 0 means
+    full attention; `tie_word_embeddings` says the LM head reads the embedding
+    table. Every count is at least 1 and `num_heads` is a multiple of
+    `num_kv_heads`.
+
+    ```mlir
+    module attributes {kiln.text = #kiln.text_config<vocab_size = 512, hidden_size = 64,
+        num_layers = 2, num_heads = 4, num_kv_heads = 2, head_dim = 16,
+        max_position_embeddings = 2048>} {}
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$vocab_size, "int64_t":$hidden_size, "int64_t":$num_layers,
+    "int64_t":$num_heads, "int64_t":$num_kv_heads, "int64_t":$head_dim,
+    "int64_t":$max_position_embeddings,
+    DefaultValuedParameter<"bool", "false">:$tie_word_embeddings,
+    DefaultValuedParameter<"int64_t", "0", "tokens of the attention window (0: all)">:$sliding_window);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_ImageConfigAttr : Kiln_Attr<"ImageConfig", "image_config"> {
+  let summary = "The image input of a vision-language model (module attribute kiln.image)";
+  let description = [{
+    The encoder's square input size and channels, the number of image tokens the
+    projector hands the decoder per image, and the placeholder token id the prompt
+    carries where they go.
+
+    ```mlir
+    #kiln.image_config<image_size = 32, channels = 3, image_tokens = 16, image_token_id = 480>
+    ```
+  }];
+  let parameters = (ins "int64_t":$image_size, "int64_t":$channels, "int64_t":$image_tokens,
+                        "int64_t":$image_token_id);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_PreprocessorConfigAttr : Kiln_Attr<"PreprocessorConfig", "preprocessor_config"> {
+  let summary = "Image preprocessing (module attribute kiln.preprocessor)";
+  let description = [{
+    The checkpoint's preprocessor_config.json as the runtime reproduces it:
+    `processor` is `CLIPImageProcessor` or `Idefics3ImageProcessor`; `resample` is a PIL filter number; `crop_size` is
+    `[height, width]`; `image_mean` and `image_std` have one value per channel.
+
+    ```mlir
+    #kiln.preprocessor_config<processor = "CLIPImageProcessor", do_convert_rgb = true,
+        do_resize = true, shortest_edge = 32, longest_edge = 0, resample = 3,
+        do_center_crop = true, crop_size = [32, 32], do_rescale = true,
+        rescale_factor = 0.0039215686274509803, do_normalize = true,
+        image_mean = [0.5, 0.5, 0.5], image_std = [0.5, 0.5, 0.5], max_image_edge = 0>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"image processor class">:$processor,
+    "bool":$do_convert_rgb, "bool":$do_resize, "int64_t":$shortest_edge,
+    "int64_t":$longest_edge, "int64_t":$resample, "bool":$do_center_crop,
+    Kiln_ListParameter<"int64_t", "[height, width]">:$crop_size,
+    "bool":$do_rescale, Kiln_F64Parameter<"pixel scale", "">:$rescale_factor,
+    "bool":$do_normalize,
+    Kiln_ListParameter<"::kiln::F64", "mean per channel">:$image_mean,
+    Kiln_ListParameter<"::kiln::F64", "standard deviation per channel">:$image_std,
+    "int64_t":$max_image_edge);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_GenerationConfigAttr : Kiln_Attr<"GenerationConfig", "generation_config"> {
+  let summary = "Special tokens and sampling defaults (module attribute kiln.generation)";
+  let description = [{
+    From generation_config.json (or config.json): the end-of-sequence ids,
+    optional beginning-of-sequence and padding ids (-1: none) and the
+    default sampling settings (`max_new_tokens` 0: the session's limit).
+
+    ```mlir
+    #kiln.generation_config<bos_token_id = 1, eos_token_ids = [2]>
+    #kiln.generation_config<eos_token_ids = [2, 7], do_sample = true, temperature = 0.7, top_k = 50, top_p = 0.9>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "-1">:$bos_token_id,
+    Kiln_ListParameter<"int64_t", "end-of-sequence ids">:$eos_token_ids,
+    DefaultValuedParameter<"int64_t", "-1">:$pad_token_id,
+    DefaultValuedParameter<"bool", "false">:$do_sample,
+    Kiln_F64Parameter<"sampling temperature", "::kiln::F64(1.0)">:$temperature,
+    DefaultValuedParameter<"int64_t", "0">:$top_k,
+    Kiln_F64Parameter<"nucleus mass", "::kiln::F64(1.0)">:$top_p,
+    DefaultValuedParameter<"int64_t", "0">:$max_new_tokens);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_TokenizerConfigAttr : Kiln_Attr<"TokenizerConfig", "tokenizer_config"> {
+  let summary = "The tokenizer file the writer embeds (module attribute kiln.tokenizer)";
+  let description = [{
+    The tokenizer.json of the checkpoint directory, with the vocabulary and
+    added-token counts the importer found in it.
+
+    ```mlir
+    #kiln.tokenizer_config<file = "tokenizer.json", vocab = 500, added_tokens = 4>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"file in the checkpoint directory">:$file,
+                        "int64_t":$vocab, "int64_t":$added_tokens);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_TargetAttr : Kiln_Attr<"Target", "target"> {
+  let summary = "The CPU kernels were selected and generated for (module attribute kiln.target)";
+  let description = [{
+    Set by kiln-select-kernels and read by the kernel generator: the LLVM target
+    triple, the comma-separated CPU features (LLVM names), and whether kernels are
+    generated for the module (false for `--target=portable`).
+
+    ```mlir
+    #kiln.target<triple = "aarch64-linux-android", features = "neon,fp-armv8,dotprod", generate = true>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"LLVM target triple">:$triple,
+                        StringRefParameter<"CPU features, comma-separated">:$features,
+                        "bool":$generate);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // KILN_DIALECT_KILNATTRS_TD

@@ -36,8 +36,12 @@ def Kiln_Dialect : Dialect {
       stages take token ids and positions; their attention ops are bound to a layer
       of the session's KV cache;
     * module attributes with what travels to the artifact: `kiln.architecture`,
-      `kiln.checkpoint` (the source directory), `kiln.tokenizer`,
-      `kiln.preprocessor`, `kiln.generation` and `kiln.prompt_template`.
+      `kiln.checkpoint` (the source directory), `kiln.prompt_template`, and the
+      typed configuration `kiln.text` (`#kiln.text_config`), `kiln.image`
+      (`#kiln.image_config`), `kiln.preprocessor` (`#kiln.preprocessor_config`),
+      `kiln.generation` (`#kiln.generation_config`) and `kiln.tokenizer`
+      (`#kiln.tokenizer_config`); after kernel selection `kiln.target`
+      (`#kiln.target`).
 
     Activations are f32 tensors whose leading dimension is the number of tokens
     (dynamic in decoder prefill). There is no batch dimension: a session serves one

@@ -5,7 +5,6 @@
 #include "dialects/kiln/KilnOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
 using namespace kiln;
@@ -25,103 +24,6 @@ void KilnDialect::initialize() {
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-enum class FieldType { I64, Bool, F64, Str, I64Array, F64Array };
-
-struct Field {
-  const char* key;
-  FieldType type;
-  bool required;
-  int64_t min; // I64 only
-};
-
-// The module configuration dictionaries the importer writes and the writer reads.
-// A field the writer needs is required: nothing is read with a silent default.
-const Field kTextFields[] = {
-    {"vocab_size", FieldType::I64, true, 1},  {"hidden_size", FieldType::I64, true, 1},
-    {"num_layers", FieldType::I64, true, 1},  {"num_heads", FieldType::I64, true, 1},
-    {"num_kv_heads", FieldType::I64, true, 1}, {"head_dim", FieldType::I64, true, 1},
-    {"max_position_embeddings", FieldType::I64, true, 1},
-    {"tie_word_embeddings", FieldType::Bool, false, 0},
-    {"sliding_window", FieldType::I64, false, 0}};
-const Field kImageFields[] = {{"image_size", FieldType::I64, true, 1},
-                              {"channels", FieldType::I64, true, 1},
-                              {"image_tokens", FieldType::I64, true, 1},
-                              {"image_token_id", FieldType::I64, true, 0}};
-const Field kPreprocessorFields[] = {
-    {"processor", FieldType::Str, true, 0},       {"do_convert_rgb", FieldType::Bool, true, 0},
-    {"do_resize", FieldType::Bool, true, 0},      {"shortest_edge", FieldType::I64, true, 0},
-    {"longest_edge", FieldType::I64, true, 0},    {"resample", FieldType::I64, true, 0},
-    {"do_center_crop", FieldType::Bool, true, 0}, {"crop_size", FieldType::I64Array, true, 0},
-    {"do_rescale", FieldType::Bool, true, 0},     {"rescale_factor", FieldType::F64, true, 0},
-    {"do_normalize", FieldType::Bool, true, 0},   {"image_mean", FieldType::F64Array, true, 0},
-    {"image_std", FieldType::F64Array, true, 0},  {"max_image_edge", FieldType::I64, true, 0}};
-const Field kGenerationFields[] = {
-    {"bos_token_id", FieldType::I64, false, 0},  {"eos_token_ids", FieldType::I64Array, true, 0},
-    {"pad_token_id", FieldType::I64, false, 0},  {"do_sample", FieldType::Bool, false, 0},
-    {"temperature", FieldType::F64, false, 0},   {"top_k", FieldType::I64, false, 0},
-    {"top_p", FieldType::F64, false, 0},         {"max_new_tokens", FieldType::I64, false, 0}};
-const Field kTokenizerFields[] = {{"file", FieldType::Str, true, 0},
-                                  {"vocab", FieldType::I64, true, 0},
-                                  {"added_tokens", FieldType::I64, true, 0}};
-
-// The target kiln-select-kernels bound kernels for (codegen/generators reads it).
-const Field kTargetFields[] = {{"triple", FieldType::Str, true, 0},
-                               {"features", FieldType::Str, true, 0},
-                               {"generate", FieldType::Bool, true, 0}};
-
-const char* typeName(FieldType t) {
-  switch (t) {
-  case FieldType::I64: return "an integer";
-  case FieldType::Bool: return "a bool";
-  case FieldType::F64: return "a float";
-  case FieldType::Str: return "a string";
-  case FieldType::I64Array: return "an array<i64>";
-  case FieldType::F64Array: return "an array<f64>";
-  }
-  return "?";
-}
-
-LogicalResult verifyDictionary(Operation* op, NamedAttribute attr, llvm::ArrayRef<Field> fields) {
-  auto dict = llvm::dyn_cast<DictionaryAttr>(attr.getValue());
-  if (!dict)
-    return op->emitOpError("attribute '") << attr.getName().getValue() << "' must be a dictionary";
-  for (NamedAttribute entry : dict) {
-    const Field* field = nullptr;
-    for (const Field& f : fields)
-      if (entry.getName().getValue() == f.key)
-        field = &f;
-    if (!field)
-      return op->emitOpError("attribute '") << attr.getName().getValue() << "' has an unknown field '"
-                                            << entry.getName().getValue() << "'";
-    Attribute v = entry.getValue();
-    bool ok = false;
-    switch (field->type) {
-    case FieldType::I64:
-      if (auto i = llvm::dyn_cast<IntegerAttr>(v); i && i.getType().isInteger(64)) {
-        if (i.getInt() < field->min)
-          return op->emitOpError("attribute '") << attr.getName().getValue() << "': " << field->key
-                                                << " must be at least " << field->min << ", got "
-                                                << i.getInt();
-        ok = true;
-      }
-      break;
-    case FieldType::Bool: ok = llvm::isa<BoolAttr>(v); break;
-    case FieldType::F64: ok = llvm::isa<FloatAttr>(v); break;
-    case FieldType::Str: ok = llvm::isa<StringAttr>(v); break;
-    case FieldType::I64Array: ok = llvm::isa<DenseI64ArrayAttr>(v); break;
-    case FieldType::F64Array: ok = llvm::isa<DenseF64ArrayAttr>(v); break;
-    }
-    if (!ok)
-      return op->emitOpError("attribute '") << attr.getName().getValue() << "': " << field->key << " must be "
-                                            << typeName(field->type);
-  }
-  for (const Field& f : fields)
-    if (f.required && !dict.get(f.key))
-      return op->emitOpError("attribute '") << attr.getName().getValue() << "' lacks the field '" << f.key
-                                            << "'";
-  return success();
-}
 
 LogicalResult requireModule(Operation* op, NamedAttribute attr) {
   if (!llvm::isa<ModuleOp>(op))
@@ -183,19 +85,27 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
       return op->emitOpError("attribute 'kiln.prompt_template' must be one of llava, llava-chatml, idefics3, plain");
     return success();
   }
-  if (name == "text" || name == "image" || name == "preprocessor" || name == "generation" || name == "tokenizer" ||
-      name == "target") {
+  // The module configuration: typed attributes whose own verifiers check the values.
+  auto config = [&](bool typed, llvm::StringRef syntax) -> LogicalResult {
     if (failed(requireModule(op, attr)))
       return failure();
-    llvm::ArrayRef<Field> fields = llvm::StringSwitch<llvm::ArrayRef<Field>>(name)
-                                       .Case("text", kTextFields)
-                                       .Case("image", kImageFields)
-                                       .Case("preprocessor", kPreprocessorFields)
-                                       .Case("generation", kGenerationFields)
-                                       .Case("target", kTargetFields)
-                                       .Default(kTokenizerFields);
-    return verifyDictionary(op, attr, fields);
-  }
+    if (!typed)
+      return op->emitOpError("attribute '") << attr.getName().getValue() << "' must be a " << syntax;
+    return success();
+  };
+  Attribute value = attr.getValue();
+  if (name == "text")
+    return config(llvm::isa<TextConfigAttr>(value), "#kiln.text_config<...>");
+  if (name == "image")
+    return config(llvm::isa<ImageConfigAttr>(value), "#kiln.image_config<...>");
+  if (name == "preprocessor")
+    return config(llvm::isa<PreprocessorConfigAttr>(value), "#kiln.preprocessor_config<...>");
+  if (name == "generation")
+    return config(llvm::isa<GenerationConfigAttr>(value), "#kiln.generation_config<...>");
+  if (name == "tokenizer")
+    return config(llvm::isa<TokenizerConfigAttr>(value), "#kiln.tokenizer_config<...>");
+  if (name == "target")
+    return config(llvm::isa<TargetAttr>(value), "#kiln.target<...>");
   if (name == "max_prefill_tokens")
     return failure(failed(requireModule(op, attr)) || failed(requireInt(op, attr, 1)));
   if (name == "stage") {

@@ -192,6 +192,15 @@ private:
   std::shared_ptr<std::string> error_;
 };
 
+// Token ids go into the artifact's 32-bit fields.
+void checkTokenIds(Reader& r, llvm::StringRef key, const std::vector<int64_t>& ids) {
+  for (int64_t id : ids)
+    if (id < 0 || id > kMaxInt32) {
+      r.setError(key, std::to_string(id) + " is outside [0, 2^31-1]");
+      return;
+    }
+}
+
 // Defaults of transformers' LlamaConfig / Qwen2Config / MixtralConfig.
 TextConfig parseText(Reader r, llvm::StringRef modelType) {
   TextConfig t;
@@ -225,6 +234,7 @@ TextConfig parseText(Reader r, llvm::StringRef modelType) {
   }
   t.bosTokenId = r.optInRange("bos_token_id", 0, kMaxInt32);
   t.eosTokenIds = r.integers("eos_token_id");
+  checkTokenIds(r, "eos_token_id", t.eosTokenIds);
 
   if (r.has("rope_scaling")) {
     Reader s = r.object("rope_scaling");
@@ -429,13 +439,18 @@ llvm::Expected<GenerationConfig> parseGenerationConfig(const llvm::json::Value& 
   GenerationConfig g;
   g.bosTokenId = r.optInRange("bos_token_id", 0, kMaxInt32);
   g.eosTokenIds = r.integers("eos_token_id");
+  checkTokenIds(r, "eos_token_id", g.eosTokenIds);
   g.padTokenId = r.optInRange("pad_token_id", 0, kMaxInt32);
   g.doSample = r.boolean("do_sample", false);
   g.temperature = r.number("temperature", 1.0);
+  if (!(g.temperature >= 0.0))
+    r.setError("temperature", std::to_string(g.temperature) + " is negative");
   g.topK = r.integer("top_k", 50);
   if (g.topK < 0 || g.topK > kMaxInt32)
     r.setError("top_k", std::to_string(g.topK) + " is outside [0, 2^31-1]");
   g.topP = r.number("top_p", 1.0);
+  if (!(g.topP > 0.0 && g.topP <= 1.0))
+    r.setError("top_p", std::to_string(g.topP) + " is outside (0, 1]");
   g.maxNewTokens = r.optInRange("max_new_tokens", 0, kMaxInt32);
   if (llvm::Error err = r.takeError())
     return std::move(err);

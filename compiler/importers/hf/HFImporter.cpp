@@ -605,10 +605,6 @@ LogicalResult Importer::readConfigs() {
 void Importer::setModuleAttributes() {
   const TextConfig& t = cfg_.text;
   Builder b(ctx_);
-  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
-  auto ints = [&](ArrayRef<int64_t> v) { return b.getDenseI64ArrayAttr(v); };
-  auto f64s = [&](ArrayRef<double> v) { return b.getDenseF64ArrayAttr(v); };
-  auto named = [&](llvm::StringRef k, Attribute v) { return b.getNamedAttr(k, v); };
 
   module_->setAttr("kiln.architecture", b.getStringAttr(cfg_.architecture));
   llvm::SmallString<256> abs(dir_);
@@ -616,69 +612,34 @@ void Importer::setModuleAttributes() {
   llvm::sys::path::remove_dots(abs, true);
   module_->setAttr("kiln.checkpoint", b.getStringAttr(abs));
 
-  SmallVector<NamedAttribute> text = {
-      named("vocab_size", i64(t.vocabSize)),
-      named("hidden_size", i64(t.hiddenSize)),
-      named("num_layers", i64(t.numHiddenLayers)),
-      named("num_heads", i64(t.numAttentionHeads)),
-      named("num_kv_heads", i64(t.numKeyValueHeads)),
-      named("head_dim", i64(t.headDim)),
-      named("max_position_embeddings", i64(t.maxPositionEmbeddings)),
-      named("tie_word_embeddings", b.getBoolAttr(t.tieWordEmbeddings))};
-  if (t.slidingWindow)
-    text.push_back(named("sliding_window", i64(*t.slidingWindow)));
-  module_->setAttr("kiln.text", b.getDictionaryAttr(text));
+  module_->setAttr("kiln.text",
+                   TextConfigAttr::get(ctx_, t.vocabSize, t.hiddenSize, t.numHiddenLayers, t.numAttentionHeads,
+                                       t.numKeyValueHeads, t.headDim, t.maxPositionEmbeddings,
+                                       t.tieWordEmbeddings, t.slidingWindow.value_or(0)));
 
   if (cfg_.vision) {
-    module_->setAttr("kiln.image", b.getDictionaryAttr({
-                                       named("image_size", i64(cfg_.vision->imageSize)),
-                                       named("channels", i64(cfg_.vision->numChannels)),
-                                       named("image_tokens", i64(imageTokens_)),
-                                       named("image_token_id", i64(cfg_.imageTokenId)),
-                                   }));
+    module_->setAttr("kiln.image", ImageConfigAttr::get(ctx_, cfg_.vision->imageSize, cfg_.vision->numChannels,
+                                                        imageTokens_, cfg_.imageTokenId));
     const PreprocessorConfig& p = *pre_;
-    module_->setAttr(
-        "kiln.preprocessor",
-        b.getDictionaryAttr({
-            named("processor", b.getStringAttr(p.processorType)),
-            named("do_convert_rgb", b.getBoolAttr(p.doConvertRgb)),
-            named("do_resize", b.getBoolAttr(p.doResize)),
-            named("shortest_edge", i64(p.shortestEdge)),
-            named("longest_edge", i64(p.longestEdge)),
-            named("resample", i64(p.resample)),
-            named("do_center_crop", b.getBoolAttr(p.doCenterCrop)),
-            named("crop_size", ints({p.cropHeight, p.cropWidth})),
-            named("do_rescale", b.getBoolAttr(p.doRescale)),
-            named("rescale_factor", b.getF64FloatAttr(p.rescaleFactor)),
-            named("do_normalize", b.getBoolAttr(p.doNormalize)),
-            named("image_mean", f64s(p.imageMean)),
-            named("image_std", f64s(p.imageStd)),
-            named("max_image_edge", i64(p.maxImageEdge)),
-        }));
+    module_->setAttr("kiln.preprocessor",
+                     PreprocessorConfigAttr::get(ctx_, p.processorType, p.doConvertRgb, p.doResize, p.shortestEdge,
+                                                 p.longestEdge, p.resample, p.doCenterCrop,
+                                                 {p.cropHeight, p.cropWidth}, p.doRescale, p.rescaleFactor,
+                                                 p.doNormalize, llvm::SmallVector<F64>(p.imageMean.begin(), p.imageMean.end()),
+                                                 llvm::SmallVector<F64>(p.imageStd.begin(), p.imageStd.end()),
+                                                 p.maxImageEdge));
   }
 
-  SmallVector<NamedAttribute> gen;
   std::optional<int64_t> bos = gen_ && gen_->bosTokenId ? gen_->bosTokenId : t.bosTokenId;
   std::vector<int64_t> eos = gen_ && !gen_->eosTokenIds.empty() ? gen_->eosTokenIds : t.eosTokenIds;
-  if (bos)
-    gen.push_back(named("bos_token_id", i64(*bos)));
-  gen.push_back(named("eos_token_ids", ints(eos)));
-  if (gen_) {
-    if (gen_->padTokenId)
-      gen.push_back(named("pad_token_id", i64(*gen_->padTokenId)));
-    gen.push_back(named("do_sample", b.getBoolAttr(gen_->doSample)));
-    gen.push_back(named("temperature", b.getF64FloatAttr(gen_->temperature)));
-    gen.push_back(named("top_k", i64(gen_->topK)));
-    gen.push_back(named("top_p", b.getF64FloatAttr(gen_->topP)));
-    if (gen_->maxNewTokens)
-      gen.push_back(named("max_new_tokens", i64(*gen_->maxNewTokens)));
-  }
-  module_->setAttr("kiln.generation", b.getDictionaryAttr(gen));
+  module_->setAttr(
+      "kiln.generation",
+      gen_ ? GenerationConfigAttr::get(ctx_, bos.value_or(-1), eos, gen_->padTokenId.value_or(-1), gen_->doSample,
+                                       gen_->temperature, gen_->topK, gen_->topP, gen_->maxNewTokens.value_or(0))
+           : GenerationConfigAttr::get(ctx_, bos.value_or(-1), eos, -1, false, 1.0, 0, 1.0, 0));
 
   module_->setAttr("kiln.tokenizer",
-                   b.getDictionaryAttr({named("file", b.getStringAttr("tokenizer.json")),
-                                        named("vocab", i64(tokenizerVocab_)),
-                                        named("added_tokens", i64(tokenizerAdded_))}));
+                   TokenizerConfigAttr::get(ctx_, "tokenizer.json", tokenizerVocab_, tokenizerAdded_));
 
   // The templates of tests/models/kiln_models/prompts.py, which the runtime mirrors.
   std::string tmpl = options_.promptTemplate;

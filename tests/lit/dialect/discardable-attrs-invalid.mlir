@@ -17,18 +17,69 @@ module attributes {kiln.prompt_template = "vicuna"} {}
 
 // -----
 
-// expected-error @+1 {{attribute 'kiln.text' lacks the field 'head_dim'}}
-module attributes {kiln.text = {vocab_size = 8 : i64, hidden_size = 4 : i64, num_layers = 1 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64, max_position_embeddings = 16 : i64}} {}
+// The module configuration is typed: a dictionary is refused.
+// expected-error @+1 {{attribute 'kiln.text' must be a #kiln.text_config<...>}}
+module attributes {kiln.text = {vocab_size = 8 : i64, hidden_size = 4 : i64}} {}
 
 // -----
 
-// expected-error @+1 {{attribute 'kiln.text': vocab_size must be an integer}}
-module attributes {kiln.text = {vocab_size = "8", hidden_size = 4 : i64}} {}
+// expected-error @+1 {{struct is missing required parameter: head_dim}}
+module attributes {kiln.text = #kiln.text_config<vocab_size = 8, hidden_size = 4, num_layers = 1, num_heads = 1, num_kv_heads = 1, max_position_embeddings = 16>} {}
 
 // -----
 
-// expected-error @+1 {{attribute 'kiln.generation' has an unknown field 'eos'}}
-module attributes {kiln.generation = {eos = array<i64: 2>}} {}
+// expected-error @+1 {{num_heads (6) must be a multiple of num_kv_heads (4)}}
+module attributes {kiln.text = #kiln.text_config<vocab_size = 8, hidden_size = 24, num_layers = 1, num_heads = 6, num_kv_heads = 4, head_dim = 4, max_position_embeddings = 16>} {}
+
+// -----
+
+// expected-error @+1 {{vocab_size must be at least 1, got 0}}
+module attributes {kiln.text = #kiln.text_config<vocab_size = 0, hidden_size = 4, num_layers = 1, num_heads = 1, num_kv_heads = 1, head_dim = 4, max_position_embeddings = 16>} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.text' must be a #kiln.text_config<...>}}
+module attributes {kiln.text = #kiln.image_config<image_size = 32, channels = 3, image_tokens = 16, image_token_id = 480>} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.text' belongs on the module}}
+func.func private @f() attributes {kiln.text = #kiln.text_config<vocab_size = 8, hidden_size = 4, num_layers = 1, num_heads = 1, num_kv_heads = 1, head_dim = 4, max_position_embeddings = 16>}
+
+// -----
+
+// expected-error @+1 {{duplicate or unknown struct parameter name: eos}}
+module attributes {kiln.generation = #kiln.generation_config<eos = [2]>} {}
+
+// -----
+
+// expected-error @+1 {{top_p must lie in (0, 1]}}
+module attributes {kiln.generation = #kiln.generation_config<eos_token_ids = [2], top_p = 1.5>} {}
+
+// -----
+
+// expected-error @+1 {{image_mean and image_std need one value per channel (got 3 and 2)}}
+module attributes {kiln.preprocessor = #kiln.preprocessor_config<processor = "CLIPImageProcessor", do_convert_rgb = true, do_resize = true, shortest_edge = 32, longest_edge = 0, resample = 3, do_center_crop = true, crop_size = [32, 32], do_rescale = true, rescale_factor = 0.00392, do_normalize = true, image_mean = [0.5, 0.5, 0.5], image_std = [0.5, 0.5], max_image_edge = 0>} {}
+
+// -----
+
+// expected-error @+1 {{processor must be CLIPImageProcessor or Idefics3ImageProcessor, got 'BlipImageProcessor'}}
+module attributes {kiln.preprocessor = #kiln.preprocessor_config<processor = "BlipImageProcessor", do_convert_rgb = true, do_resize = true, shortest_edge = 32, longest_edge = 0, resample = 3, do_center_crop = true, crop_size = [32, 32], do_rescale = true, rescale_factor = 0.00392, do_normalize = true, image_mean = [0.5], image_std = [0.5], max_image_edge = 0>} {}
+
+// -----
+
+// expected-error @+1 {{image_token_id must be at least 0, got -1}}
+module attributes {kiln.image = #kiln.image_config<image_size = 32, channels = 3, image_tokens = 16, image_token_id = -1>} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.target' must be a #kiln.target<...>}}
+module attributes {kiln.target = {triple = "x86_64-linux-gnu", features = "", generate = true}} {}
+
+// -----
+
+// expected-error @+1 {{triple must name an LLVM target triple}}
+module attributes {kiln.target = #kiln.target<triple = "", features = "", generate = true>} {}
 
 // -----
 

@@ -4,7 +4,7 @@
 // RUN: kiln-compile --emit=ir %t | FileCheck %s
 // RUN: kiln-compile --emit=ir %t | kiln-opt | FileCheck %s
 
-// CHECK: kiln.image = {channels = 3 : i64, image_size = 64 : i64, image_token_id = 482 : i64, image_tokens = 16 : i64}
+// CHECK: kiln.image = #kiln.image_config<image_size = 64, channels = 3, image_tokens = 16, image_token_id = 482>
 // CHECK-SAME: processor = "Idefics3ImageProcessor"
 // CHECK-SAME: kiln.prompt_template = "idefics3"
 // CHECK: kiln.weight @model.vision_model.embeddings.patch_embedding.bias : tensor<32xf32>

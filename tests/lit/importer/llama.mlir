@@ -6,7 +6,7 @@
 
 // CHECK: module attributes {kiln.architecture = "LlamaForCausalLM", kiln.checkpoint = "{{[^"]*}}"
 // CHECK-SAME: kiln.prompt_template = "plain"
-// CHECK-SAME: kiln.text = {head_dim = 16 : i64, hidden_size = 64 : i64, max_position_embeddings = 131072 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, num_layers = 2 : i64, tie_word_embeddings = false, vocab_size = 512 : i64}
+// CHECK-SAME: kiln.text = #kiln.text_config<vocab_size = 512, hidden_size = 64, num_layers = 2, num_heads = 4, num_kv_heads = 2, head_dim = 16, max_position_embeddings = 131072>
 // CHECK: kiln.weight @model.embed_tokens.weight : tensor<512x64xf32> from <"model.safetensors", offset = {{[0-9]+}}, size = 131072, dtype = "F32"> as <f32>
 // CHECK: kiln.weight @model.layers.0.self_attn.k_proj.weight : tensor<32x64xf32>
 // CHECK: kiln.weight @lm_head.weight : tensor<512x64xf32>

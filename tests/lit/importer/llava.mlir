@@ -9,9 +9,9 @@
 // REMARK: remark: vision_encoder: vision_feature_layer = -2: vision layer(s) 2 and post_layernorm never run; their weights are dropped
 
 // CHECK: kiln.architecture = "LlavaForConditionalGeneration"
-// CHECK-SAME: kiln.image = {channels = 3 : i64, image_size = 32 : i64, image_token_id = 480 : i64, image_tokens = 16 : i64}
-// CHECK-SAME: kiln.preprocessor = {crop_size = array<i64: 32, 32>, do_center_crop = true
-// CHECK-SAME: processor = "CLIPImageProcessor", resample = 3 : i64
+// CHECK-SAME: kiln.image = #kiln.image_config<image_size = 32, channels = 3, image_tokens = 16, image_token_id = 480>
+// CHECK-SAME: kiln.preprocessor = #kiln.preprocessor_config<processor = "CLIPImageProcessor",
+// CHECK-SAME: resample = 3, do_center_crop = true, crop_size = [32, 32]
 // CHECK-SAME: kiln.prompt_template = "llava"
 // CHECK: kiln.weight @vision_tower.vision_model.embeddings.patch_embedding.weight : tensor<32x3x8x8xf32>
 // CHECK-NOT: encoder.layers.2.
