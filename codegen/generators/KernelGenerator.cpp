@@ -110,6 +110,14 @@ int64_t vectorLanes(const Target& target) {
   return 4;
 }
 
+// Vector registers of the target: 32 on AArch64 (v0-v31) and with AVX-512 (zmm0-31),
+// 16 on x86-64 without it. Tiles are sized so their accumulators stay in registers.
+int64_t vectorRegisters(const Target& target) {
+  if (target.arch == TargetArch::X86_64 && !(target.features & format::kCpuX86Avx512F))
+    return 16;
+  return 32;
+}
+
 // The ISA suffix of generated kernel names.
 std::string isaSuffix(const Target& target) {
   if (target.arch == TargetArch::X86_64)
@@ -768,12 +776,23 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
 }
 
 // Attention (kiln_uk_attention_params_t, tasks [begin, end), task = row * heads +
-// head) for `heads` query heads, `kvHeads` KV heads of `headDim`, as the reference
-// computes it: the row's scores q.k * scale into the thread's scratch, their max,
-// exp(score - max) summed (vectorised over keys), then the values weighted by
-// score / sum summed key by key into up to 8 vectors of the head at a time.
+// head) for `heads` query heads, `kvHeads` KV heads of `headDim`. Two paths, chosen
+// by the problem alone (never by the range, so a row's result does not depend on how
+// the tasks are split):
+//  - all keys in the inputs (no KV cache; vision encoders) and at least
+//    kTiledMinKeys of them: per head of the range, its keys transposed once into the
+//    scratch ([head_dim][keys], zero-padded), then tiles of up to `tileRows` query
+//    rows x 2 vectors of keys as outer products (no horizontal sums), the softmax of
+//    each row's scores, and the values weighted by the probabilities summed into 4
+//    rows x a few vectors of the head at a time (each value vector loaded serves 4
+//    rows);
+//  - over a KV cache (or few keys): per task, the row's scores q.k * scale into the
+//    thread's scratch, their max, exp(score - max) summed (vectorised over keys),
+//    then the values weighted by score / sum summed key by key into up to 8 vectors
+//    of the head at a time.
+constexpr int64_t kTiledMinKeys = 64;
 void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t kvHeads, int64_t headDim,
-                    int64_t maxLanes, mlir::Location loc) {
+                    int64_t maxLanes, int64_t registers, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
@@ -816,6 +835,175 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
     b.create<mlir::scf::YieldOp>(loc, elseFn());
     return ifOp.getResult(0);
   };
+
+  // The tiled path (see above) when there is no KV cache and enough keys.
+  Value tiledCond = b.create<mlir::arith::AndIOp>(
+      loc, b.create<mlir::arith::XOrIOp>(loc, hasPositions, b.create<mlir::arith::ConstantIntOp>(loc, 1, 1)),
+      b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, nKeys, f.cI64(kTiledMinKeys)));
+  auto pathIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, tiledCond, /*withElse=*/true);
+  b.setInsertionPointToStart(pathIf.thenBlock());
+  {
+    const int64_t tileRows = std::min<int64_t>(KILN_UK_ATTENTION_SCRATCH_ROWS, registers / 4);
+    const int64_t keyStep = 2 * maxLanes;  // divides 32: the scratch rounds keys up to 32
+    const int64_t groupRows = 4;
+    const int64_t groupChunks = std::max<int64_t>(1, std::min<int64_t>(chunks, registers / 2 / groupRows));
+    auto cmp = [&](mlir::arith::CmpIPredicate pred, Value a, Value c) {
+      return b.create<mlir::arith::CmpIOp>(loc, pred, a, c).getResult();
+    };
+    auto sel = [&](Value c, Value a, Value d) { return b.create<mlir::arith::SelectOp>(loc, c, a, d).getResult(); };
+    auto divi = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+    auto subi = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
+    auto mini = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
+    Value begin = fn.getArgument(1), end = fn.getArgument(2);
+    Value hs = f.cI64(heads);
+    Value r0 = divi(begin, hs), r1 = divi(subi(end, one), hs);
+    f.loop(zero, hs, one, [&](Value h) {
+      // Rows [ra, rb] of head h lie in the range (the rows of one head are contiguous).
+      Value ra = sel(cmp(mlir::arith::CmpIPredicate::sge, f.addi(f.muli(r0, hs), h), begin), r0, f.addi(r0, one));
+      Value rb = sel(cmp(mlir::arith::CmpIPredicate::slt, f.addi(f.muli(r1, hs), h), end), r1, subi(r1, one));
+      auto any = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, cmp(mlir::arith::CmpIPredicate::sle, ra, rb),
+                                           /*withElse=*/false);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(any.thenBlock());
+      Value kvOff = f.muli(divi(h, f.cI64(heads / kvHeads)), f.cI64(headDim));
+      Value nAll = sel(isCausal, f.addi(rb, one), nKeys);
+      Value ks = f.cI64(keyStep);
+      Value nPad = f.muli(divi(f.addi(nAll, f.cI64(keyStep - 1)), ks), ks);
+      Value kt = scratch;
+      Value sRows = f.gep(scratch, f.f32, f.muli(f.cI64(headDim), nPad));
+      // Keys transposed: kt[d * nPad + j] = k[j * ldkv + kvOff + d], zeros past nAll.
+      f.loop(zero, nAll, one, [&](Value j) {
+        Value kRow = f.addi(f.muli(j, ldkv), kvOff);
+        for (int64_t d = 0; d < headDim; ++d)
+          f.store(f.load(f.f32, k, f.f32, f.addi(kRow, f.cI64(d))), kt, f.f32, f.addi(f.muli(f.cI64(d), nPad), j));
+      });
+      Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0.0f));
+      f.loop(nAll, nPad, one, [&](Value j) {
+        for (int64_t d = 0; d < headDim; ++d)
+          f.store(zeroF, kt, f.f32, f.addi(f.muli(f.cI64(d), nPad), j));
+      });
+      Value scaleV = b.create<mlir::vector::SplatOp>(loc, vkeys, scale);
+      f.loop(ra, f.addi(rb, one), f.cI64(tileRows), [&](Value rt) {
+        Value mr = mini(f.cI64(tileRows), subi(f.addi(rb, one), rt));
+        // Row r of the tile is query row rt + min(r, mr - 1): a short tile repeats its
+        // last row (computed again, never stored twice differently).
+        llvm::SmallVector<Value> rowT, qRowAt;
+        for (int64_t r = 0; r < tileRows; ++r) {
+          Value t = f.addi(rt, mini(f.cI64(r), subi(mr, one)));
+          rowT.push_back(t);
+          qRowAt.push_back(f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim))));
+        }
+        Value last = f.addi(rt, subi(mr, one));
+        Value nMax = sel(isCausal, f.addi(last, one), nKeys);
+        // 1. Scores of the tile, keyStep keys at a time: rows x 2 vectors of outer products.
+        f.loop(zero, nMax, ks, [&](Value j0) {
+          llvm::SmallVector<Value> init(tileRows * 2, f.splat(vkeys, 0.0));
+          auto dl = b.create<mlir::scf::ForOp>(loc, zero, f.cI64(headDim), one, init);
+          {
+            mlir::OpBuilder::InsertionGuard g2(b);
+            b.setInsertionPointToStart(dl.getBody());
+            Value d = dl.getInductionVar();
+            Value at = f.addi(f.muli(d, nPad), j0);
+            Value k0 = loadLanes(f, vkeys, kt, at, Value());
+            Value k1 = loadLanes(f, vkeys, kt, f.addi(at, f.cI64(maxLanes)), Value());
+            llvm::SmallVector<Value> next;
+            for (int64_t r = 0; r < tileRows; ++r) {
+              Value qb = b.create<mlir::vector::SplatOp>(loc, vkeys, f.load(f.f32, q, f.f32, f.addi(qRowAt[r], d)));
+              next.push_back(fmaV(qb, k0, dl.getRegionIterArgs()[2 * r]));
+              next.push_back(fmaV(qb, k1, dl.getRegionIterArgs()[2 * r + 1]));
+            }
+            b.create<mlir::scf::YieldOp>(loc, next);
+          }
+          for (int64_t r = 0; r < tileRows; ++r) {
+            Value sAt = f.addi(f.muli(f.cI64(r), nPad), j0);
+            storeLanes(f, f.mul(dl.getResult(2 * r), scaleV), sRows, sAt, Value());
+            storeLanes(f, f.mul(dl.getResult(2 * r + 1), scaleV), sRows, f.addi(sAt, f.cI64(maxLanes)), Value());
+          }
+        });
+        // 2. Each row's probabilities over its own keys [0, n), zeros in [n, nMax).
+        f.loop(zero, mr, one, [&](Value r) {
+          Value t = f.addi(rt, r);
+          Value n = sel(isCausal, f.addi(t, one), nKeys);
+          Value s = f.gep(sRows, f.f32, f.muli(r, nPad));
+          Value negInfV = f.splat(vkeys, -std::numeric_limits<double>::infinity());
+          auto maxLoop = b.create<mlir::scf::ForOp>(loc, zero, f.muli(divi(n, f.cI64(maxLanes)), f.cI64(maxLanes)),
+                                                    f.cI64(maxLanes), mlir::ValueRange{negInfV});
+          {
+            mlir::OpBuilder::InsertionGuard g2(b);
+            b.setInsertionPointToStart(maxLoop.getBody());
+            Value v = loadLanes(f, vkeys, s, maxLoop.getInductionVar(), Value());
+            b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.maxf(maxLoop.getRegionIterArgs()[0], v)});
+          }
+          // The tail of the row: its lanes past n count as -inf (max) and 0 (sum).
+          Value nMain = f.muli(divi(n, f.cI64(maxLanes)), f.cI64(maxLanes));
+          auto vi1 = mlir::VectorType::get({maxLanes}, b.getI1Type());
+          Value tailMask = b.create<mlir::vector::CreateMaskOp>(
+              loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), subi(n, nMain))});
+          Value tail = loadLanes(f, vkeys, s, nMain, tailMask);
+          Value vmax = f.maxf(maxLoop.getResult(0), sel(tailMask, tail, negInfV));
+          Value mx = b.create<mlir::vector::SplatOp>(
+              loc, vkeys,
+              b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::MAXIMUMF, vmax));
+          auto sumLoop = b.create<mlir::scf::ForOp>(loc, zero, nMain, f.cI64(maxLanes),
+                                                    mlir::ValueRange{f.splat(vkeys, 0.0)});
+          {
+            mlir::OpBuilder::InsertionGuard g2(b);
+            b.setInsertionPointToStart(sumLoop.getBody());
+            Value j = sumLoop.getInductionVar();
+            Value e = f.exp(f.sub(loadLanes(f, vkeys, s, j, Value()), mx));
+            storeLanes(f, e, s, j, Value());
+            b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.add(sumLoop.getRegionIterArgs()[0], e)});
+          }
+          Value eTail = sel(tailMask, f.exp(f.sub(tail, mx)), f.splat(vkeys, 0.0));
+          Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD,
+                                                          f.add(sumLoop.getResult(0), eTail), Value(),
+                                                          mlir::arith::FastMathFlags::reassoc);
+          Value inv = b.create<mlir::vector::SplatOp>(
+              loc, vkeys, f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum));
+          f.loop(zero, nMain, f.cI64(maxLanes), [&](Value j) {
+            storeLanes(f, f.mul(loadLanes(f, vkeys, s, j, Value()), inv), s, j, Value());
+          });
+          storeLanes(f, f.mul(eTail, inv), s, nMain, tailMask);
+          f.loop(n, nMax, one, [&](Value j) { f.store(zeroF, s, f.f32, j); });
+        });
+        // 3. out[row] = sum_j p[row][j] v_j, groupRows rows x groupChunks vectors of the
+        // head per pass over the keys.
+        f.loop(zero, mr, f.cI64(groupRows), [&](Value g0) {
+          llvm::SmallVector<Value> sAt, yAt;
+          for (int64_t gr = 0; gr < groupRows; ++gr) {
+            Value r = f.addi(g0, mini(f.cI64(gr), subi(subi(mr, g0), one)));
+            sAt.push_back(f.muli(r, nPad));
+            yAt.push_back(f.addi(f.muli(f.addi(rt, r), ldy), f.muli(h, f.cI64(headDim))));
+          }
+          for (int64_t c0 = 0; c0 < chunks; c0 += groupChunks) {
+            const int64_t cg = std::min<int64_t>(groupChunks, chunks - c0);
+            llvm::SmallVector<Value> init(groupRows * cg, f.splat(vf32, 0.0));
+            auto acc = b.create<mlir::scf::ForOp>(loc, zero, nMax, one, init);
+            {
+              mlir::OpBuilder::InsertionGuard g2(b);
+              b.setInsertionPointToStart(acc.getBody());
+              Value j = acc.getInductionVar();
+              Value vRow = f.addi(f.muli(j, ldkv), kvOff);
+              llvm::SmallVector<Value> vv;
+              for (int64_t c = 0; c < cg; ++c)
+                vv.push_back(loadLanes(f, vf32, v, f.addi(vRow, f.cI64((c0 + c) * lanes)), Value()));
+              llvm::SmallVector<Value> next;
+              for (int64_t gr = 0; gr < groupRows; ++gr) {
+                Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, sRows, f.f32, f.addi(sAt[gr], j)));
+                for (int64_t c = 0; c < cg; ++c)
+                  next.push_back(fmaV(w, vv[c], acc.getRegionIterArgs()[gr * cg + c]));
+              }
+              b.create<mlir::scf::YieldOp>(loc, next);
+            }
+            for (int64_t gr = 0; gr < groupRows; ++gr)
+              for (int64_t c = 0; c < cg; ++c)
+                storeLanes(f, acc.getResult(gr * cg + c), y, f.addi(yAt[gr], f.cI64((c0 + c) * lanes)), Value());
+          }
+        });
+      });
+    });
+  }
+  b.setInsertionPointToStart(pathIf.elseBlock());
 
   f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value task) {
     Value t = b.create<mlir::arith::DivSIOp>(loc, task, f.cI64(heads));
@@ -1798,7 +1986,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       symbol = "kiln_uk_attention_f32_f32_f32_" + std::to_string(heads) + "x" + std::to_string(kvHeads) + "x" +
                std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
-        buildAttention(*kernels, symbol, heads, kvHeads, hd, lanes, op->getLoc());
+        buildAttention(*kernels, symbol, heads, kvHeads, hd, lanes, vectorRegisters(target), op->getLoc());
     } else if (llvm::isa<AddOp, MulOp, ActivationOp>(op)) {
       if (auto act = llvm::dyn_cast<ActivationOp>(op)) {
         const int32_t kind = static_cast<int32_t>(act.getKind());

@@ -712,12 +712,15 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
       auto* fn = LoadGenerated<void(const kiln_uk_attention_params_t*, int64_t, int64_t, float*)>(
           ctx_, AttentionModel(s.heads, s.kv, s.hd), target, &image);
       ASSERT_NE(fn, nullptr);
-      // Within the inputs (all keys or causal), and over a KV cache at positions.
-      for (int mode = 0; mode < 3; ++mode) {
+      // Within the inputs (all keys or causal), over a KV cache at positions, and
+      // within the inputs with enough rows for the tiled path (all keys or causal:
+      // 77 rows, short tiles, keys past the vector multiple).
+      for (int mode = 0; mode < 5; ++mode) {
         SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + std::to_string(s.heads) + "x" +
                      std::to_string(s.kv) + "x" + std::to_string(s.hd) + ", mode " + std::to_string(mode));
-        const int64_t rows = 9, keys = mode == 2 ? 37 : rows, ldq = s.heads * s.hd + 3, ldkv = s.kv * s.hd + 5,
-                      ldy = s.heads * s.hd + 1;
+        const bool cached = mode == 2, causal = mode == 1 || mode == 4;
+        const int64_t rows = mode >= 3 ? 77 : 9, keys = cached ? 37 : rows, ldq = s.heads * s.hd + 3,
+                      ldkv = s.kv * s.hd + 5, ldy = s.heads * s.hd + 1;
         std::vector<float> q(rows * ldq), k(keys * ldkv), v(keys * ldkv), want(rows * ldy, 0.0f),
             got(rows * ldy, 0.0f);
         for (float& x : q) x = value(rng);
@@ -738,9 +741,9 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
         p.head_dim = s.hd;
         p.n_keys = keys;
         p.scale = 0.125f;
-        p.causal = mode == 1;
-        p.positions = mode == 2 ? pos.data() : nullptr;
-        std::vector<float> scratch(KILN_UK_ATTENTION_SCRATCH(keys, s.hd, mode == 2));
+        p.causal = causal;
+        p.positions = cached ? pos.data() : nullptr;
+        std::vector<float> scratch(KILN_UK_ATTENTION_SCRATCH(keys, s.hd, cached));
         kiln_uk_attention_f32_f32_f32_ref_portable(&p, 0, rows * s.heads, scratch.data());
         p.y = got.data();
         const int64_t split = rows * s.heads / 3;
@@ -752,8 +755,10 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
               ASSERT_EQ(got[t * ldy + i], 0.0f) << "wrote past the heads";
               continue;
             }
-            ASSERT_LE(std::fabs(got[t * ldy + i] - want[t * ldy + i]), 2e-6 * (1.0 + std::fabs(want[t * ldy + i])))
-                << "row " << t << ", column " << i;
+            // The tiled path sums its 77 keys' probabilities and values in another
+            // order than the reference: a bound that grows with the keys summed.
+            const double tol = (mode >= 3 ? 1e-5 : 2e-6) * (1.0 + std::fabs(want[t * ldy + i]));
+            ASSERT_LE(std::fabs(got[t * ldy + i] - want[t * ldy + i]), tol) << "row " << t << ", column " << i;
           }
       }
     }
