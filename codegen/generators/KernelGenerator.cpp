@@ -1610,12 +1610,14 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
 }
 
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for a float weight (f32, f16, bf16) stored
-// panel16 (formats/encoding.h), with float activations. Per whole panel of 16 output
-// channels in [begin, end), tiles of mr rows x 16 columns: for each k the panel's
-// column k (16 / lanes vector loads, widened once for the mr rows), each row's
-// x[m, k] broadcast and multiply-added into mr x 16 / lanes accumulators, which are
-// stored as they are, plus the bias. Rows of the range outside its whole panels (a
-// range that cuts a panel, the last panel's rows left over) one dot product at a time.
+// panel16 (formats/encoding.h), with float activations. Per whole panels of 16 output
+// channels in [begin, end), tiles of mr rows x 16 columns (x 2 panels side by side
+// where a panel is a single vector, AVX-512: each broadcast then feeds two
+// multiply-adds): for each k the panels' column k (16 / lanes vector loads each,
+// widened once for the mr rows), each row's x[m, k] broadcast and multiply-added into
+// mr x 16 / lanes accumulators per panel, which are stored as they are, plus the
+// bias. Rows of the range outside its whole panels (a range that cuts a panel, the
+// last panel's rows left over) one dot product at a time.
 void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
                        bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
@@ -1627,7 +1629,9 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   const int64_t P = static_cast<int64_t>(format::kPanel16Rows);
   const int64_t lanes = std::min<int64_t>(vectorLanes(target), P);
   const int64_t vecs = P / lanes;
-  const int64_t mr = std::clamp<int64_t>((intDot(target).registers - vecs - 2) / vecs, 1, 8);
+  const int64_t pairs = vecs == 1 ? 2 : 1;  // panels per tile
+  const int64_t tileVecs = vecs * pairs;
+  const int64_t mr = std::clamp<int64_t>((intDot(target).registers - tileVecs - 2) / tileVecs, 1, 14);
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
 
   const MatmulArgs args(f, fn, hasF16Conversion(target));
@@ -1672,50 +1676,63 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       f.store(f.add(sum.getResult(0), bn), y, f.f32, f.addi(f.muli(m, ldy), n));
     });
   };
-  // Rows [m0, m0 + rows) of the whole panel starting at output channel n0.
-  auto panelTile = [&](Value m0, int64_t rows, Value n0, llvm::ArrayRef<Value> biasVec) {
-    const int64_t count = rows * vecs;
+  // Rows [m0, m0 + rows) of `panels` whole panels starting at output channel n0.
+  auto panelTile = [&](Value m0, int64_t rows, Value n0, int64_t panels, llvm::ArrayRef<Value> biasVec) {
+    const int64_t cols = panels * vecs;
+    const int64_t count = rows * cols;
     llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
     auto kLoop = b.create<mlir::scf::ForOp>(loc, zero, K, one, init);
     {
       mlir::OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(kLoop.getBody());
       Value k = kLoop.getInductionVar();
-      Value col = f.addi(f.muli(n0, K), f.muli(k, p16));
       llvm::SmallVector<Value> ws, out;
-      for (int64_t v = 0; v < vecs; ++v)
-        ws.push_back(loadFloatWeight(f, encoding, lanes, w, f.addi(col, f.cI64(v * lanes)), Value()));
+      for (int64_t pn = 0; pn < panels; ++pn) {
+        Value col = f.addi(f.muli(f.addi(n0, f.cI64(pn * P)), K), f.muli(k, p16));
+        for (int64_t v = 0; v < vecs; ++v)
+          ws.push_back(loadFloatWeight(f, encoding, lanes, w, f.addi(col, f.cI64(v * lanes)), Value()));
+      }
       for (int64_t i = 0; i < rows; ++i) {
         Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(f.addi(m0, f.cI64(i)), ldx), k));
         Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
-        for (int64_t v = 0; v < vecs; ++v)
-          out.push_back(fma(xb, ws[v], kLoop.getRegionIterArgs()[i * vecs + v]));
+        for (int64_t c = 0; c < cols; ++c)
+          out.push_back(fma(xb, ws[c], kLoop.getRegionIterArgs()[i * cols + c]));
       }
       b.create<mlir::scf::YieldOp>(loc, out);
     }
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t v = 0; v < vecs; ++v)
-        storeLanes(f, f.add(kLoop.getResult(i * vecs + v), biasVec[v]), y,
-                   f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), f.addi(n0, f.cI64(v * lanes))), Value());
+      for (int64_t c = 0; c < cols; ++c)
+        storeLanes(f, f.add(kLoop.getResult(i * cols + c), biasVec[c]), y,
+                   f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), f.addi(n0, f.cI64(c * lanes))), Value());
   };
-
-  // [nBegin, pBegin) and [pEnd, nEnd) one row at a time; whole panels between.
-  Value up = roundDown16(f.addi(nBegin, f.cI64(P - 1)));
-  Value pBegin = b.create<mlir::arith::MinSIOp>(loc, up, nEnd);
-  Value pEnd = b.create<mlir::arith::MaxSIOp>(loc, roundDown16(nEnd), pBegin);
-  f.loop(nBegin, pBegin, one, singleRow);
-  Value mMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, M, f.cI64(mr)), f.cI64(mr));
-  f.loop(pBegin, pEnd, p16, [&](Value n0) {
+  auto biasVectors = [&](Value n0, int64_t panels) {
     llvm::SmallVector<Value> biasVec;
-    for (int64_t v = 0; v < vecs; ++v) {
+    for (int64_t v = 0; v < panels * vecs; ++v) {
       Value bv = f.splat(vf32, 0.0);
       for (int64_t j = 0; j < lanes; ++j)
         bv = b.create<mlir::vector::InsertOp>(loc, bias(f.addi(n0, f.cI64(v * lanes + j))), bv, j);
       biasVec.push_back(bv);
     }
-    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, biasVec); });
-    f.loop(mMain, M, one, [&](Value m0) { panelTile(m0, 1, n0, biasVec); });
-  });
+    return biasVec;
+  };
+  // Every row of `panels` whole panels from n0: mr rows at a time, then one.
+  Value mMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, M, f.cI64(mr)), f.cI64(mr));
+  auto panelRows = [&](Value n0, int64_t panels) {
+    llvm::SmallVector<Value> biasVec = biasVectors(n0, panels);
+    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec); });
+    f.loop(mMain, M, one, [&](Value m0) { panelTile(m0, 1, n0, panels, biasVec); });
+  };
+
+  // [nBegin, pBegin) and [pEnd, nEnd) one row at a time; whole panels between, `pairs`
+  // at a time, then a last single one.
+  Value up = roundDown16(f.addi(nBegin, f.cI64(P - 1)));
+  Value pBegin = b.create<mlir::arith::MinSIOp>(loc, up, nEnd);
+  Value pEnd = b.create<mlir::arith::MaxSIOp>(loc, roundDown16(nEnd), pBegin);
+  f.loop(nBegin, pBegin, one, singleRow);
+  Value step = f.cI64(pairs * P);
+  Value pairEnd = roundDownFrom(f, pEnd, pBegin, step);
+  f.loop(pBegin, pairEnd, step, [&](Value n0) { panelRows(n0, pairs); });
+  f.loop(pairEnd, pEnd, p16, [&](Value n0) { panelRows(n0, 1); });
   f.loop(pEnd, nEnd, one, singleRow);
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
