@@ -36,6 +36,11 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
       return signalPassFailure();
     }
     const Target& tgt = *parsed;
+    if (kernels != "best" && kernels != "generated") {
+      module.emitError("kiln-select-kernels: kernels '") << kernels << "' is not best or generated";
+      return signalPassFailure();
+    }
+    const bool generatedFirst = kernels == "generated";
     setModuleTarget(module, tgt);
     llvm::Regex allowPortable("^(" + allowPortableOps + ")$");
     std::string regexError;
@@ -74,11 +79,14 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
         // CPU feature the target lacks: the most specialised one (the most CPU
         // features used), the first in table order among equals.
         // Kernels generated for the op (codegen/generators) rank above the portable
-        // ones and below hand-written kernels for the target's features.
+        // ones and below hand-written kernels for the target's features, or above
+        // every other kernel with kernels=generated.
         const format::KernelInfo* chosen = nullptr;
-        auto rank = [](const format::KernelInfo& k) {
-          return 2 * llvm::popcount(k.cpu_features) + (llvm::StringRef(k.isa) == "generated" ? 1 : 0);
+        auto rank = [&](const format::KernelInfo& k) {
+          const bool generated = llvm::StringRef(k.isa) == "generated";
+          return (generatedFirst && generated ? 1000 : 0) + 2 * llvm::popcount(k.cpu_features) + (generated ? 1 : 0);
         };
+        std::vector<std::string> notGenerated;  // why no generated kernel serves the op
         // Why each faster kernel of the kind did not qualify (for the no-fallback rule).
         bool hasFaster = false;
         std::vector<std::string> refused;
@@ -97,6 +105,8 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
           if (!why.empty()) {
             if (!portable)
               refused.push_back(std::string(k.name) + ": " + why);
+            if (llvm::StringRef(k.isa) == "generated")
+              notGenerated.push_back(std::string(k.name) + ": " + why);
             continue;
           }
           if (!chosen || rank(k) > rank(*chosen))
@@ -134,6 +144,11 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
                  << ")";
         else if (portableChosen)
           remark << ": portable reference kernel, no generated kernel for " << targetName;
+        else if (generatedFirst && llvm::StringRef(chosen->isa) != "generated")
+          remark << ": hand-written, no generated kernel serves it ("
+                 << (notGenerated.empty() ? std::string("the generator has none for its kind")
+                                          : llvm::join(notGenerated, "; "))
+                 << ")";
       });
     });
     if (failedAny)

@@ -138,6 +138,7 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
   select.target = options.target;
   select.cpuFeatures = options.cpuFeatures;
   select.allowPortableOps = options.allowPortableOps;
+  select.kernels = options.kernels;
   pm.addPass(createKilnSelectKernels(select));
   if (options.packWeights)
     pm.addPass(createKilnPackWeights());

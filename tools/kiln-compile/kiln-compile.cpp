@@ -79,6 +79,12 @@ static cl::opt<std::string> allowPortableOps(
     cl::desc("Ops (a regex matching the whole op name, e.g. 'model.layers.*mlp') that may run a portable "
              "reference kernel on a CPU target where no generated or hand-written kernel reads them"),
     cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> kernelsChoice(
+    "kernels",
+    cl::desc("best: hand-written kernels for the target's CPU features where they exist, generated ones "
+             "elsewhere (default); generated: kernels generated for the model wherever the generator serves "
+             "the op (hand-written ones only where it cannot, with a remark)"),
+    cl::init("best"), cl::cat(kilnCategory));
 static cl::opt<bool> noPackWeights(
     "no-pack-weights",
     cl::desc("Store every weight row major, also those the bound kernels read packed (larger inner loops; for "
@@ -273,6 +279,7 @@ int main(int argc, char** argv) {
   options.target = target;
   options.cpuFeatures = cpuFeatures;
   options.allowPortableOps = allowPortableOps;
+  options.kernels = kernelsChoice;
   options.packWeights = !noPackWeights;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;

@@ -1,10 +1,12 @@
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels='target=x86_64-linux-gnu' -verify-diagnostics
 // RUN: not kiln-opt %s -split-input-file --kiln-select-kernels='target=banana' 2>&1 | FileCheck %s --check-prefix=TARGET
 // RUN: not kiln-opt %s -split-input-file --kiln-select-kernels='target=x86_64-linux-gnu cpu-features=+sme2' 2>&1 | FileCheck %s --check-prefix=FEATURE
+// RUN: not kiln-opt %s -split-input-file --kiln-select-kernels='target=x86_64-linux-gnu kernels=fastest' 2>&1 | FileCheck %s --check-prefix=KERNELS
 
 // An unknown target is an error, not silently the host.
 // TARGET: error: kiln-select-kernels: unsupported target 'banana'
 // FEATURE: error: kiln-select-kernels: unknown CPU feature 'sme2' for x86_64-linux-gnu
+// KERNELS: error: kiln-select-kernels: kernels 'fastest' is not best or generated
 
 // Normalisation kernels read float weights only: an int8 norm weight has no kernel,
 // and the compiler says so instead of falling back at run time.

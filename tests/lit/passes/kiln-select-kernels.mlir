@@ -6,6 +6,8 @@
 // Without VNNI the AVX-512 kernels do not qualify: the norm, the linear (int4
 // weights with float activations, W4A16) and the activation get generated kernels.
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl" | FileCheck %s --check-prefix=GEN
+// With kernels=generated the generated kernels rank first on the full AVX-512 target too.
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni kernels=generated" | FileCheck %s --check-prefix=GEN
 
 kiln.weight @w : tensor<32x32xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "BF16"> as #kiln.encoding<int4, group = 32>
 kiln.weight @n : tensor<32xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 128, dtype = "F32"> as #kiln.encoding<f32>
