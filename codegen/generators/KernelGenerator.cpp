@@ -1676,8 +1676,14 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       f.store(f.add(sum.getResult(0), bn), y, f.f32, f.addi(f.muli(m, ldy), n));
     });
   };
-  // Rows [m0, m0 + rows) of `panels` whole panels starting at output channel n0.
-  auto panelTile = [&](Value m0, int64_t rows, Value n0, int64_t panels, llvm::ArrayRef<Value> biasVec) {
+  // Rows [m0, m0 + rows) of `panels` whole panels starting at output channel n0;
+  // with `last`, rows past it repeat row `last` (the same sums stored again).
+  auto panelTile = [&](Value m0, int64_t rows, Value n0, int64_t panels, llvm::ArrayRef<Value> biasVec,
+                       Value last = Value()) {
+    auto rowOf = [&](int64_t i) -> Value {
+      Value r = f.addi(m0, f.cI64(i));
+      return last ? b.create<mlir::arith::MinSIOp>(loc, r, last).getResult() : r;
+    };
     const int64_t cols = panels * vecs;
     const int64_t count = rows * cols;
     llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
@@ -1693,7 +1699,7 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
           ws.push_back(loadFloatWeight(f, encoding, lanes, w, f.addi(col, f.cI64(v * lanes)), Value()));
       }
       for (int64_t i = 0; i < rows; ++i) {
-        Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(f.addi(m0, f.cI64(i)), ldx), k));
+        Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(rowOf(i), ldx), k));
         Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
         for (int64_t c = 0; c < cols; ++c)
           out.push_back(fma(xb, ws[c], kLoop.getRegionIterArgs()[i * cols + c]));
@@ -1703,7 +1709,7 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t c = 0; c < cols; ++c)
         storeLanes(f, f.add(kLoop.getResult(i * cols + c), biasVec[c]), y,
-                   f.addi(f.muli(f.addi(m0, f.cI64(i)), ldy), f.addi(n0, f.cI64(c * lanes))), Value());
+                   f.addi(f.muli(rowOf(i), ldy), f.addi(n0, f.cI64(c * lanes))), Value());
   };
   auto biasVectors = [&](Value n0, int64_t panels) {
     llvm::SmallVector<Value> biasVec;
@@ -1715,12 +1721,15 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     }
     return biasVec;
   };
-  // Every row of `panels` whole panels from n0: mr rows at a time, then one.
+  // Every row of `panels` whole panels from n0: mr rows at a time, the rows left
+  // over in one more tile of mr whose rows past the last repeat it (a short prompt's
+  // rows would otherwise run one at a time, at a fraction of the tile's speed).
   Value mMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, M, f.cI64(mr)), f.cI64(mr));
+  Value lastRow = b.create<mlir::arith::SubIOp>(loc, M, one);
   auto panelRows = [&](Value n0, int64_t panels) {
     llvm::SmallVector<Value> biasVec = biasVectors(n0, panels);
     f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec); });
-    f.loop(mMain, M, one, [&](Value m0) { panelTile(m0, 1, n0, panels, biasVec); });
+    f.loop(mMain, M, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec, lastRow); });
   };
 
   // [nBegin, pBegin) and [pEnd, nEnd) one row at a time; whole panels between, `pairs`
