@@ -871,16 +871,16 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
       Value nPad = f.muli(divi(f.addi(nAll, f.cI64(keyStep - 1)), ks), ks);
       Value kt = scratch;
       Value sRows = f.gep(scratch, f.f32, f.muli(f.cI64(headDim), nPad));
-      // Keys transposed: kt[d * nPad + j] = k[j * ldkv + kvOff + d], zeros past nAll.
-      f.loop(zero, nAll, one, [&](Value j) {
-        Value kRow = f.addi(f.muli(j, ldkv), kvOff);
-        for (int64_t d = 0; d < headDim; ++d)
-          f.store(f.load(f.f32, k, f.f32, f.addi(kRow, f.cI64(d))), kt, f.f32, f.addi(f.muli(f.cI64(d), nPad), j));
-      });
+      // Keys transposed: kt[d * nPad + j] = k[j * ldkv + kvOff + d], zeros past nAll;
+      // written row by row of kt (strided loads, contiguous stores: scattered stores
+      // would cost a cache line each).
       Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0.0f));
-      f.loop(nAll, nPad, one, [&](Value j) {
-        for (int64_t d = 0; d < headDim; ++d)
-          f.store(zeroF, kt, f.f32, f.addi(f.muli(f.cI64(d), nPad), j));
+      f.loop(zero, f.cI64(headDim), one, [&](Value d) {
+        Value ktRow = f.muli(d, nPad), kCol = f.addi(kvOff, d);
+        f.loop(zero, nAll, one, [&](Value j) {
+          f.store(f.load(f.f32, k, f.f32, f.addi(f.muli(j, ldkv), kCol)), kt, f.f32, f.addi(ktRow, j));
+        });
+        f.loop(nAll, nPad, one, [&](Value j) { f.store(zeroF, kt, f.f32, f.addi(ktRow, j)); });
       });
       Value scaleV = b.create<mlir::vector::SplatOp>(loc, vkeys, scale);
       f.loop(ra, f.addi(rb, one), f.cI64(tileRows), [&](Value rt) {
