@@ -826,6 +826,18 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   auto fmaV = [&](Value a, Value c, Value acc) {
     return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm);
   };
+  // base[j] = exp(base[j] - mx) for j in [0, count) (a multiple of maxLanes); returns
+  // the lanes of their sum.
+  auto expInPlace = [&](Value base, Value count, Value mx) -> Value {
+    auto loop = b.create<mlir::scf::ForOp>(loc, zero, count, f.cI64(maxLanes), mlir::ValueRange{f.splat(vkeys, 0.0)});
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value j = loop.getInductionVar();
+    Value e = f.exp(f.sub(loadLanes(f, vkeys, base, j, Value()), mx));
+    storeLanes(f, e, base, j, Value());
+    b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.add(loop.getRegionIterArgs()[0], e)});
+    return loop.getResult(0);
+  };
   auto yieldIf = [&](Value cond, mlir::Type t, auto thenFn, auto elseFn) -> Value {
     auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{t}, cond, true, true);
     mlir::OpBuilder::InsertionGuard g(b);
@@ -944,19 +956,9 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
           Value mx = b.create<mlir::vector::SplatOp>(
               loc, vkeys,
               b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::MAXIMUMF, vmax));
-          auto sumLoop = b.create<mlir::scf::ForOp>(loc, zero, nMain, f.cI64(maxLanes),
-                                                    mlir::ValueRange{f.splat(vkeys, 0.0)});
-          {
-            mlir::OpBuilder::InsertionGuard g2(b);
-            b.setInsertionPointToStart(sumLoop.getBody());
-            Value j = sumLoop.getInductionVar();
-            Value e = f.exp(f.sub(loadLanes(f, vkeys, s, j, Value()), mx));
-            storeLanes(f, e, s, j, Value());
-            b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.add(sumLoop.getRegionIterArgs()[0], e)});
-          }
+          Value sums = expInPlace(s, nMain, mx);
           Value eTail = sel(tailMask, f.exp(f.sub(tail, mx)), f.splat(vkeys, 0.0));
-          Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD,
-                                                          f.add(sumLoop.getResult(0), eTail), Value(),
+          Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, f.add(sums, eTail), Value(),
                                                           mlir::arith::FastMathFlags::reassoc);
           Value inv = b.create<mlir::vector::SplatOp>(
               loc, vkeys, f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum));
@@ -1043,15 +1045,7 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
     // 2. p_j = exp(s_j - max) in place, and their sum.
     Value kl = f.cI64(maxLanes);
     Value nMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, n, kl), kl);
-    auto sums = b.create<mlir::scf::ForOp>(loc, zero, nMain, kl, mlir::ValueRange{f.splat(vkeys, 0.0)});
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(sums.getBody());
-      Value j = sums.getInductionVar();
-      Value e = f.exp(f.sub(loadLanes(f, vkeys, scratch, j, Value()), mx));
-      storeLanes(f, e, scratch, j, Value());
-      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.add(sums.getRegionIterArgs()[0], e)});
-    }
+    Value sums = expInPlace(scratch, nMain, mx);
     Value rest = b.create<mlir::arith::SubIOp>(loc, n, nMain);
     Value anyRest = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, rest, zero);
     Value total = yieldIf(
@@ -1062,9 +1056,9 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
               loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), rest)});
           Value e = f.exp(f.sub(loadLanes(f, vkeys, scratch, nMain, mask), mx));
           storeLanes(f, e, scratch, nMain, mask);
-          return f.add(sums.getResult(0), b.create<mlir::arith::SelectOp>(loc, mask, e, f.splat(vkeys, 0.0)));
+          return f.add(sums, b.create<mlir::arith::SelectOp>(loc, mask, e, f.splat(vkeys, 0.0)));
         },
-        [&] { return sums.getResult(0); });
+        [&] { return sums; });
     Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, total, Value(),
                                                     mlir::arith::FastMathFlags::reassoc);
     Value inv = f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum);
