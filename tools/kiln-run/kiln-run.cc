@@ -4,6 +4,7 @@
 //   kiln-run model.kiln --input-ids 1,2,3 --pixel-values pv.npy --dump-logits logits.npy
 //   kiln-run model.kiln --batch questions.jsonl > answers.jsonl
 //   kiln-run model.kiln --batch questions.jsonl --score > scores.jsonl
+//   kiln-run model.kiln --tokenize "How do I install this?"
 //
 // Streams the answer to stdout and prints the time-to-first-token breakdown by
 // stage, decode speed and memory to stderr (or as JSON with --json).
@@ -301,13 +302,54 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
 
 }  // namespace
 
+// --tokenize: the ids of `text` and the text of each (as llama-tokenize prints them), or
+// {"ids": [...], "pieces": [...]} with --json.
+int Tokenize(kiln_model_t* model, const std::string& text, bool add_special, bool json) {
+  kiln_error_t err;
+  size_t count = 0;
+  std::vector<int32_t> ids(text.size() + 8);
+  kiln_status_t st = kiln_tokenize(model, text.data(), text.size(), add_special ? 1 : 0, ids.data(), ids.size(),
+                                   &count, &err);
+  if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
+    ids.resize(count);
+    st = kiln_tokenize(model, text.data(), text.size(), add_special ? 1 : 0, ids.data(), ids.size(), &count, &err);
+  }
+  if (st != KILN_OK) return Die("tokenizing", err);
+  ids.resize(count);
+  std::vector<std::string> pieces;
+  for (int32_t id : ids) {
+    size_t length = 0;
+    std::string piece(32, '\0');
+    st = kiln_detokenize(model, &id, 1, 0, piece.data(), piece.size(), &length, &err);
+    if (st == KILN_ERROR_BUFFER_TOO_SMALL) {
+      piece.resize(length + 1);
+      st = kiln_detokenize(model, &id, 1, 0, piece.data(), piece.size(), &length, &err);
+    }
+    if (st != KILN_OK) return Die("detokenizing", err);
+    piece.resize(length);
+    pieces.push_back(piece);
+  }
+  if (json) {
+    std::string out = "{\"ids\": [";
+    for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+    out += "], \"pieces\": [";
+    for (size_t i = 0; i < pieces.size(); ++i) out += (i ? ", \"" : "\"") + JsonEscape(pieces[i]) + "\"";
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::printf("%6d -> '%s'\n", ids[i], pieces[i].c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: run a compiled Kiln model"};
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, no_special = false;
+  std::string tokenize_text;
   ScoreOptions score;
   app.add_option("model", model_path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
   app.add_option("--image", image_path, "photo (PNG, JPEG, BMP, ...)")->check(CLI::ExistingFile);
@@ -337,7 +379,23 @@ int main(int argc, char** argv) {
   CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
+  CLI::Option* tokenize_opt = app.add_option(
+      "--tokenize", tokenize_text, "print the token ids of TEXT and the text of each, then exit (no template)");
+  app.add_flag("--no-special", no_special, "--tokenize: do not add the tokenizer's BOS")->needs(tokenize_opt);
   CLI11_PARSE(app, argc, argv);
+
+  if (tokenize_opt->count() > 0) {
+    if (prompt_opt->count() > 0 || !ids_spec.empty() || !batch_path.empty()) {
+      std::fprintf(stderr, "kiln-run: error: --tokenize takes no --prompt, --input-ids or --batch\n");
+      return 2;
+    }
+    kiln_error_t err;
+    kiln_model_t* model = nullptr;
+    if (kiln_model_load(model_path.c_str(), nullptr, &model, &err) != KILN_OK) return Die("loading the model", err);
+    int rc = Tokenize(model, tokenize_text, !no_special, json);
+    kiln_model_release(model);
+    return rc;
+  }
 
   // An empty --prompt is a prompt (the template alone): count the option, not its text.
   if ((prompt_opt->count() > 0 ? 1 : 0) + (ids_spec.empty() ? 0 : 1) + (batch_path.empty() ? 0 : 1) != 1) {
