@@ -1396,7 +1396,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   using Values = llvm::SmallVector<Value>;
   auto int4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr, llvm::function_ref<Values(Value)> scalesOf,
                       llvm::function_ref<std::pair<Value, Value>(Value)> range, Value stride,
-                      llvm::function_ref<Values(Value, mlir::ValueRange)> dots) {
+                      llvm::function_ref<Values(Value, mlir::ValueRange)> dots, float outFactor) {
     const int64_t count = mr * nr;
     auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, Values(count, f.splat(vf32, 0.0)));
     {
@@ -1415,24 +1415,24 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
       for (int64_t i = 0; i < mr; ++i)
         for (int64_t r = 0; r < nr; ++r) {
           Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, inner.getResult(i * nr + r));
-          next.push_back(f.add(groupsLoop.getRegionIterArgs()[i * nr + r], f.mul(sum, ss[r])));
+          next.push_back(fmaContract(f, sum, ss[r], groupsLoop.getRegionIterArgs()[i * nr + r]));
         }
       b.create<mlir::scf::YieldOp>(loc, next);
     }
     for (int64_t i = 0; i < mr; ++i) {
       Value m = f.addi(m0, f.cI64(i));
       Value sx = f.load(f.f32, xsc, f.f32, m);
+      if (outFactor != 1.0f)  // a power of two: exact
+        sx = f.mul(sx, b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(outFactor)));
       for (int64_t r = 0; r < nr; ++r)
         store(m, f.addi(n0, f.cI64(r)), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
     }
   };
-  // An f16 scale as an f32 splat, times `factor`.
-  auto scaleSplat = [&](Value at, float factor) -> Value {
+  // An f16 scale as an f32 splat.
+  auto scaleSplat = [&](Value at) -> Value {
     Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(scales, b.getI16Type(), at), 2);
     Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
     Value s = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
-    if (factor != 1.0f)
-      s = f.mul(s, b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(factor)));
     return b.create<mlir::vector::SplatOp>(loc, vf32, s);
   };
 
@@ -1460,11 +1460,41 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     llvm::SmallVector<int64_t> concat;
     for (int64_t j = 0; j < 32; ++j)
       concat.push_back(j);
+    // A tile of 4 columns on one whole panel finds its 4 scales of a group side by
+    // side: one 8-byte load and one conversion instead of four.
+    Value wholePanel;
+    if (nr == 4)
+      wholePanel = b.create<mlir::arith::AndIOp>(
+          loc,
+          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq,
+                                        b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(3)), zero),
+          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, f.addi(n0, four), N));
     auto scalesOf = [&](Value gi) {
-      Values ss;
-      for (int64_t r = 0; r < nr; ++r)
-        ss.push_back(scaleSplat(f.addi(scaleBase[r], f.muli(gi, scaleStride[r])), 1.0f / 16));
-      return ss;
+      auto separate = [&] {
+        Values ss;
+        for (int64_t r = 0; r < nr; ++r)
+          ss.push_back(scaleSplat(f.addi(scaleBase[r], f.muli(gi, scaleStride[r]))));
+        return ss;
+      };
+      if (!wholePanel)
+        return separate();
+      auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange(Values(nr, f.splat(vf32, 0.0))), wholePanel, true, true);
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        auto v4i16 = mlir::VectorType::get({4}, b.getI16Type());
+        Value at = f.gep(scales, b.getI16Type(), f.addi(scaleBase[0], f.muli(gi, four)));
+        Value h = b.create<mlir::LLVM::LoadOp>(loc, v4i16, at, 2);
+        Value h16 = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({4}, b.getF16Type()), h);
+        Value s4 = b.create<mlir::arith::ExtFOp>(loc, mlir::VectorType::get({4}, f.f32), h16);
+        Values ss;
+        for (int64_t r = 0; r < nr; ++r)
+          ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, b.create<mlir::vector::ExtractOp>(loc, s4, r)));
+        b.create<mlir::scf::YieldOp>(loc, ss);
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        b.create<mlir::scf::YieldOp>(loc, separate());
+      }
+      return Values(ifOp.getResults().begin(), ifOp.getResults().end());
     };
     auto range = [&](Value gi) {
       Value b0 = f.muli(gi, blocksPerGroup);
@@ -1497,7 +1527,8 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
         }
       return out;
     };
-    int4Tile(m0, mr, n0, nr, scalesOf, range, one, dots);
+    // The codes are the nibbles times 16 (shifted into the high half): 1/16 once per row.
+    int4Tile(m0, mr, n0, nr, scalesOf, range, one, dots, 1.0f / 16);
   };
 
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -1550,7 +1581,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           b.create<mlir::scf::YieldOp>(loc, f.load(i8, zeros, i8, at));
         }
         zs.push_back(b.create<mlir::vector::SplatOp>(loc, vhalf, zIf.getResult(0)));
-        ss.push_back(scaleSplat(at, 1.0f));
+        ss.push_back(scaleSplat(at));
       }
       return ss;
     };
@@ -1581,7 +1612,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           out.push_back(intDotStep(f, d, acc[i * nr + r], xs[i], ws[r]));
       return out;
     };
-    int4Tile(m0, mr, n0, nr, scalesOf, range, step, dots);
+    int4Tile(m0, mr, n0, nr, scalesOf, range, step, dots, 1.0f);
   };
   // Tiles of mr rows by nr output channels, as many accumulators as the register
   // file holds (int4 keeps two per pair: the group's integer sum and the scaled
