@@ -1460,15 +1460,17 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     llvm::SmallVector<int64_t> concat;
     for (int64_t j = 0; j < 32; ++j)
       concat.push_back(j);
-    // A tile of 4 columns on one whole panel finds its 4 scales of a group side by
-    // side: one 8-byte load and one conversion instead of four.
+    // A tile of 2 or 4 columns inside one whole panel (4 rows) finds its scales of a
+    // group side by side: one load and one conversion instead of one per column.
     Value wholePanel;
-    if (nr == 4)
+    if (nr > 1)
       wholePanel = b.create<mlir::arith::AndIOp>(
           loc,
-          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq,
-                                        b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(3)), zero),
-          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, f.addi(n0, four), N));
+          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle,
+                                        f.addi(b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(3)), f.cI64(nr)), four),
+          b.create<mlir::arith::CmpIOp>(
+              loc, mlir::arith::CmpIPredicate::sle,
+              f.addi(b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(~int64_t{3})), four), N));
     auto scalesOf = [&](Value gi) {
       auto separate = [&] {
         Values ss;
@@ -1482,11 +1484,11 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
       {
         mlir::OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(ifOp.thenBlock());
-        auto v4i16 = mlir::VectorType::get({4}, b.getI16Type());
+        auto vi16 = mlir::VectorType::get({nr}, b.getI16Type());
         Value at = f.gep(scales, b.getI16Type(), f.addi(scaleBase[0], f.muli(gi, four)));
-        Value h = b.create<mlir::LLVM::LoadOp>(loc, v4i16, at, 2);
-        Value h16 = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({4}, b.getF16Type()), h);
-        Value s4 = b.create<mlir::arith::ExtFOp>(loc, mlir::VectorType::get({4}, f.f32), h16);
+        Value h = b.create<mlir::LLVM::LoadOp>(loc, vi16, at, 2);
+        Value h16 = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({nr}, b.getF16Type()), h);
+        Value s4 = b.create<mlir::arith::ExtFOp>(loc, mlir::VectorType::get({nr}, f.f32), h16);
         Values ss;
         for (int64_t r = 0; r < nr; ++r)
           ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, b.create<mlir::vector::ExtractOp>(loc, s4, r)));
