@@ -76,11 +76,24 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
     return fail("model.type must be \"BPE\" (byte-level BPE tokenizers are supported)");
   if (model->getBoolean("byte_fallback").value_or(false))
     return fail("byte_fallback BPE (SentencePiece style) is not supported");
+  // Fields that change nothing when empty are accepted empty (Qwen2-family files
+  // write "continuing_subword_prefix": "" and empty normalizer sequences).
   for (llvm::StringRef key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (const llvm::json::Value* v = model->get(key); v && v->kind() != llvm::json::Value::Null)
-      return fail("model." + key + " is not supported");
-  if (const llvm::json::Value* n = root->get("normalizer"); n && n->kind() != llvm::json::Value::Null)
-    return fail("a normalizer is not supported (byte-level BPE tokenizers have none)");
+    if (const llvm::json::Value* v = model->get(key); v && v->kind() != llvm::json::Value::Null) {
+      std::optional<llvm::StringRef> text = v->getAsString();
+      if (!text)
+        return fail("model." + key + " must be a string or null");
+      if (!text->empty())
+        return fail("model." + key + " '" + *text + "' is not supported (only empty or null)");
+    }
+  if (const llvm::json::Value* n = root->get("normalizer"); n && n->kind() != llvm::json::Value::Null) {
+    const llvm::json::Object* normalizer = n->getAsObject();
+    std::optional<llvm::StringRef> type = normalizer ? normalizer->getString("type") : std::nullopt;
+    const llvm::json::Array* steps = normalizer ? normalizer->getArray("normalizers") : nullptr;
+    if (!(type == std::optional<llvm::StringRef>("Sequence") && steps && steps->empty()))
+      return fail("normalizer " + (type ? "'" + type->str() + "'" : std::string("(no type)")) +
+                  " is not supported (byte-level BPE tokenizers have none; an empty Sequence is accepted)");
+  }
   tok.ignoreMerges = model->getBoolean("ignore_merges").value_or(false);
 
   const llvm::json::Object* vocab = model->getObject("vocab");
