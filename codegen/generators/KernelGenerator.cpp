@@ -899,10 +899,9 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         Value mr = mini(f.cI64(tileRows), subi(f.addi(rb, one), rt));
         // Row r of the tile is query row rt + min(r, mr - 1): a short tile repeats its
         // last row (computed again, never stored twice differently).
-        llvm::SmallVector<Value> rowT, qRowAt;
+        llvm::SmallVector<Value> qRowAt;
         for (int64_t r = 0; r < tileRows; ++r) {
           Value t = f.addi(rt, mini(f.cI64(r), subi(mr, one)));
-          rowT.push_back(t);
           qRowAt.push_back(f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim))));
         }
         Value last = f.addi(rt, subi(mr, one));
@@ -938,8 +937,8 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
           Value n = sel(isCausal, f.addi(t, one), nKeys);
           Value s = f.gep(sRows, f.f32, f.muli(r, nPad));
           Value negInfV = f.splat(vkeys, -std::numeric_limits<double>::infinity());
-          auto maxLoop = b.create<mlir::scf::ForOp>(loc, zero, f.muli(divi(n, f.cI64(maxLanes)), f.cI64(maxLanes)),
-                                                    f.cI64(maxLanes), mlir::ValueRange{negInfV});
+          Value nMain = f.muli(divi(n, f.cI64(maxLanes)), f.cI64(maxLanes));
+          auto maxLoop = b.create<mlir::scf::ForOp>(loc, zero, nMain, f.cI64(maxLanes), mlir::ValueRange{negInfV});
           {
             mlir::OpBuilder::InsertionGuard g2(b);
             b.setInsertionPointToStart(maxLoop.getBody());
@@ -947,7 +946,6 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
             b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.maxf(maxLoop.getRegionIterArgs()[0], v)});
           }
           // The tail of the row: its lanes past n count as -inf (max) and 0 (sum).
-          Value nMain = f.muli(divi(n, f.cI64(maxLanes)), f.cI64(maxLanes));
           auto vi1 = mlir::VectorType::get({maxLanes}, b.getI1Type());
           Value tailMask = b.create<mlir::vector::CreateMaskOp>(
               loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), subi(n, nMain))});
@@ -1447,6 +1445,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     Value blocksPerGroup = b.create<mlir::arith::DivSIOp>(loc, group, f.cI64(32));
     auto v16 = mlir::VectorType::get({16}, i8);
     Values codeBase, codeStride, scaleBase, scaleStride;
+    Value within0;  // the first column's row within its panel
     for (int64_t r = 0; r < nr; ++r) {
       Value n = f.addi(n0, f.cI64(r));
       Value first = b.create<mlir::arith::AndIOp>(loc, n, f.cI64(~int64_t{3}));
@@ -1456,6 +1455,8 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
       codeStride.push_back(f.muli(f.cI64(16), height));
       scaleBase.push_back(f.addi(f.muli(first, groups), within));
       scaleStride.push_back(height);
+      if (r == 0)
+        within0 = within;
     }
     llvm::SmallVector<int64_t> concat;
     for (int64_t j = 0; j < 32; ++j)
@@ -1465,12 +1466,8 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     Value wholePanel;
     if (nr > 1)
       wholePanel = b.create<mlir::arith::AndIOp>(
-          loc,
-          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle,
-                                        f.addi(b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(3)), f.cI64(nr)), four),
-          b.create<mlir::arith::CmpIOp>(
-              loc, mlir::arith::CmpIPredicate::sle,
-              f.addi(b.create<mlir::arith::AndIOp>(loc, n0, f.cI64(~int64_t{3})), four), N));
+          loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, f.addi(within0, f.cI64(nr)), four),
+          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, scaleStride[0], four));
     auto scalesOf = [&](Value gi) {
       auto separate = [&] {
         Values ss;
@@ -1751,7 +1748,7 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   // Every row of `panels` whole panels from n0: mr rows at a time, the rows left
   // over in one more tile of mr whose rows past the last repeat it (a short prompt's
   // rows would otherwise run one at a time, at a fraction of the tile's speed).
-  Value mMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, M, f.cI64(mr)), f.cI64(mr));
+  Value mMain = roundDownFrom(f, M, zero, f.cI64(mr));
   Value lastRow = b.create<mlir::arith::SubIOp>(loc, M, one);
   auto panelRows = [&](Value n0, int64_t panels) {
     llvm::SmallVector<Value> biasVec = biasVectors(n0, panels);

@@ -86,26 +86,28 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     return success();
   }
   // The module configuration: typed attributes whose own verifiers check the values.
-  auto config = [&](bool typed, llvm::StringRef syntax) -> LogicalResult {
+  // `proto` (a null attribute) names the class the attribute must have.
+  auto config = [&](auto proto) -> LogicalResult {
+    using AttrT = decltype(proto);
     if (failed(requireModule(op, attr)))
       return failure();
-    if (!typed)
-      return op->emitOpError("attribute '") << attr.getName().getValue() << "' must be a " << syntax;
+    if (!llvm::isa<AttrT>(attr.getValue()))
+      return op->emitOpError("attribute '") << attr.getName().getValue() << "' must be a #kiln."
+                                            << AttrT::getMnemonic() << "<...>";
     return success();
   };
-  Attribute value = attr.getValue();
   if (name == "text")
-    return config(llvm::isa<TextConfigAttr>(value), "#kiln.text_config<...>");
+    return config(TextConfigAttr());
   if (name == "image")
-    return config(llvm::isa<ImageConfigAttr>(value), "#kiln.image_config<...>");
+    return config(ImageConfigAttr());
   if (name == "preprocessor")
-    return config(llvm::isa<PreprocessorConfigAttr>(value), "#kiln.preprocessor_config<...>");
+    return config(PreprocessorConfigAttr());
   if (name == "generation")
-    return config(llvm::isa<GenerationConfigAttr>(value), "#kiln.generation_config<...>");
+    return config(GenerationConfigAttr());
   if (name == "tokenizer")
-    return config(llvm::isa<TokenizerConfigAttr>(value), "#kiln.tokenizer_config<...>");
+    return config(TokenizerConfigAttr());
   if (name == "target")
-    return config(llvm::isa<TargetAttr>(value), "#kiln.target<...>");
+    return config(TargetAttr());
   if (name == "max_prefill_tokens")
     return failure(failed(requireModule(op, attr)) || failed(requireInt(op, attr, 1)));
   if (name == "stage") {
