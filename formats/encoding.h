@@ -216,29 +216,45 @@ struct Int4View {
 
 // ---- layouts: how a weight's bytes are arranged (kiln.fbs Layout) ----
 //
-// kLayoutRowMajor: the bytes above. kLayoutInt4P4K32: a symmetric int4 weight packed
-// at compile time for the generated W4A8 matmuls (codegen/generators), the same
-// number of bytes as row major:
-//   codes   rows in panels of 4 (the last panel holds the rows left over); a panel
-//           is, for each block of 32 columns in order, each of its rows' 16 bytes:
-//           byte j holds column 32b + j in the low nibble and 32b + 16 + j in the
-//           high nibble, each as the signed 4-bit value c - 8 (the code c xor 8), so
-//           that `byte << 4` and `byte & 0xF0` are the two halves times 16;
-//   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
-//   no zero points (symmetric only). Needs cols and the group multiples of 32.
+// kLayoutRowMajor: the bytes above. Value 1 (int4_p4k32, schema 1.2) is retired:
+// neither written nor read.
 //
 // kLayoutPanel16: a float weight (f32, f16, bf16) for the generated float matmuls:
 // rows in panels of 16 (the last panel holds the rows left over), each panel column
 // by column: for k = 0 .. cols - 1 the panel's elements of column k, so that one
 // column of a panel is one or a few vector loads. Same bytes as row major.
-enum LayoutId : uint8_t { kLayoutRowMajor = 0, kLayoutInt4P4K32 = 1, kLayoutPanel16 = 2 };
-constexpr uint64_t kP4K32Rows = 4, kP4K32Block = 32, kPanel16Rows = 16;
+//
+// kLayoutInt4P16K8: a symmetric int4 weight for the generated W4A8 matmuls that
+// multiply a panel of output channels by one activation row at a time (outer
+// products of 4-element dot products: VPDPBUSD, SDOT by element). Same bytes as row
+// major:
+//   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
+//           is, for each step of 8 columns in order, each of its rows' 4 bytes:
+//           byte i holds column 8s + i in the low nibble and 8s + 4 + i in the high
+//           nibble, the codes c as stored row major (0..15), so that `bytes & 0x0F`
+//           and `bytes >> 4` are a panel's two 4-column dot-product operands;
+//   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
+//   no zero points (symmetric only). Needs the group a multiple of 8.
+//
+// kLayoutInt8P16K4: an int8 weight for the same kernels. Same bytes as row major:
+//   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
+//           is, for each step of 4 columns in order, each of its rows' 4 codes;
+//   scales  f32 per row, in row order after the codes (as row major).
+//   Needs cols a multiple of 4.
+enum LayoutId : uint8_t {
+  kLayoutRowMajor = 0,
+  kLayoutPanel16 = 2,
+  kLayoutInt4P16K8 = 3,
+  kLayoutInt8P16K4 = 4,
+};
+constexpr uint64_t kPanel16Rows = 16, kP16K8Rows = 16, kP16K8Step = 8, kP16K4Step = 4;
 
 inline const char* LayoutName(uint8_t id) {
   switch (id) {
     case kLayoutRowMajor: return "row_major";
-    case kLayoutInt4P4K32: return "int4_p4k32";
     case kLayoutPanel16: return "panel16";
+    case kLayoutInt4P16K8: return "int4_p16k8";
+    case kLayoutInt8P16K4: return "int8_p16k4";
     default: return nullptr;
   }
 }
@@ -247,11 +263,12 @@ inline const char* LayoutName(uint8_t id) {
 inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uint64_t cols) {
   switch (layout) {
     case kLayoutRowMajor: return true;
-    case kLayoutInt4P4K32:
-      return e.id == kEncINT4 && e.symmetric && rows > 0 && cols % kP4K32Block == 0 && e.group != 0 &&
-             e.group % kP4K32Block == 0 && cols % e.group == 0;
     case kLayoutPanel16:
       return (e.id == kEncF32 || e.id == kEncF16 || e.id == kEncBF16) && rows > 0 && cols > 0;
+    case kLayoutInt4P16K8:
+      return e.id == kEncINT4 && e.symmetric && rows > 0 && cols > 0 && e.group != 0 && e.group % kP16K8Step == 0 &&
+             cols % e.group == 0;
+    case kLayoutInt8P16K4: return e.id == kEncINT8 && rows > 0 && cols > 0 && cols % kP16K4Step == 0;
     default: return false;
   }
 }
@@ -263,9 +280,6 @@ inline uint64_t PanelOffset(uint64_t panel, uint64_t rows, uint64_t units, uint6
   const uint64_t first = row / panel * panel;
   const uint64_t height = rows - first < panel ? rows - first : panel;
   return first * units + unit * height + (row - first);
-}
-inline uint64_t P4K32Offset(uint64_t rows, uint64_t units, uint64_t row, uint64_t unit) {
-  return PanelOffset(kP4K32Rows, rows, units, row, unit);
 }
 
 // Rearranges a row-major float weight of `element_bytes` per element into panel16
@@ -280,40 +294,44 @@ inline void RepackPanel16(bool pack, uint64_t element_bytes, const uint8_t* in, 
     }
 }
 
-// Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p4k32.
-// `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
-inline void PackInt4P4K32(const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
-  const Int4View v = Int4View::Of(e, in, rows, cols);
-  const uint64_t blocks = cols / kP4K32Block, half = kP4K32Block / 2;
+// Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p16k8
+// (`pack`) or back (`!pack`). `out` must not overlap `in`; both hold
+// StorageBytes(e, rows, cols).
+inline void RepackInt4P16K8(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
+                            uint8_t* out) {
+  const uint64_t steps = cols / kP16K8Step, groups = cols / e.group;
   for (uint64_t r = 0; r < rows; ++r) {
-    for (uint64_t b = 0; b < blocks; ++b) {
-      uint8_t* dst = out + half * P4K32Offset(rows, blocks, r, b);
-      for (uint64_t j = 0; j < half; ++j) {
-        const uint8_t lo = v.code(r, b * kP4K32Block + j) ^ 8, hi = v.code(r, b * kP4K32Block + half + j) ^ 8;
-        dst[j] = static_cast<uint8_t>(lo | (hi << 4));
+    for (uint64_t s = 0; s < steps; ++s) {
+      const uint64_t at = 4 * PanelOffset(kP16K8Rows, rows, steps, r, s);
+      for (uint64_t i = 0; i < 4; ++i) {
+        const uint64_t lo = r * cols + s * kP16K8Step + i, hi = lo + 4;
+        if (pack) {
+          out[at + i] = static_cast<uint8_t>(Int4View::Code(in, lo) | (Int4View::Code(in, hi) << 4));
+        } else {
+          Int4View::SetCode(out, lo, in[at + i] & 0xF);
+          Int4View::SetCode(out, hi, in[at + i] >> 4);
+        }
       }
     }
-    for (uint64_t g = 0; g < v.groups_per_row; ++g)
-      std::memcpy(out + Int4ScalesOffset(rows, cols) + 2 * P4K32Offset(rows, v.groups_per_row, r, g),
-                  v.scales + 2 * (r * v.groups_per_row + g), 2);
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP16K8Rows, rows, groups, r, g);
+      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
+      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
+    }
   }
 }
 
-// The inverse of PackInt4P4K32: int4_p4k32 back to row major.
-inline void UnpackInt4P4K32(const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
-  const uint64_t blocks = cols / kP4K32Block, half = kP4K32Block / 2, groups = cols / e.group;
-  for (uint64_t r = 0; r < rows; ++r) {
-    for (uint64_t b = 0; b < blocks; ++b) {
-      const uint8_t* src = in + half * P4K32Offset(rows, blocks, r, b);
-      for (uint64_t j = 0; j < half; ++j) {
-        Int4View::SetCode(out, r * cols + b * kP4K32Block + j, (src[j] & 0xF) ^ 8);
-        Int4View::SetCode(out, r * cols + b * kP4K32Block + half + j, (src[j] >> 4) ^ 8);
-      }
+// Rearranges a row-major int8 weight (LayoutFits) into int8_p16k4 (`pack`) or back
+// (`!pack`). `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
+inline void RepackInt8P16K4(bool pack, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
+  const uint64_t steps = cols / kP16K4Step;
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t s = 0; s < steps; ++s) {
+      const uint64_t packed = kP16K4Step * PanelOffset(kPanel16Rows, rows, steps, r, s);
+      const uint64_t plain = r * cols + s * kP16K4Step;
+      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), kP16K4Step);
     }
-    for (uint64_t g = 0; g < groups; ++g)
-      std::memcpy(out + Int4ScalesOffset(rows, cols) + 2 * (r * groups + g),
-                  in + Int4ScalesOffset(rows, cols) + 2 * P4K32Offset(rows, groups, r, g), 2);
-  }
+  std::memcpy(out + rows * cols, in + rows * cols, 4 * rows);  // the scales
 }
 
 // ---- dequantisation ----

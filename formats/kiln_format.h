@@ -12,7 +12,9 @@ namespace kiln::format {
 // Schema version: major * 1000 + minor. A runtime reads every minor version of its
 // major (fields it does not know are ignored); a newer major is rejected.
 constexpr uint32_t kSchemaMajor = 1;
-constexpr uint32_t kSchemaMinor = 2;  // 1: code segment (Model.code, Op.symbol); 2: packed layouts
+// 1: code segment (Model.code, Op.symbol); 2: packed layouts; 3: int4_p16k8 and
+// int8_p16k4 (int4_p4k32 retired)
+constexpr uint32_t kSchemaMinor = 3;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
@@ -148,7 +150,7 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
 
 // Whether a kernel (generated or not, the weight encodings it accepts, its op kind)
 // reads weight slot `slot` of its op stored in `layout` (formats/encoding.h LayoutId):
-// row major always; int4_p4k32 only the generated matmuls with int8 activations, for
+// row major always; int4_p16k8 and int8_p16k4 only the generated matmuls with int8 activations, for
 // a slot the op multiplies with int8 per-token activations; panel16 only the
 // generated matmuls with float activations, for a matmul weight slot.
 inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
@@ -156,8 +158,10 @@ inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_en
   if (layout == kLayoutRowMajor) return true;
   const OpInfo* op = FindOp(op_kind);
   if (!generated || op == nullptr) return false;
-  if (layout == kLayoutInt4P4K32)
+  if (layout == kLayoutInt4P16K8)
     return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT4)) != 0;
+  if (layout == kLayoutInt8P16K4)
+    return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT8)) != 0;
   // panel16: the matmul weights (not biases, not a mixture's router) of the matmul
   // family, multiplied with float activations.
   const bool matmul = op_kind == kOpLinear || op_kind == kOpLmHead || op_kind == kOpGatedMlp ||

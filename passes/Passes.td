@@ -63,22 +63,24 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
     artifact writer rearranges its bytes at compile time, and the runtime maps them
     as they are (no repacking at load).
 
-    Two layouts (formats/encoding.h): `int4_p4k32`, for symmetric int4 weights
-    (group and input dimension multiples of 32) that the generated matmuls multiply
-    with int8 per-token activations (W4A8: linear, LM head, gated MLP, mixture of
-    experts, patch embedding): rows interleaved by 4, each block of 32 columns 16
-    bytes of signed nibbles, so that the kernel's unpacking is one shift and one
-    mask; `panel16`, for f32, f16 and bf16 matmul weights of the generated float
-    matmuls: rows in panels of 16 stored column by column, so that the kernel
-    multiplies a broadcast activation by a panel's column. A weight that another
-    kernel also reads (an embedding table tied to the LM head, a norm, an op allowed
-    onto the reference kernels) stays row major.
+    Three layouts (formats/encoding.h): `int4_p16k8` and `int8_p16k4`, for
+    symmetric int4 (group a multiple of 8) and int8 (input dimension a multiple of
+    4) weights that the generated matmuls multiply with int8 per-token activations
+    (W4A8, W8A8: linear, LM head, gated MLP, mixture of experts, patch embedding):
+    rows in panels of 16, for each step of 8 (int4, the two halves in the low and
+    high nibbles) or 4 (int8) columns each row's 4 bytes, so that one 64-byte load
+    is a panel's operand of a 4-element dot product per output channel against a
+    row's broadcast activations; `panel16`, for f32, f16 and bf16 matmul weights of
+    the generated float matmuls: rows in panels of 16 stored column by column, so
+    that the kernel multiplies a broadcast activation by a panel's column. A weight
+    that another kernel also reads (an embedding table tied to the LM head, a norm,
+    an op allowed onto the reference kernels) stays row major.
 
     Example:
 
     ```mlir
     kiln.weight @w : tensor<64x64xf32> from ... as #kiln.encoding<int4, group_size = 32, activation = int8_per_token>
-        layout #kiln.layout<int4_p4k32>
+        layout #kiln.layout<int4_p16k8>
     ```
   }];
 }

@@ -1325,8 +1325,8 @@ Value intDotStep(FnBuilder& f, const IntDot& d, Value acc, Value x, Value w) {
 //         nibbles unpacked to (c - z) in i8 and interleaved back into element order;
 //         the group (runtime) must be a multiple of the step (checked at compile time).
 // Tiles of mr x 4 (mr from the register file), M and N tails by 1 x 4 and 1 x 1.
-void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, bool packed,
-                    const Target& target, bool isPublic, mlir::Location loc) {
+void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
+                    bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   if (!isPublic)
     fn.setPrivate();
@@ -1394,7 +1394,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
   using Values = llvm::SmallVector<Value>;
   auto int4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr, llvm::function_ref<Values(Value)> scalesOf,
                       llvm::function_ref<std::pair<Value, Value>(Value)> range, Value stride,
-                      llvm::function_ref<Values(Value, mlir::ValueRange)> dots, float outFactor) {
+                      llvm::function_ref<Values(Value, mlir::ValueRange)> dots) {
     const int64_t count = mr * nr;
     auto groupsLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, Values(count, f.splat(vf32, 0.0)));
     {
@@ -1420,8 +1420,6 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     for (int64_t i = 0; i < mr; ++i) {
       Value m = f.addi(m0, f.cI64(i));
       Value sx = f.load(f.f32, xsc, f.f32, m);
-      if (outFactor != 1.0f)  // a power of two: exact
-        sx = f.mul(sx, b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(outFactor)));
       for (int64_t r = 0; r < nr; ++r)
         store(m, f.addi(n0, f.cI64(r)), f.mul(reduce(groupsLoop.getResult(i * nr + r)), sx));
     }
@@ -1432,102 +1430,6 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
     Value s = b.create<mlir::arith::ExtFOp>(loc, f.f32, h16);
     return b.create<mlir::vector::SplatOp>(loc, vf32, s);
-  };
-
-  // int4_p4k32 (formats/encoding.h): per row, its panel's start and height give the
-  // byte offset of its first 32-column block and the stride to the next (16 x the
-  // panel height), and likewise for its f16 scales. Per block one 16-byte load:
-  // `byte << 4` and `byte & 0xF0` are the block's two halves of (c - 8) x 16, dotted
-  // with the activations' two halves; the group's integer sum is scaled by s / 16
-  // (exact: a power of two).
-  auto packedInt4Tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
-    Value blocks = b.create<mlir::arith::DivSIOp>(loc, K, f.cI64(32));
-    Value blocksPerGroup = b.create<mlir::arith::DivSIOp>(loc, group, f.cI64(32));
-    auto v16 = mlir::VectorType::get({16}, i8);
-    Values codeBase, codeStride, scaleBase, scaleStride;
-    Value within0;  // the first column's row within its panel
-    for (int64_t r = 0; r < nr; ++r) {
-      Value n = f.addi(n0, f.cI64(r));
-      Value first = b.create<mlir::arith::AndIOp>(loc, n, f.cI64(~int64_t{3}));
-      Value within = b.create<mlir::arith::SubIOp>(loc, n, first);
-      Value height = b.create<mlir::arith::MinSIOp>(loc, four, b.create<mlir::arith::SubIOp>(loc, N, first));
-      codeBase.push_back(f.muli(f.cI64(16), f.addi(f.muli(first, blocks), within)));
-      codeStride.push_back(f.muli(f.cI64(16), height));
-      scaleBase.push_back(f.addi(f.muli(first, groups), within));
-      scaleStride.push_back(height);
-      if (r == 0)
-        within0 = within;
-    }
-    llvm::SmallVector<int64_t> concat;
-    for (int64_t j = 0; j < 32; ++j)
-      concat.push_back(j);
-    // A tile of 2 or 4 columns inside one whole panel (4 rows) finds its scales of a
-    // group side by side: one load and one conversion instead of one per column.
-    Value wholePanel;
-    if (nr > 1)
-      wholePanel = b.create<mlir::arith::AndIOp>(
-          loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, f.addi(within0, f.cI64(nr)), four),
-          b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, scaleStride[0], four));
-    auto scalesOf = [&](Value gi) {
-      auto separate = [&] {
-        Values ss;
-        for (int64_t r = 0; r < nr; ++r)
-          ss.push_back(scaleSplat(f.addi(scaleBase[r], f.muli(gi, scaleStride[r]))));
-        return ss;
-      };
-      if (!wholePanel)
-        return separate();
-      auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange(Values(nr, f.splat(vf32, 0.0))), wholePanel, true, true);
-      {
-        mlir::OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        auto vi16 = mlir::VectorType::get({nr}, b.getI16Type());
-        Value at = f.gep(scales, b.getI16Type(), f.addi(scaleBase[0], f.muli(gi, four)));
-        Value h = b.create<mlir::LLVM::LoadOp>(loc, vi16, at, 2);
-        Value h16 = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({nr}, b.getF16Type()), h);
-        Value s4 = b.create<mlir::arith::ExtFOp>(loc, mlir::VectorType::get({nr}, f.f32), h16);
-        Values ss;
-        for (int64_t r = 0; r < nr; ++r)
-          ss.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, b.create<mlir::vector::ExtractOp>(loc, s4, r)));
-        b.create<mlir::scf::YieldOp>(loc, ss);
-        b.setInsertionPointToStart(ifOp.elseBlock());
-        b.create<mlir::scf::YieldOp>(loc, separate());
-      }
-      return Values(ifOp.getResults().begin(), ifOp.getResults().end());
-    };
-    auto range = [&](Value gi) {
-      Value b0 = f.muli(gi, blocksPerGroup);
-      return std::pair<Value, Value>{b0, f.addi(b0, blocksPerGroup)};
-    };
-    auto dots = [&](Value bi, mlir::ValueRange acc) {
-      Value k = f.muli(bi, f.cI64(32));
-      llvm::SmallVector<Values> xs(mr), ws(nr);
-      for (int64_t i = 0; i < mr; ++i)
-        for (int64_t c = 0; c < 32; c += C)
-          xs[i].push_back(loadVec(vx, xq, f.addi(rowX(f.addi(m0, f.cI64(i))), f.addi(k, f.cI64(c))), nullptr));
-      for (int64_t r = 0; r < nr; ++r) {
-        Value bytes = loadVec(v16, w, f.addi(codeBase[r], f.muli(bi, codeStride[r])), nullptr);
-        Value lo = b.create<mlir::arith::ShLIOp>(loc, bytes, f.splatInt(v16, 4));
-        Value hi = b.create<mlir::arith::AndIOp>(loc, bytes, f.splatInt(v16, 0xF0));
-        Value all = b.create<mlir::vector::ShuffleOp>(loc, lo, hi, concat);
-        for (int64_t c = 0; c < 32; c += C)
-          ws[r].push_back(C == 32 ? all
-                                  : b.create<mlir::vector::ExtractStridedSliceOp>(
-                                        loc, all, llvm::ArrayRef<int64_t>{c}, llvm::ArrayRef<int64_t>{C},
-                                        llvm::ArrayRef<int64_t>{1}));
-      }
-      Values out;
-      for (int64_t i = 0; i < mr; ++i)
-        for (int64_t r = 0; r < nr; ++r) {
-          Value a = acc[i * nr + r];
-          for (size_t c = 0; c < xs[i].size(); ++c)
-            a = intDotStep(f, d, a, xs[i][c], ws[r][c]);
-          out.push_back(a);
-        }
-      return out;
-    };
-    // The codes are the nibbles times 16 (shifted into the high half): 1/16 once per row.
-    int4Tile(m0, mr, n0, nr, scalesOf, range, one, dots, 1.0f / 16);
   };
 
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
@@ -1556,10 +1458,6 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           store(row(i), col(r), f.mul(f.mul(acc, sx), sw));
         }
       }
-      return;
-    }
-    if (packed) {
-      packedInt4Tile(m0, mr, n0, nr);
       return;
     }
     // int4 row major: per group its zero point (8 when symmetric) and scale per
@@ -1611,7 +1509,7 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
           out.push_back(intDotStep(f, d, acc[i * nr + r], xs[i], ws[r]));
       return out;
     };
-    int4Tile(m0, mr, n0, nr, scalesOf, range, step, dots, 1.0f);
+    int4Tile(m0, mr, n0, nr, scalesOf, range, step, dots);
   };
   // Tiles of mr rows by nr output channels, as many accumulators as the register
   // file holds (int4 keeps two per pair: the group's integer sum and the scaled
@@ -1629,6 +1527,398 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     f.loop(mMain, M, one, [&](Value m0) { tile(m0, 1, n0, 4); });
   });
   f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// How a target sums four int8 products into each i32 lane of `lanes`: the u8 x s8
+// dot products of x86 (VPDPBUSD with VNNI; PMADDUBSW then PMADDWD without), SDOT on
+// AArch64, widened multiplies elsewhere. The first operand's bytes are the int4
+// codes (0..15: the same value as u8 or s8), the second's the int8 activations.
+struct Dot4 {
+  enum Kind { X86Vnni, X86Maddubs, ArmSdot, Generic } kind;
+  int64_t lanes;
+  const char* pairs = nullptr;  // X86Maddubs: u8 x s8 -> i16 pairs
+  const char* quads = nullptr;  // X86Maddubs: i16 pairs -> i32 (with ones); X86Vnni, ArmSdot: the dot product
+};
+
+Dot4 dot4(const Target& target) {
+  const uint64_t ft = target.features;
+  if (target.arch == TargetArch::X86_64) {
+    if ((ft & format::kCpuX86Avx512F) && (ft & format::kCpuX86Avx512Bw)) {
+      if (ft & format::kCpuX86Avx512Vnni)
+        return {Dot4::X86Vnni, 16, nullptr, "llvm.x86.avx512.vpdpbusd.512"};
+      return {Dot4::X86Maddubs, 16, "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"};
+    }
+    if (ft & format::kCpuX86Avx2)
+      return {Dot4::X86Maddubs, 8, "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"};
+    return {Dot4::Generic, 4};
+  }
+  if (ft & format::kCpuArmDotProd)
+    return {Dot4::ArmSdot, 4, nullptr, "llvm.aarch64.neon.sdot"};
+  return {Dot4::Generic, 4};
+}
+
+// acc (i32 x d.lanes) + per lane the dot product of its 4 bytes of w and of x.
+Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
+  auto vacc = mlir::VectorType::get({d.lanes}, f.i32);
+  auto call = [&](mlir::Type t, const char* name, mlir::ValueRange args) {
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, t, b.getStringAttr(name), args).getResult(0);
+  };
+  switch (d.kind) {
+  case Dot4::X86Vnni:
+    return call(vacc, d.quads,
+                {acc, b.create<mlir::LLVM::BitcastOp>(loc, vacc, w), b.create<mlir::LLVM::BitcastOp>(loc, vacc, x)});
+  case Dot4::ArmSdot:
+    return call(vacc, d.quads, {acc, w, x});
+  case Dot4::X86Maddubs: {
+    auto v16 = mlir::VectorType::get({2 * d.lanes}, b.getI16Type());
+    Value pairs = call(v16, d.pairs, {w, x});
+    return f.addi(acc, call(vacc, d.quads, {pairs, f.splatInt(v16, 1)}));
+  }
+  case Dot4::Generic: {
+    auto wide = mlir::VectorType::get({4 * d.lanes}, f.i32);
+    Value prod = f.muli(b.create<mlir::arith::ExtSIOp>(loc, wide, w), b.create<mlir::arith::ExtSIOp>(loc, wide, x));
+    for (int64_t j = 0; j < 4; ++j) {
+      llvm::SmallVector<int64_t> pick;
+      for (int64_t l = 0; l < d.lanes; ++l)
+        pick.push_back(4 * l + j);
+      acc = f.addi(acc, b.create<mlir::vector::ShuffleOp>(loc, prod, prod, pick));
+    }
+    return acc;
+  }
+  }
+  return acc;
+}
+
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 per-token activations
+// (kiln_uk_matmul_params_t with xq/xs; output channels [begin, end)) and a weight in
+// panels of 16 output channels (formats/encoding.h), exactly as the reference sums:
+//   int4_p16k8 (symmetric int4): y = s_x * sum over groups of
+//              float(sum_group x (c - 8)) * s_group;
+//   int8_p16k4: y = float(sum x w) * s_x * s_w.
+// Tiles of mr activation rows x `panels` panels: for each step of columns, one load
+// of each panel's 64 bytes (int4: their low and high nibbles, the codes of columns
+// 8s..8s+3 and 8s+4..8s+7 of each channel; int8: the codes of 4s..4s+3) and per row
+// its 4-byte activation words broadcast and dotted with them (Dot4), so that each
+// lane accumulates its own channel: no horizontal sums, no repacking. Where the
+// weight is the unsigned operand (x86: int4 codes are 0..15; int8 codes are offset
+// by 128, one xor per load), the offset's share, -8 (int4) or -128 (int8) x the
+// activations' sum per group or row, is computed once per row into the scratch
+// (kiln_uk_matmul_scratch_ref(K) = 16 K floats: 16 x group rows of int4 group sums;
+// the rows go in blocks of that many) and starts the integer sums. int4: each
+// group's sum is converted and multiplied by the group's 16 scales (one load),
+// added in f32 lanes. Outputs outside [begin, end) (a thread split or the weight's
+// end cutting a panel) are computed and not stored; the last panel, of fewer than
+// 16 rows, reads under masks. Every output is the same sequence of operations
+// whatever tile it falls in.
+// How far ahead of its loads a single-row panel tile prefetches each panel's codes.
+constexpr int64_t kPrefetchBytes = 1024;
+
+void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
+                          bool isPublic, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
+  if (!isPublic)
+    fn.setPrivate();
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  const bool int4 = encoding == format::kEncINT4;
+  Dot4 d = dot4(target);
+  // PMADDUBSW saturates its pairs of u8 x s8 products in i16: int4 codes (0..15) stay
+  // far below; int8 codes offset to u8 would not, so AVX2 multiplies |w| by x with
+  // w's sign (VPSIGNB; |w| <= 128, |x| <= 127: pairs within i16), and 512-bit
+  // vectors without VNNI (no VPSIGNB) widen the codes.
+  const bool signTrick = !int4 && d.kind == Dot4::X86Maddubs && d.lanes == 8;
+  if (!int4 && d.kind == Dot4::X86Maddubs && !signTrick)
+    d = {Dot4::Generic, d.lanes};
+  // int8 codes are signed: offset to unsigned where the dot product wants it (VNNI).
+  const bool offsetCodes = !int4 && d.kind == Dot4::X86Vnni;
+  const bool sums = int4 || offsetCodes;  // the integer sums start from the offset's share
+  const int64_t L = d.lanes, P16 = static_cast<int64_t>(format::kP16K8Rows), V = P16 / L;
+  const int64_t stepCols = int4 ? 8 : 4;
+  const int64_t pairPanels = L == P16 ? 2 : 1;  // panels per tile when whole
+  const int64_t dots = int4 ? 2 : 1;            // unpacked weight vectors per panel vector and step
+  // Accumulators (the integer sums, and int4's f32 totals) of mr rows x panels, the
+  // unpacked weights of a step and a few temporaries in the register file.
+  const int64_t regs = vectorRegisters(target), perRow = (int4 ? 2 : 1) * pairPanels * V;
+  const int64_t mr = std::clamp<int64_t>((regs - dots * pairPanels * V - 4) / perRow, 1, 8);
+  auto i8 = b.getI8Type(), i16 = b.getI16Type();
+  auto vi32 = mlir::VectorType::get({L}, f.i32);
+  auto vf32 = mlir::VectorType::get({L}, f.f32);
+  auto vbytes = mlir::VectorType::get({4 * L}, i8);
+  auto mask1 = [&](int64_t n) { return mlir::VectorType::get({n}, b.getI1Type()); };
+
+  Value params = fn.getArgument(0), scratch = fn.getArgument(3);
+  const MatmulArgs args(f, fn, hasF16Conversion(target));
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value nBegin = args.nBegin, nEnd = args.nEnd;
+  Value zero = f.cI64(0), one = f.cI64(1), p16 = f.cI64(P16), four = f.cI64(4);
+  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
+  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
+  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
+  // int4: groups of `group` columns, f16 scales per (row, group) after the codes.
+  // int8: one group of K columns, f32 scales per row after the codes.
+  Value runtimeGroup = int4 ? b.create<mlir::arith::ExtUIOp>(
+                                  loc, f.i64,
+                                  f.field(params, offsetof(kiln_uk_matmul_params_t, w) +
+                                                      offsetof(kiln_uk_weight_t, group),
+                                          f.i32))
+                                  .getResult()
+                            : K;
+  // The whole computation for a group size (a constant when known: its step loop
+  // unrolls).
+  auto emit = [&](Value group) {
+    Value groups = divs(K, group), stepsPerGroup = divs(group, f.cI64(stepCols));
+    Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
+    Value blockRows = f.muli(f.cI64(16), group);
+
+    // Lanes [0, n) of a vector of `lanes`, n clamped to [0, lanes].
+    auto prefixMask = [&](int64_t lanes, Value n) -> Value {
+      Value c = maxI(zero, minI(n, f.cI64(lanes)));
+      return b.create<mlir::vector::CreateMaskOp>(
+          loc, mask1(lanes), mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), c)});
+    };
+    auto load = [&](mlir::VectorType t, Value at, Value mask) -> Value {
+      if (!mask)
+        return b.create<mlir::LLVM::LoadOp>(loc, t, at, /*alignment=*/1);
+      Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(t));
+      return b.create<mlir::LLVM::MaskedLoadOp>(loc, t, at, mask, mlir::ValueRange{pass}, 1);
+    };
+    // A row's 4 activation bytes from column k, broadcast to every lane.
+    auto xWord = [&](Value row, Value k) -> Value {
+      Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(xq, i8, f.addi(f.muli(row, K), k)), 1);
+      return b.create<mlir::LLVM::BitcastOp>(loc, vbytes, b.create<mlir::vector::SplatOp>(loc, vi32, word));
+    };
+
+    // Rows [r0, r0 + rows) (absolute; the block's first row is mb0) of panels
+    // [pn, pn + panels); `whole`: each panel has 16 rows (else the weight's last one,
+    // read under masks).
+    auto tile = [&](Value mb0, Value r0, int64_t rows, Value pn, int64_t panels, bool whole) {
+      struct Panel {
+        Value n0, height, codes, scaleAt, storeMask[4], bias[4], rowScale[4];
+      };
+      llvm::SmallVector<Panel> ps(panels);
+      Value lastN = sub(N, one);
+      for (int64_t p = 0; p < panels; ++p) {
+        Panel& q = ps[p];
+        q.n0 = f.muli(f.addi(pn, f.cI64(p)), p16);
+        q.height = whole ? p16 : sub(N, q.n0);
+        q.codes = f.gep(w, i8, divs(f.muli(q.n0, K), f.cI64(int4 ? 2 : 1)));
+        q.scaleAt = int4 ? f.gep(scales, i16, f.muli(q.n0, groups)) : f.gep(scales, f.f32, q.n0);
+        for (int64_t v = 0; v < V; ++v) {
+          // Lanes whose channel n is in [begin, end) are stored.
+          Value first = f.addi(q.n0, f.cI64(v * L));
+          Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(L), true));
+          q.storeMask[v] = b.create<mlir::arith::AndIOp>(
+              loc, prefixMask(L, sub(nEnd, first)),
+              b.create<mlir::arith::XOrIOp>(loc, prefixMask(L, sub(nBegin, first)), all));
+          Value bv = f.splat(vf32, 0.0);
+          for (int64_t j = 0; j < L; ++j)
+            bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, minI(f.addi(first, f.cI64(j)), lastN)), bv, j);
+          q.bias[v] = bv;
+          if (!int4)
+            q.rowScale[v] = load(vf32, f.gep(q.scaleAt, f.f32, f.cI64(v * L)),
+                                 whole ? Value() : prefixMask(L, sub(q.height, f.cI64(v * L))));
+        }
+      }
+      const int64_t count = rows * panels * V;
+      // The integer sums over steps [s0, s0 + stepsPerGroup) from `init`. A single row
+      // (decode) streams the weight: a separate chain of sums per unpacked vector (added
+      // at the end), and each panel's codes prefetched kPrefetchBytes ahead.
+      const bool split = rows == 1 && dots > 1;
+      const int64_t chains = split ? dots : 1;
+      auto stepSums = [&](Value s0, llvm::ArrayRef<Value> start) {
+        llvm::SmallVector<Value> init;
+        for (int64_t c = 0; c < chains; ++c)
+          for (Value v : start)
+            init.push_back(c == 0 ? v : f.splatInt(vi32, 0));
+        auto stepLoop = b.create<mlir::scf::ForOp>(loc, s0, f.addi(s0, stepsPerGroup), one, init);
+        {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(stepLoop.getBody());
+          Value s = stepLoop.getInductionVar();
+          llvm::SmallVector<Value> ws;     // [panel x vector][dots]
+          llvm::SmallVector<Value> signs;  // signTrick: the codes whose signs x takes
+          for (int64_t p = 0; p < panels; ++p)
+            for (int64_t v = 0; v < V; ++v) {
+              Value stride = f.muli(four, ps[p].height);
+              Value at = f.gep(ps[p].codes, i8, f.addi(f.muli(s, stride), f.cI64(v * 4 * L)));
+              if (rows == 1 && v == 0)
+                b.create<mlir::LLVM::Prefetch>(loc, f.gep(at, i8, f.cI64(kPrefetchBytes)), 0, 3, 1);
+              Value raw = load(vbytes, at, whole ? Value() : prefixMask(4 * L, sub(stride, f.cI64(v * 4 * L))));
+              if (int4) {
+                ws.push_back(b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(vbytes, 0x0F)));
+                ws.push_back(b.create<mlir::arith::ShRUIOp>(loc, raw, f.splatInt(vbytes, 4)));
+              } else if (signTrick) {
+                ws.push_back(b.create<mlir::math::AbsIOp>(loc, raw));
+                signs.push_back(raw);
+              } else {
+                ws.push_back(offsetCodes ? b.create<mlir::arith::XOrIOp>(loc, raw, f.splatInt(vbytes, -128)).getResult()
+                                         : raw);
+              }
+            }
+          llvm::SmallVector<Value> out;
+          Value k = f.muli(s, f.cI64(stepCols));
+          for (int64_t i = 0; i < rows; ++i) {
+            Value row = f.addi(r0, f.cI64(i));
+            llvm::SmallVector<Value> xw;
+            for (int64_t t = 0; t < dots; ++t)
+              xw.push_back(xWord(row, f.addi(k, f.cI64(4 * t))));
+            for (int64_t c = 0; c < panels * V; ++c) {
+              if (split) {
+                for (int64_t t = 0; t < dots; ++t)
+                  out.push_back(dot4Step(f, d, stepLoop.getRegionIterArgs()[t * count + c], ws[c * dots + t], xw[t]));
+                continue;
+              }
+              Value acc = stepLoop.getRegionIterArgs()[i * panels * V + c];
+              for (int64_t t = 0; t < dots; ++t) {
+                Value x = xw[t];
+                if (signTrick)
+                  x = b.create<mlir::LLVM::CallIntrinsicOp>(loc, vbytes, b.getStringAttr("llvm.x86.avx2.psign.b"),
+                                                            mlir::ValueRange{x, signs[c]})
+                          .getResult(0);
+                acc = dot4Step(f, d, acc, ws[c * dots + t], x);
+              }
+              out.push_back(acc);
+            }
+          }
+          if (split) {  // chain-major order
+            llvm::SmallVector<Value> byChain(out.size());
+            for (int64_t c = 0; c < count; ++c)
+              for (int64_t t = 0; t < dots; ++t)
+                byChain[t * count + c] = out[c * dots + t];
+            out = byChain;
+          }
+          b.create<mlir::scf::YieldOp>(loc, out);
+        }
+        llvm::SmallVector<Value> total(stepLoop.getResults().begin(), stepLoop.getResults().begin() + count);
+        for (int64_t t = 1; t < chains; ++t)
+          for (int64_t c = 0; c < count; ++c)
+            total[c] = f.addi(total[c], stepLoop.getResult(t * count + c));
+        return total;
+      };
+      // The integer sums' start of group gi: the offset's share per row, or 0.
+      auto startOf = [&](Value gi) {
+        llvm::SmallVector<Value> init;
+        for (int64_t i = 0; i < rows; ++i) {
+          Value s = sums ? f.load(f.i32, scratch, f.i32, f.addi(f.muli(sub(f.addi(r0, f.cI64(i)), mb0), groups), gi))
+                         : b.create<mlir::arith::ConstantIntOp>(loc, 0, 32).getResult();
+          for (int64_t c = 0; c < panels * V; ++c)
+            init.push_back(b.create<mlir::vector::SplatOp>(loc, vi32, s));
+        }
+        return init;
+      };
+      llvm::SmallVector<Value> totals;
+      if (int4) {
+        auto groupLoop =
+            b.create<mlir::scf::ForOp>(loc, zero, groups, one, llvm::SmallVector<Value>(count, f.splat(vf32, 0.0)));
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(groupLoop.getBody());
+        Value gi = groupLoop.getInductionVar();
+        llvm::SmallVector<Value> isums = stepSums(f.muli(gi, stepsPerGroup), startOf(gi));
+        llvm::SmallVector<Value> sv;
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t v = 0; v < V; ++v) {
+            Value at = f.gep(ps[p].scaleAt, i16, f.addi(f.muli(gi, ps[p].height), f.cI64(v * L)));
+            Value h = load(mlir::VectorType::get({L}, i16), at,
+                           whole ? Value() : prefixMask(L, sub(ps[p].height, f.cI64(v * L))));
+            Value half = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({L}, b.getF16Type()), h);
+            sv.push_back(b.create<mlir::arith::ExtFOp>(loc, vf32, half));
+          }
+        llvm::SmallVector<Value> next;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t c = 0; c < panels * V; ++c) {
+            Value sum = b.create<mlir::arith::SIToFPOp>(loc, vf32, isums[i * panels * V + c]);
+            next.push_back(fmaContract(f, sum, sv[c], groupLoop.getRegionIterArgs()[i * panels * V + c]));
+          }
+        b.create<mlir::scf::YieldOp>(loc, next);
+        totals.assign(groupLoop.getResults().begin(), groupLoop.getResults().end());
+      } else {
+        for (Value sum : stepSums(zero, startOf(zero)))
+          totals.push_back(b.create<mlir::arith::SIToFPOp>(loc, vf32, sum));
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        Value row = f.addi(r0, f.cI64(i));
+        Value sx = b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, xsc, f.f32, row));
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t v = 0; v < V; ++v) {
+            Value val = f.mul(totals[(i * panels + p) * V + v], sx);
+            if (!int4)
+              val = f.mul(val, ps[p].rowScale[v]);
+            val = f.add(val, ps[p].bias[v]);
+            Value at = f.gep(y, f.f32, f.addi(f.muli(row, ldy), f.addi(ps[p].n0, f.cI64(v * L))));
+            b.create<mlir::LLVM::MaskedStoreOp>(loc, val, at, ps[p].storeMask[v], 4);
+          }
+      }
+    };
+
+    // Panels [pFirst, pEnd) overlap the range; those below wholeEnd have 16 rows.
+    Value pFirst = divs(nBegin, p16);
+    Value pEnd = divs(f.addi(nEnd, f.cI64(P16 - 1)), p16);
+    Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
+    Value pairEnd = roundDownFrom(f, wholeEnd, pFirst, f.cI64(pairPanels));
+    f.loop(zero, M, blockRows, [&](Value mb0) {
+      Value mb = minI(blockRows, sub(M, mb0));
+      if (sums) {
+        // The offset's share of each (row, group): -8 (int4) or -128 (int8) x the sum
+        // of its activations, 8 bytes at a time (int8: K may end in 4).
+        const int64_t chunk = int4 ? 8 : 4;
+        auto vc = mlir::VectorType::get({chunk}, i8);
+        auto vci32 = mlir::VectorType::get({chunk}, f.i32);
+        f.loop(zero, mb, one, [&](Value i) {
+          Value rowAt = f.muli(f.addi(mb0, i), K);
+          f.loop(zero, groups, one, [&](Value gi) {
+            Value k0 = f.muli(gi, group);
+            auto sum =
+                b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), f.cI64(chunk), mlir::ValueRange{f.splatInt(vci32, 0)});
+            {
+              mlir::OpBuilder::InsertionGuard g(b);
+              b.setInsertionPointToStart(sum.getBody());
+              Value bytes = load(vc, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())), Value());
+              b.create<mlir::scf::YieldOp>(
+                  loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0], b.create<mlir::arith::ExtSIOp>(loc, vci32, bytes))});
+            }
+            Value total = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0));
+            Value factor = b.create<mlir::arith::ConstantIntOp>(loc, int4 ? -8 : -128, 32);
+            f.store(b.create<mlir::arith::MulIOp>(loc, total, factor), scratch, f.i32, f.addi(f.muli(i, groups), gi));
+          });
+        });
+      }
+      // Every row of the block against `panels` panels from pn: mr rows at a time, the
+      // rows left over in one more tile of mr ending at the block's last row (its first
+      // rows computed again, the same values); a block of fewer than mr rows row by row.
+      auto rowsOf = [&](Value pn, int64_t panels, bool whole) {
+        Value full = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, mb, f.cI64(mr));
+        auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, full, true);
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        Value mMain = roundDownFrom(f, mb, zero, f.cI64(mr));
+        f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { tile(mb0, f.addi(mb0, m0), mr, pn, panels, whole); });
+        f.loop(mMain, mb, f.cI64(mr), [&](Value) { tile(mb0, f.addi(mb0, sub(mb, f.cI64(mr))), mr, pn, panels, whole); });
+        b.setInsertionPointToStart(ifOp.elseBlock());
+        f.loop(zero, mb, one, [&](Value m0) { tile(mb0, f.addi(mb0, m0), 1, pn, panels, whole); });
+      };
+      f.loop(pFirst, pairEnd, f.cI64(pairPanels), [&](Value pn) { rowsOf(pn, pairPanels, true); });
+      if (pairPanels > 1)
+        f.loop(pairEnd, wholeEnd, one, [&](Value pn) { rowsOf(pn, 1, true); });
+      f.loop(wholeEnd, pEnd, one, [&](Value pn) { rowsOf(pn, 1, false); });
+    });
+  };
+  if (int4) {
+    // Group 32 (the common one) with the group a constant, any other at run time.
+    Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, runtimeGroup, f.cI64(32));
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    emit(f.cI64(32));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    emit(runtimeGroup);
+  } else {
+    emit(runtimeGroup);
+  }
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
 }
@@ -1776,7 +2066,7 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
 // (`intEncodings`) for int8 activations, and with several a public dispatcher on
 // the activations (xq set or not) and the weight's encoding.
 void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEncodings, uint32_t intEncodings,
-                 bool packedInt4, uint32_t panelEncodings, const Target& target, mlir::Location loc) {
+                 uint32_t packedLayouts, uint32_t panelEncodings, const Target& target, mlir::Location loc) {
   struct Variant {
     uint8_t encoding;
     bool a8;
@@ -1790,16 +2080,19 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   for (uint8_t e : {format::kEncINT8, format::kEncINT4})
     if (intEncodings & format::EncodingBit(e))
       variants.push_back({e, true});
-  if (packedInt4)
-    variants.push_back({format::kEncINT4, true, format::kLayoutInt4P4K32});
+  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
+    if (packedLayouts & (1u << layout))
+      variants.push_back({layout == format::kLayoutInt8P16K4 ? format::kEncINT8 : format::kEncINT4, true, layout});
   for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
     if (panelEncodings & format::EncodingBit(e))
       variants.push_back({e, false, format::kLayoutPanel16});
   auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
     if (v.layout == format::kLayoutPanel16)
       buildMatmulPanels(kernels, fnName, v.encoding, target, isPublic, loc);
+    else if (v.layout == format::kLayoutInt4P16K8 || v.layout == format::kLayoutInt8P16K4)
+      buildMatmulIntPanels(kernels, fnName, v.encoding, target, isPublic, loc);
     else if (v.a8)
-      buildMatmulInt(kernels, fnName, v.encoding, v.layout == format::kLayoutInt4P4K32, target, isPublic, loc);
+      buildMatmulInt(kernels, fnName, v.encoding, target, isPublic, loc);
     else
       buildMatmulFloat(kernels, fnName, v.encoding, vectorLanes(target), hasF16Conversion(target), isPublic, loc);
   };
@@ -2072,12 +2365,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         return;
       }
       uint32_t floats = 0, ints = 0, panels = 0;
-      bool packed = false;
+      uint32_t packedLayouts = 0;  // bits (1 << LayoutId) of the packed int8/int4 layouts read
       for (const MatmulWeight& w : matmulWeights(op)) {
         if (w.bias)
           continue;
-        if (w.layout == format::kLayoutInt4P4K32)
-          packed = true;
+        if (w.layout == format::kLayoutInt4P16K8 || w.layout == format::kLayoutInt8P16K4)
+          packedLayouts |= 1u << w.layout;
         else if (w.layout == format::kLayoutPanel16)
           panels |= format::EncodingBit(w.spec.id);
         else
@@ -2094,14 +2387,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         if (ints & format::EncodingBit(e))
           add(encodingTag(e));
       }
-      if (packed)
-        add(format::LayoutName(format::kLayoutInt4P4K32));
+      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
+        if (packedLayouts & (1u << layout))
+          add(format::LayoutName(layout));
       for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
         if (panels & format::EncodingBit(e))
           add(std::string(encodingTag(e)) + "_" + format::LayoutName(format::kLayoutPanel16));
-      symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packed ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
+      symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packedLayouts ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
-        buildMatmul(*kernels, symbol, floats, ints, packed, panels, target, op->getLoc());
+        buildMatmul(*kernels, symbol, floats, ints, packedLayouts, panels, target, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

@@ -48,7 +48,8 @@ struct PackWeightsPass : impl::KilnPackWeightsBase<PackWeightsPass> {
       const uint64_t rows = type.getDimSize(0), cols = rows ? type.getNumElements() / rows : 0;
       const bool a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken;
       // The first packed layout that holds the weight and every reader reads.
-      for (auto [layout, kind] : {std::pair{format::kLayoutInt4P4K32, LayoutKind::int4_p4k32},
+      for (auto [layout, kind] : {std::pair{format::kLayoutInt4P16K8, LayoutKind::int4_p16k8},
+                                  std::pair{format::kLayoutInt8P16K4, LayoutKind::int8_p16k4},
                                   std::pair{format::kLayoutPanel16, LayoutKind::panel16}}) {
         if (!format::LayoutFits(layout, encodingSpec(w.getEncoding()), rows, cols))
           continue;

@@ -135,8 +135,9 @@ bool convertWeight(const uint8_t* src, llvm::StringRef dtype, uint64_t n, uint8_
 fb::Layout toFb(LayoutKind k) {
   switch (k) {
   case LayoutKind::row_major: return fb::Layout::RowMajor;
-  case LayoutKind::int4_p4k32: return fb::Layout::Int4P4K32;
   case LayoutKind::panel16: return fb::Layout::Panel16;
+  case LayoutKind::int4_p16k8: return fb::Layout::Int4P16K8;
+  case LayoutKind::int8_p16k4: return fb::Layout::Int8P16K4;
   }
   return fb::Layout::RowMajor;
 }
@@ -746,9 +747,12 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       std::vector<uint8_t> q = h != options_.hessians.end() && h->second.size() == w.cols * w.cols
                                    ? quant::quantizeGptq(f32.data(), w.rows, w.cols, w.spec, h->second.data())
                                    : quant::quantizeRtn(f32.data(), w.rows, w.cols, w.spec);
-      if (w.layout == format::kLayoutInt4P4K32) {
+      if (w.layout != format::kLayoutRowMajor) {
         scratch.assign(q.size(), 0);
-        format::PackInt4P4K32(w.spec, q.data(), w.rows, w.cols, scratch.data());
+        if (w.layout == format::kLayoutInt4P16K8)
+          format::RepackInt4P16K8(true, w.spec, q.data(), w.rows, w.cols, scratch.data());
+        else
+          format::RepackInt8P16K4(true, q.data(), w.rows, w.cols, scratch.data());
         q.swap(scratch);
       }
       write(q.data(), q.size());

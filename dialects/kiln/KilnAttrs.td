@@ -59,8 +59,9 @@ def Kiln_ActivationMode : I32EnumAttr<"ActivationMode", "activation precision", 
 // How a weight's elements are arranged in the artifact (formats/kiln.fbs Layout).
 def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
     I32EnumAttrCase<"row_major", 0>,
-    I32EnumAttrCase<"int4_p4k32", 1>,
-    I32EnumAttrCase<"panel16", 2>]> {
+    I32EnumAttrCase<"panel16", 2>,
+    I32EnumAttrCase<"int4_p16k8", 3>,
+    I32EnumAttrCase<"int8_p16k4", 4>]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
 }
@@ -68,17 +69,20 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
   let summary = "Arrangement of a weight's elements in the artifact";
   let description = [{
     `row_major` is the weight's logical shape in row-major order (the default of
-    `kiln.weight`). `int4_p4k32` is a symmetric int4 weight packed for the
-    generated W4A8 matmuls by `kiln-pack-weights`: rows in panels of 4, columns in
-    blocks of 32 whose two halves share bytes as signed nibbles, scales interleaved
-    by panel. `panel16` is a float weight (f32, f16, bf16) packed for the
-    generated float matmuls: rows in panels of 16, each panel column by column
-    (formats/encoding.h gives the bytes of both).
+    `kiln.weight`). `panel16` is a float weight (f32, f16, bf16) packed for the
+    generated float matmuls by `kiln-pack-weights`: rows in panels of 16, each
+    panel column by column. `int4_p16k8` is a symmetric int4 weight packed for the
+    generated W4A8 matmuls, which multiply a panel by one activation row at a
+    time: rows in panels of 16, columns in steps of 8 whose two halves share bytes
+    (codes 0..15, the low nibble the first 4 columns), scales interleaved by
+    panel. `int8_p16k4` is an int8 weight for the same kernels: rows in panels of
+    16, columns in steps of 4 (formats/encoding.h gives the bytes of all three).
 
     ```mlir
     #kiln.layout<row_major>
-    #kiln.layout<int4_p4k32>
     #kiln.layout<panel16>
+    #kiln.layout<int4_p16k8>
+    #kiln.layout<int8_p16k4>
     ```
   }];
   let assemblyFormat = "`<` $value `>`";

@@ -160,15 +160,23 @@ LogicalResult WeightOp::verify() {
   switch (getLayout()) {
   case LayoutKind::row_major:
     break;
-  case LayoutKind::int4_p4k32: {
+  case LayoutKind::int4_p16k8: {
     EncodingAttr enc = getEncoding();
     const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
     const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;
-    if (enc.getKind() != EncodingKind::int4 || !enc.getSymmetric() || enc.getGroupSize() % 32 != 0 ||
-        cols % 32 != 0 || cols == 0)
-      return weightError() << "layout int4_p4k32 needs symmetric int4 with a group and an input dimension that "
-                              "are multiples of 32, got "
+    if (enc.getKind() != EncodingKind::int4 || !enc.getSymmetric() || enc.getGroupSize() <= 0 ||
+        enc.getGroupSize() % 8 != 0 || cols == 0 || cols % enc.getGroupSize() != 0)
+      return weightError() << "layout int4_p16k8 needs symmetric int4 with a group that is a multiple of 8 and "
+                              "divides the input dimension, got "
                            << enc << " for " << type;
+    break;
+  }
+  case LayoutKind::int8_p16k4: {
+    const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+    const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;
+    if (getEncoding().getKind() != EncodingKind::int8 || cols == 0 || cols % 4 != 0)
+      return weightError() << "layout int8_p16k4 needs int8 with an input dimension that is a multiple of 4, got "
+                           << getEncoding() << " for " << type;
     break;
   }
   case LayoutKind::panel16: {

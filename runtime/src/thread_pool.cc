@@ -99,8 +99,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   if (grain < 1) grain = 1;
   // A few chunks per thread balance uneven work without much overhead.
   int64_t chunks = static_cast<int64_t>(num_threads_) * 4;
-  int64_t chunk = (n + chunks - 1) / chunks;
-  if (chunk < grain) chunk = grain;
+  // Whole multiples of the grain, so that ranges start on its boundaries.
+  int64_t chunk = ((n + chunks - 1) / chunks + grain - 1) / grain * grain;
   if (num_workers_ == 0 || chunk >= n) {
     fn(ctx, 0, n, 0);
     return;

@@ -29,8 +29,8 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
-  // Runs fn over [0, n) in chunks of at least `grain`, on every thread, and returns
-  // when all chunks are done. Not reentrant.
+  // Runs fn over [0, n) in chunks of whole multiples of `grain` (the last one ends at
+  // n), on every thread, and returns when all chunks are done. Not reentrant.
   void ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx);
 
   // Convenience for lambdas: pool->For(n, grain, [&](int64_t b, int64_t e, int t) {...}).

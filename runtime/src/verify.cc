@@ -261,7 +261,7 @@ kiln_status_t Verifier::Tensors() {
     if (t->activation() == fb::ActivationMode::Int8PerToken && spec.id != format::kEncINT8 &&
         spec.id != format::kEncINT4)
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': int8 activations need int8 or int4 weights", name);
-    if (t->layout() > fb::Layout::MAX)
+    if (format::LayoutName(static_cast<uint8_t>(t->layout())) == nullptr)
       return Bad(KILN_ERROR_UNSUPPORTED, "tensor '%s': layout %u is not supported by this runtime", name,
                  static_cast<unsigned>(t->layout()));
     if (elems > (uint64_t{1} << 40))

@@ -55,7 +55,8 @@ const char* KernelIsa(uint32_t id) {
   return k != nullptr ? k->isa : "unknown";
 }
 
-// How a tensor's bytes are arranged: row_major, int4_p4k32 (formats/encoding.h).
+// How a tensor's bytes are arranged: row_major, panel16, int4_p16k8, int8_p16k4
+// (formats/encoding.h).
 const char* LayoutOf(const fb::Tensor* t) {
   const char* name = kiln::format::LayoutName(static_cast<uint8_t>(t->layout()));
   return name ? name : "unknown";

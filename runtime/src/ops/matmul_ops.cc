@@ -40,7 +40,8 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
     p.xq = xq;
     p.xs = xs;
-    c.pool->For(n, 8, [&](int64_t n0, int64_t n1, int t) { uk->matmul_a8(&p, n0, n1, per_thread + t * stride); });
+    // Ranges of whole 16-channel panels (the generated W4A8 kernels' int4_p16k8).
+    c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { uk->matmul_a8(&p, n0, n1, per_thread + t * stride); });
     return KILN_OK;
   }
   constexpr int64_t kBlock = 16;

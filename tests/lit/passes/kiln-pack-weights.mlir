@@ -3,15 +3,17 @@
 // RUN: kiln-opt %s --kiln-select-kernels=target=portable --kiln-pack-weights | FileCheck %s --check-prefix=PORTABLE
 
 // kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
-// are stored packed (int4_p4k32); a weight another kernel also reads (the
-// embedding table tied to the LM head), one with zero points, and every weight of
-// a portable artifact stay row major. Float matmul weights of the generated float
-// matmuls are stored in panels of 16 rows (panel16); a bias and a norm's weight are not. (int4 groups are 32, 64 or 128, so the input
-// dimension is always a multiple of 32.)
+// are stored packed in panels of 16 rows (int4_p16k8), int8 ones likewise
+// (int8_p16k4); a weight another kernel also reads (the embedding table tied to
+// the LM head), one with zero points, and every weight of a portable artifact stay
+// row major. Float matmul weights of the generated float matmuls are stored in
+// panels of 16 rows (panel16); a bias and a norm's weight are not.
 // CHECK-LABEL: kiln.weight @gate
-// CHECK-SAME: layout <int4_p4k32>
+// CHECK-SAME: layout <int4_p16k8>
 // CHECK-LABEL: kiln.weight @up
-// CHECK-SAME: layout <int4_p4k32>
+// CHECK-SAME: layout <int4_p16k8>
+// CHECK-LABEL: kiln.weight @down
+// CHECK-SAME: layout <int8_p16k4>
 // CHECK-LABEL: kiln.weight @asym
 // CHECK-NOT: layout
 // CHECK-LABEL: kiln.weight @tied

@@ -30,7 +30,8 @@ namespace {
 std::vector<Target> RunnableTargets() {
   std::vector<Target> out;
   const uint64_t cpu = rt::DetectCpuFeatures();
-  for (const char* features : {"", "+avx2,+fma,+f16c", "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl"}) {
+  for (const char* features : {"", "+avx2,+fma,+f16c", "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl",
+                               "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni"}) {
     auto t = parseTarget(hostTarget().triple, hostTarget().arch == TargetArch::X86_64 ? features : "");
     EXPECT_TRUE(static_cast<bool>(t));
     if (t && (t->features & ~cpu) == 0) out.push_back(*t);
@@ -309,8 +310,9 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
     int64_t group;
     bool symmetric;
     int64_t m, n, k;
-    bool packed = false;  // int4_p4k32 (formats/encoding.h)
+    uint8_t layout = format::kLayoutRowMajor;  // formats/encoding.h LayoutId
   };
+  constexpr uint8_t kP16 = format::kLayoutInt4P16K8, kP8 = format::kLayoutInt8P16K4;
   const Case cases[] = {
       // int8: K below, at and above every step (8, 16, 32), tails of M and N.
       {"int8", format::kEncINT8, 0, true, 1, 1, 1}, {"int8", format::kEncINT8, 0, true, 1, 37, 7},
@@ -322,17 +324,25 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
       {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256},
       {"int4, group = 64, asym", format::kEncINT4, 64, false, 17, 7, 128},
       {"int4, group = 128", format::kEncINT4, 128, true, 2, 33, 256},
-      // int4 packed in panels of 4 rows: a last panel of 1, 2 and 3 rows, panels that
-      // the thread split cuts, groups of 32, 64 and 128.
-      {"int4, group = 32", format::kEncINT4, 32, true, 1, 1, 32, true},
-      {"int4, group = 32", format::kEncINT4, 32, true, 1, 6, 64, true},
-      {"int4, group = 32", format::kEncINT4, 32, true, 3, 7, 96, true},
-      {"int4, group = 32", format::kEncINT4, 32, true, 5, 16, 128, true},
-      {"int4, group = 64", format::kEncINT4, 64, true, 9, 13, 256, true},
-      {"int4, group = 128", format::kEncINT4, 128, true, 17, 37, 256, true},
+      // int4 packed in panels of 16 rows: a single panel of 1, 7 and 16 rows, a last
+      // panel of 1 and 8 rows after whole ones (in pairs and alone), rows in whole
+      // tiles, left over and fewer than a tile, more rows than a block of sums.
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 1, 32, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 2, 7, 64, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 6, 16, 96, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 7, 17, 128, kP16},
+      {"int4, group = 64", format::kEncINT4, 64, true, 13, 40, 256, kP16},
+      {"int4, group = 128", format::kEncINT4, 128, true, 25, 64, 256, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 530, 33, 64, kP16},
+      // int8 packed in panels of 16 rows, as int4 above.
+      {"int8", format::kEncINT8, 0, true, 1, 1, 4, kP8},
+      {"int8", format::kEncINT8, 0, true, 3, 17, 16, kP8},
+      {"int8", format::kEncINT8, 0, true, 7, 40, 100, kP8},
+      {"int8", format::kEncINT8, 0, true, 13, 64, 64, kP8},
       // A long K.
       {"int8", format::kEncINT8, 0, true, 70, 5, 4096},
-      {"int4, group = 32", format::kEncINT4, 32, true, 70, 6, 4096, true},
+      {"int8", format::kEncINT8, 0, true, 70, 48, 4096, kP8},
+      {"int4, group = 32", format::kEncINT4, 32, true, 70, 48, 4096, kP16},
   };
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -342,12 +352,12 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
   for (const Target& target : targets) {
     for (const Case& cs : cases) {
       for (bool bias : {false, true}) {
-        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding +
-                     (cs.packed ? " packed" : "") + ", " +
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + " " +
+                     format::LayoutName(cs.layout) + ", " +
                      std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
                      (bias ? " + bias" : ""));
         const std::string model = LinearModel(cs.n, cs.k, std::string(cs.encoding) + ", act = int8_per_token", bias,
-                                              kernel, "f32", cs.packed ? "int4_p4k32" : "");
+                                              kernel, "f32", cs.layout ? format::LayoutName(cs.layout) : "");
         rt::CodeImage image;
         std::string why;
         kiln_uk_matmul_fn fn = LinearKernel(model, kernel, target, &image, &why);
@@ -386,19 +396,26 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
         kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(&p, 0, cs.n, nullptr);
         p.y = got.data();
         std::vector<uint8_t> packedBytes(wbytes.size());
-        if (cs.packed) {
+        if (cs.layout != format::kLayoutRowMajor) {
           const format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), true};
-          ASSERT_TRUE(format::LayoutFits(format::kLayoutInt4P4K32, spec, cs.n, cs.k));
-          format::PackInt4P4K32(spec, wbytes.data(), cs.n, cs.k, packedBytes.data());
+          ASSERT_TRUE(format::LayoutFits(cs.layout, spec, cs.n, cs.k));
           std::vector<uint8_t> back(wbytes.size());
-          format::UnpackInt4P4K32(spec, packedBytes.data(), cs.n, cs.k, back.data());
-          ASSERT_EQ(back, wbytes) << "int4_p4k32 does not round-trip";
+          if (cs.layout == kP8) {
+            format::RepackInt8P16K4(true, wbytes.data(), cs.n, cs.k, packedBytes.data());
+            format::RepackInt8P16K4(false, packedBytes.data(), cs.n, cs.k, back.data());
+          } else {
+            format::RepackInt4P16K8(true, spec, wbytes.data(), cs.n, cs.k, packedBytes.data());
+            format::RepackInt4P16K8(false, spec, packedBytes.data(), cs.n, cs.k, back.data());
+          }
+          ASSERT_EQ(back, wbytes) << format::LayoutName(cs.layout) << " does not round-trip";
           p.w.data = packedBytes.data();
-          p.w.layout = format::kLayoutInt4P4K32;
+          p.w.layout = cs.layout;
         }
+        // The runtime's per-thread scratch for a generated matmul.
+        std::vector<float> scratch(kiln_uk_matmul_scratch_ref(cs.k));
         const int64_t split = cs.n / 3;  // two ranges, as threads split them
-        fn(&p, 0, split, nullptr);
-        fn(&p, split, cs.n, nullptr);
+        fn(&p, 0, split, scratch.data());
+        fn(&p, split, cs.n, scratch.data());
         double worst = 0, scale = 0;
         for (int64_t m = 0; m < cs.m; ++m)
           for (int64_t n = 0; n < ldy; ++n) {

@@ -882,7 +882,7 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
 }
 
-// Packed weight layouts (formats/encoding.h int4_p4k32): the generated W4A8 artifacts
+// Packed weight layouts (formats/encoding.h int4_p16k8): the generated W4A8 artifacts
 // store their int4 weights packed, and the verifier refuses a packed weight that the
 // bound kernel does not read or whose encoding and shape the layout cannot hold.
 TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
@@ -898,7 +898,7 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
     for (uint32_t oi = 0; oi < m->stages()->Get(si)->ops()->size() && stage < 0; ++oi) {
       const fb::Op* o = m->stages()->Get(si)->ops()->Get(oi);
       for (uint32_t wi = 0; wi < o->weights()->size(); ++wi)
-        if (m->tensors()->Get(o->weights()->Get(wi))->layout() == fb::Layout::Int4P4K32) {
+        if (m->tensors()->Get(o->weights()->Get(wi))->layout() == fb::Layout::Int4P16K8) {
           stage = si, op = oi, slot = wi;
           break;
         }
@@ -916,14 +916,16 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
     std::function<void(fb::ModelT&)> edit;
   };
   const std::vector<Case> cases = {
-      {"bound to the reference kernel", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p4k32",
+      {"bound to the reference kernel", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p16k8",
        [&](fb::ModelT& mt) { mt.stages[stage]->ops[op]->kernel = portable; }},
-      {"packed f32 weight", KILN_ERROR_ARTIFACT_SHAPE, "layout int4_p4k32 cannot hold",
-       [&](fb::ModelT& mt) { mt.tensors[f32Tensor]->layout = fb::Layout::Int4P4K32; }},
+      {"packed f32 weight", KILN_ERROR_ARTIFACT_SHAPE, "layout int4_p16k8 cannot hold",
+       [&](fb::ModelT& mt) { mt.tensors[f32Tensor]->layout = fb::Layout::Int4P16K8; }},
       {"packed with zero points", KILN_ERROR_ARTIFACT_SHAPE, "",
        [&](fb::ModelT& mt) { mt.tensors[tensor]->symmetric = false; }},
       {"unknown layout", KILN_ERROR_UNSUPPORTED, "layout 9",
        [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = static_cast<fb::Layout>(9); }},
+      {"retired layout (schema 1.2's int4_p4k32)", KILN_ERROR_UNSUPPORTED, "layout 1 is not supported",
+       [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = fb::Layout::Int4P4K32Retired; }},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bad = RewriteArtifact(bytes, c.edit);
