@@ -23,10 +23,11 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
     binding to a portable reference kernel says so. The artifact's required CPU
     features are derived from the bound kernels. The target defaults to the host
     with the CPU features it detects; `target=portable` binds the reference
-    kernels. `kernels=generated` ranks the generated kernels above the
+    kernels. Generated kernels (`kernels=generated`, the default) rank above the
     hand-written ones, so that every op the generator serves runs code generated
     for the model (an op bound to a hand-written kernel then says why in its
-    remark).
+    remark); `kernels=hand-written` ranks the hand-written kernels for the
+    target's features first, for comparisons.
 
     No fallback: on a CPU target (anything but `portable`), an op of a kind that
     has generated or hand-written kernels must be bound to one; when none
@@ -49,9 +50,10 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "::mlir::ModuleOp"> {
            "CPU features the target has, e.g. +avx2,+fma or +dotprod,+i8mm">,
     Option<"allowPortableOps", "allow-portable-ops", "std::string", /*default=*/"\"\"",
            "ops (a regex over the whole op name) that may run a portable reference kernel on a CPU target">,
-    Option<"kernels", "kernels", "std::string", /*default=*/"\"best\"",
-           "best (hand-written kernels for the target's features first, then generated ones) or generated "
-           "(generated kernels first: hand-written ones only for ops the generator cannot serve, with a remark)">,
+    Option<"kernels", "kernels", "std::string", /*default=*/"\"generated\"",
+           "generated (the default: kernels generated for the model first; hand-written ones only for ops the "
+           "generator cannot serve, with a remark) or hand-written (hand-written kernels for the target's "
+           "features first, then generated ones; for comparisons)">,
   ];
 }
 

@@ -36,8 +36,8 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
       return signalPassFailure();
     }
     const Target& tgt = *parsed;
-    if (kernels != "best" && kernels != "generated") {
-      module.emitError("kiln-select-kernels: kernels '") << kernels << "' is not best or generated";
+    if (kernels != "hand-written" && kernels != "generated") {
+      module.emitError("kiln-select-kernels: kernels '") << kernels << "' is not generated or hand-written";
       return signalPassFailure();
     }
     const bool generatedFirst = kernels == "generated";
@@ -80,7 +80,7 @@ struct SelectKernelsPass : impl::KilnSelectKernelsBase<SelectKernelsPass> {
         // features used), the first in table order among equals.
         // Kernels generated for the op (codegen/generators) rank above the portable
         // ones and below hand-written kernels for the target's features, or above
-        // every other kernel with kernels=generated.
+        // every other kernel with kernels=generated (the default).
         const format::KernelInfo* chosen = nullptr;
         auto rank = [&](const format::KernelInfo& k) {
           const bool generated = llvm::StringRef(k.isa) == "generated";

@@ -23,7 +23,7 @@ struct CompileOptions {
   std::string target;       // triple; "" = host
   std::string cpuFeatures;  // "+dotprod,+i8mm"
   std::string allowPortableOps;  // regex over op names that may run portable kernels on a CPU target
-  std::string kernels = "best";  // best | generated: which kernels rank first where both qualify
+  std::string kernels = "generated";  // generated | hand-written: which kernels rank first where both qualify
   bool packWeights = true;       // kiln-pack-weights: packed layouts for the kernels that read them
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;

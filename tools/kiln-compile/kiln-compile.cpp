@@ -81,10 +81,10 @@ static cl::opt<std::string> allowPortableOps(
     cl::init(""), cl::cat(kilnCategory));
 static cl::opt<std::string> kernelsChoice(
     "kernels",
-    cl::desc("best: hand-written kernels for the target's CPU features where they exist, generated ones "
-             "elsewhere (default); generated: kernels generated for the model wherever the generator serves "
-             "the op (hand-written ones only where it cannot, with a remark)"),
-    cl::init("best"), cl::cat(kilnCategory));
+    cl::desc("generated (default): kernels generated for the model wherever the generator serves the op "
+             "(hand-written ones only where it cannot, with a remark); hand-written: hand-written kernels for "
+             "the target's CPU features where they exist, generated ones elsewhere (for comparisons)"),
+    cl::init("generated"), cl::cat(kilnCategory));
 static cl::opt<bool> noPackWeights(
     "no-pack-weights",
     cl::desc("Store every weight row major, also those the bound kernels read packed (larger inner loops; for "

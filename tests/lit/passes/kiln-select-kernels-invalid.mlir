@@ -6,7 +6,7 @@
 // An unknown target is an error, not silently the host.
 // TARGET: error: kiln-select-kernels: unsupported target 'banana'
 // FEATURE: error: kiln-select-kernels: unknown CPU feature 'sme2' for x86_64-linux-gnu
-// KERNELS: error: kiln-select-kernels: kernels 'fastest' is not best or generated
+// KERNELS: error: kiln-select-kernels: kernels 'fastest' is not generated or hand-written
 
 // Normalisation kernels read float weights only: an int8 norm weight has no kernel,
 // and the compiler says so instead of falling back at run time.

@@ -1,13 +1,16 @@
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels=target=portable | FileCheck %s
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels=target=portable --kiln-select-kernels=target=portable | FileCheck %s
-// An AVX-512 target binds ops that have AVX-512 micro-kernels to them (the most
-// specialised kernel that runs them: here the norm and the linear).
-// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni" | FileCheck %s --check-prefix=AVX512
-// Without VNNI the AVX-512 kernels do not qualify: the norm, the linear (int4
-// weights with float activations, W4A16) and the activation get generated kernels.
-// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl" | FileCheck %s --check-prefix=GEN
-// With kernels=generated the generated kernels rank first on the full AVX-512 target too.
+// By default (kernels=generated) a CPU target binds every op the generator serves
+// to a generated kernel: the norm, the linear (int4 weights with float
+// activations, W4A16) and the activation, on the full AVX-512 target too.
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni" | FileCheck %s --check-prefix=GEN
 // RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni kernels=generated" | FileCheck %s --check-prefix=GEN
+// With kernels=hand-written an AVX-512 target binds ops that have AVX-512
+// micro-kernels to them (the most specialised kernel that runs them: here the norm
+// and the linear) ...
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni kernels=hand-written" | FileCheck %s --check-prefix=AVX512
+// ... and without VNNI the AVX-512 kernels do not qualify: generated ones again.
+// RUN: kiln-opt %s -split-input-file --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl kernels=hand-written" | FileCheck %s --check-prefix=GEN
 
 kiln.weight @w : tensor<32x32xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "BF16"> as #kiln.encoding<int4, group = 32>
 kiln.weight @n : tensor<32xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 128, dtype = "F32"> as #kiln.encoding<f32>
