@@ -151,15 +151,20 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
 // Whether a kernel (generated or not, the weight encodings it accepts, its op kind)
 // reads weight slot `slot` of its op stored in `layout` (formats/encoding.h LayoutId):
 // row major always; int4_p16k8 and int8_p16k4 only the generated matmuls with int8 activations, for
-// a slot the op multiplies with int8 per-token activations; panel16 only the
+// a slot the op multiplies with int8 per-token activations (int4_p16k8 also the
+// generated embedding gather's table); panel16 only the
 // generated matmuls with float activations, for a matmul weight slot.
 inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
                               uint32_t slot, bool int8_activations) {
   if (layout == kLayoutRowMajor) return true;
   const OpInfo* op = FindOp(op_kind);
   if (!generated || op == nullptr) return false;
-  if (layout == kLayoutInt4P16K8)
+  if (layout == kLayoutInt4P16K8) {
+    // Also the generated embedding gather, so that a table tied to a W4A8 LM head
+    // is packed for the head.
+    if (op_kind == kOpEmbedding && slot == 0) return (kernel_encodings & EncodingBit(kEncINT4)) != 0;
     return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT4)) != 0;
+  }
   if (layout == kLayoutInt8P16K4)
     return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT8)) != 0;
   // panel16: the matmul weights (not biases, not a mixture's router) of the matmul

@@ -74,9 +74,11 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
     is a panel's operand of a 4-element dot product per output channel against a
     row's broadcast activations; `panel16`, for f32, f16 and bf16 matmul weights of
     the generated float matmuls: rows in panels of 16 stored column by column, so
-    that the kernel multiplies a broadcast activation by a panel's column. A weight
-    that another kernel also reads (an embedding table tied to the LM head, a norm,
-    an op allowed onto the reference kernels) stays row major.
+    that the kernel multiplies a broadcast activation by a panel's column. The
+    generated embedding gather reads `int4_p16k8` too, so that an embedding table
+    tied to a W4A8 LM head is packed for the head; a weight that only gathers read,
+    or that another kernel also reads (a float table tied to the LM head, an op
+    allowed onto the reference kernels), stays row major.
 
     Example:
 

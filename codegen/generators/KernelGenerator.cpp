@@ -503,7 +503,7 @@ llvm::SmallVector<Value> reduceOverK(FnBuilder& f, Value kMain, Value kTail, Val
 // are widened in registers (f16: hardware conversion; bf16: a 16-bit shift). The
 // multiply-adds may fuse (contract); sums are reassociated within a tile.
 std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t encoding, int64_t lanes, Value params,
-                                                      size_t tAt);
+                                                      size_t tAt, uint8_t layout = format::kLayoutRowMajor);
 
 void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, bool f16Bias,
                       bool isPublic, mlir::Location loc) {
@@ -1097,9 +1097,11 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
 // float encodings widened; int8 and fp8 codes times the row's scale; int4 (c - z)
 // times the group's scale (`lanes` must divide the group; the mask is not applied to
 // int4, whose rows are whole groups). The weight is the kiln_uk_weight_t at byte
-// `at` of the parameter struct `params`.
+// `at` of the parameter struct `params`. An int4 weight may also be stored
+// int4_p16k8 (`layout`; symmetric): a row's 8 columns of a step are 4 bytes, the
+// low nibbles the first 4, the next step 4 x the panel's height further.
 std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t encoding, int64_t lanes, Value params,
-                                                      size_t tAt) {
+                                                      size_t tAt, uint8_t layout) {
   mlir::OpBuilder& b = f.b;
   mlir::Location loc = f.loc;
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
@@ -1168,6 +1170,53 @@ std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t enco
     }
     default: { // int4: lanes codes of one group (lanes divides the group)
       Value g = b.create<mlir::arith::DivSIOp>(loc, i, group);
+      if (layout == format::kLayoutInt4P16K8) {
+        // The row's panel: its first row and height place the row's 4-byte words and
+        // its scales.
+        Value p16 = f.cI64(16);
+        Value first = b.create<mlir::arith::MulIOp>(loc, b.create<mlir::arith::DivSIOp>(loc, row, p16), p16);
+        Value height = b.create<mlir::arith::MinSIOp>(loc, p16, b.create<mlir::arith::SubIOp>(loc, rows, first));
+        Value within = b.create<mlir::arith::SubIOp>(loc, row, first);
+        Value words = f.addi(b.create<mlir::arith::DivSIOp>(loc, f.muli(first, tcols), f.cI64(2)),
+                             f.muli(within, f.cI64(4)));
+        Value stride = f.muli(height, f.cI64(4));
+        Value sAt = f.addi(f.addi(f.muli(first, groups), f.muli(g, height)), within);
+        Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(int4Scales, b.getI16Type(), sAt), 2);
+        Value half = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
+        Value sc = b.create<mlir::arith::ExtFOp>(loc, f.f32, half);
+        auto v4 = mlir::VectorType::get({4}, i8);
+        // The 8 codes of step s: the low nibbles of its 4 bytes, then the high ones.
+        auto stepCodes = [&](Value s, bool low, bool high) -> Value {
+          Value word = b.create<mlir::LLVM::LoadOp>(loc, v4, f.gep(data, i8, f.addi(words, f.muli(s, stride))), 1);
+          Value lo = b.create<mlir::arith::AndIOp>(loc, word, f.splatInt(v4, 15));
+          Value hi = b.create<mlir::arith::ShRUIOp>(loc, word, f.splatInt(v4, 4));
+          if (!high)
+            return lo;
+          if (!low)
+            return hi;
+          return b.create<mlir::vector::ShuffleOp>(loc, lo, hi, llvm::ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7})
+              .getResult();
+        };
+        Value s0 = b.create<mlir::arith::DivSIOp>(loc, i, f.cI64(8));
+        Value codes8;
+        if (lanes == 4) {  // half a step: columns 8s..8s+3 or 8s+4..8s+7
+          Value firstHalf = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq,
+                                                          b.create<mlir::arith::RemSIOp>(loc, i, f.cI64(8)), f.cI64(0));
+          codes8 = b.create<mlir::arith::SelectOp>(loc, firstHalf, stepCodes(s0, true, false),
+                                                   stepCodes(s0, false, true));
+        } else if (lanes == 8) {
+          codes8 = stepCodes(s0, true, true);
+        } else {  // 16 lanes: two steps side by side
+          llvm::SmallVector<int64_t> cat;
+          for (int64_t j = 0; j < 16; ++j)
+            cat.push_back(j);
+          codes8 = b.create<mlir::vector::ShuffleOp>(loc, stepCodes(s0, true, true),
+                                                     stepCodes(f.addi(s0, f.cI64(1)), true, true), cat);
+        }
+        Value centred = b.create<mlir::arith::SubIOp>(loc, b.create<mlir::arith::ExtUIOp>(loc, vi32, codes8),
+                                                      f.splatInt(vi32, 8));
+        return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, centred), b.create<mlir::vector::SplatOp>(loc, vf32, sc));
+      }
       Value at = f.addi(f.muli(row, groups), g);
       Value h = b.create<mlir::LLVM::LoadOp>(loc, b.getI16Type(), f.gep(int4Scales, b.getI16Type(), at), 2);
       Value h16 = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
@@ -1201,7 +1250,8 @@ std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t enco
 
 }
 
-void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, mlir::Location loc) {
+void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, uint8_t layout, int64_t lanes,
+                 mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
@@ -1220,7 +1270,7 @@ void buildGather(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding,
   Value hasIds = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, ids, nullPtr);
   Value hasX = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, x, nullPtr);
   Value one = f.cI64(1);
-  auto decode = weightLanes(f, encoding, lanes, params, tAt);
+  auto decode = weightLanes(f, encoding, lanes, params, tAt, layout);
 
   f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value r) {
     Value yRow = f.muli(r, ldy);
@@ -1533,8 +1583,9 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
 
 // How a target sums four int8 products into each i32 lane of `lanes`: the u8 x s8
 // dot products of x86 (VPDPBUSD with VNNI; PMADDUBSW then PMADDWD without), SDOT on
-// AArch64, widened multiplies elsewhere. The first operand's bytes are the int4
-// codes (0..15: the same value as u8 or s8), the second's the int8 activations.
+// AArch64, widened multiplies elsewhere. The first operand's bytes are the weight's
+// codes (int4: 0..15, the same value as u8 or s8; int8 on x86: made unsigned by the
+// caller), the second's the int8 activations.
 struct Dot4 {
   enum Kind { X86Vnni, X86Maddubs, ArmSdot, Generic } kind;
   int64_t lanes;
@@ -1593,6 +1644,9 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
   return acc;
 }
 
+// How far ahead of its loads a single-row panel tile prefetches each panel's codes.
+constexpr int64_t kPrefetchBytes = 1024;
+
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 per-token activations
 // (kiln_uk_matmul_params_t with xq/xs; output channels [begin, end)) and a weight in
 // panels of 16 output channels (formats/encoding.h), exactly as the reference sums:
@@ -1603,20 +1657,18 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
 // of each panel's 64 bytes (int4: their low and high nibbles, the codes of columns
 // 8s..8s+3 and 8s+4..8s+7 of each channel; int8: the codes of 4s..4s+3) and per row
 // its 4-byte activation words broadcast and dotted with them (Dot4), so that each
-// lane accumulates its own channel: no horizontal sums, no repacking. Where the
-// weight is the unsigned operand (x86: int4 codes are 0..15; int8 codes are offset
-// by 128, one xor per load), the offset's share, -8 (int4) or -128 (int8) x the
-// activations' sum per group or row, is computed once per row into the scratch
-// (kiln_uk_matmul_scratch_ref(K) = 16 K floats: 16 x group rows of int4 group sums;
-// the rows go in blocks of that many) and starts the integer sums. int4: each
+// lane accumulates its own channel: no horizontal sums, no repacking. The int4
+// codes are c, not c - 8, and on x86 with VNNI the int8 codes are offset by 128 (one
+// xor per load: the weight is the unsigned operand; AVX2 multiplies |w| by x with
+// w's sign instead); the offset's share, -8 (int4) or -128 (int8) x the activations'
+// sum per group or row, is computed once per row into the scratch
+// (kiln_uk_matmul_scratch_ref(K) = 16 K floats: the sums of 16 x group rows, the
+// rows going in blocks of that many) and starts the integer sums. int4: each
 // group's sum is converted and multiplied by the group's 16 scales (one load),
 // added in f32 lanes. Outputs outside [begin, end) (a thread split or the weight's
 // end cutting a panel) are computed and not stored; the last panel, of fewer than
 // 16 rows, reads under masks. Every output is the same sequence of operations
 // whatever tile it falls in.
-// How far ahead of its loads a single-row panel tile prefetches each panel's codes.
-constexpr int64_t kPrefetchBytes = 1024;
-
 void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
                           bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
@@ -2315,9 +2367,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       }
       llvm::SmallVector<MatmulWeight> ws = matmulWeights(op);
       const uint8_t enc = ws.empty() ? format::kEncF32 : ws[0].spec.id;
-      symbol = std::string("kiln_uk_gather_f32_w") + encodingTag(enc) + "_gen_" + isa;
+      const uint8_t layout = ws.empty() ? format::kLayoutRowMajor : ws[0].layout;
+      symbol = std::string("kiln_uk_gather_f32_w") + encodingTag(enc) +
+               (layout ? "_" + std::string(format::LayoutName(layout)) : std::string()) + "_gen_" + isa;
       if (!built[symbol])
-        buildGather(*kernels, symbol, enc, lanes, op->getLoc());
+        buildGather(*kernels, symbol, enc, layout, lanes, op->getLoc());
     } else if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {

@@ -47,6 +47,12 @@ struct PackWeightsPass : impl::KilnPackWeightsBase<PackWeightsPass> {
       mlir::RankedTensorType type = w.getTensorType();
       const uint64_t rows = type.getDimSize(0), cols = rows ? type.getNumElements() / rows : 0;
       const bool a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken;
+      // The layouts are the matmuls': a table only gathers read stays row major.
+      bool matmulReader = false;
+      for (auto [op, slot] : it->second)
+        matmulReader |= llvm::isa<LinearOp, LmHeadOp, GatedMlpOp, MoeOp, PatchEmbedOp>(op);
+      if (!matmulReader)
+        continue;
       // The first packed layout that holds the weight and every reader reads.
       for (auto [layout, kind] : {std::pair{format::kLayoutInt4P16K8, LayoutKind::int4_p16k8},
                                   std::pair{format::kLayoutInt8P16K4, LayoutKind::int8_p16k4},

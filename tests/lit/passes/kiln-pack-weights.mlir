@@ -4,10 +4,11 @@
 
 // kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
 // are stored packed in panels of 16 rows (int4_p16k8), int8 ones likewise
-// (int8_p16k4); a weight another kernel also reads (the embedding table tied to
-// the LM head), one with zero points, and every weight of a portable artifact stay
-// row major. Float matmul weights of the generated float matmuls are stored in
-// panels of 16 rows (panel16); a bias and a norm's weight are not.
+// (int8_p16k4); the generated embedding gather reads int4_p16k8 too, so an
+// embedding table tied to the LM head is packed for the head. A weight with zero
+// points and every weight of a portable artifact stay row major. Float matmul
+// weights of the generated float matmuls are stored in panels of 16 rows
+// (panel16); a bias and a norm's weight are not.
 // CHECK-LABEL: kiln.weight @gate
 // CHECK-SAME: layout <int4_p16k8>
 // CHECK-LABEL: kiln.weight @up
@@ -17,7 +18,7 @@
 // CHECK-LABEL: kiln.weight @asym
 // CHECK-NOT: layout
 // CHECK-LABEL: kiln.weight @tied
-// CHECK-NOT: layout
+// CHECK-SAME: layout <int4_p16k8>
 // CHECK-LABEL: kiln.weight @proj
 // CHECK-SAME: layout <panel16>
 // CHECK-LABEL: kiln.weight @proj_bias

@@ -784,11 +784,12 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
 }
 
 // A one-op embedding model: rows of a [rows, cols] table of `encoding`.
-std::string EmbeddingModel(int64_t rows, int64_t cols, const std::string& encoding) {
+std::string EmbeddingModel(int64_t rows, int64_t cols, const std::string& encoding, const char* layout = nullptr) {
   const std::string t = "tensor<" + std::to_string(rows) + "x" + std::to_string(cols) + "xf32>",
                     out = "tensor<?x" + std::to_string(cols) + "xf32>";
   return "kiln.weight @t : " + t + " from #kiln.source<\"m.safetensors\", offset = 0, size = " +
-         std::to_string(4 * rows * cols) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">\n"
+         std::to_string(4 * rows * cols) + ", dtype = \"F32\"> as #kiln.encoding<" + encoding + ">" +
+         (layout ? std::string(" layout #kiln.layout<") + layout + ">" : std::string()) + "\n"
          "func.func @decoder_prefill(%ids: tensor<?xi32>) -> " + out +
          " attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n  %t = kiln.weight_ref @t : " + t +
          "\n  %0 = kiln.embedding %t, %ids {placeholder_id = 999 : i64, kiln.kernel = \"embedding_f32_i32_wany_gen\"} : " +
@@ -801,23 +802,27 @@ TEST_F(GeneratedKernels, GatherMatchesReference) {
     uint8_t id;
     int64_t group;
     bool symmetric;
+    bool packed = false;  // int4_p16k8 (a table tied to a W4A8 LM head)
   };
   const Case cases[] = {{"f32", format::kEncF32, 0, true},        {"f16", format::kEncF16, 0, true},
                         {"bf16", format::kEncBF16, 0, true},      {"fp8_e4m3", format::kEncFP8_E4M3, 0, true},
                         {"fp8_e5m2", format::kEncFP8_E5M2, 0, true}, {"int8", format::kEncINT8, 0, true},
                         {"int4, group = 32", format::kEncINT4, 32, true},
-                        {"int4, group = 32, asym", format::kEncINT4, 32, false}};
+                        {"int4, group = 32, asym", format::kEncINT4, 32, false},
+                        {"int4, group = 32", format::kEncINT4, 32, true, true},
+                        {"int4, group = 64", format::kEncINT4, 64, true, true}};
   std::mt19937 rng(29);
-  const int64_t rows = 50;
+  const int64_t rows = 50;  // panels of 16: the last one has 2 rows
   int compared = 0;
   for (const Target& target : RunnableTargets()) {
     for (const Case& cs : cases) {
       // Column counts with a vector tail (not for int4: its groups are whole vectors).
       for (int64_t cols : {64, 96, 37}) {
         if (cs.id == format::kEncINT4 && cols % 32 != 0) continue;
-        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", cols " +
-                     std::to_string(cols));
-        const std::string model = EmbeddingModel(rows, cols, cs.encoding);
+        if (cs.group > 0 && cols % cs.group != 0) continue;
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding +
+                     (cs.packed ? " int4_p16k8" : "") + ", cols " + std::to_string(cols));
+        const std::string model = EmbeddingModel(rows, cols, cs.encoding, cs.packed ? "int4_p16k8" : nullptr);
         mlir::OwningOpRef<mlir::ModuleOp> probe = mlir::parseSourceString<mlir::ModuleOp>(model, &ctx_);
         ASSERT_TRUE(probe);
         mlir::Operation* emb = nullptr;
@@ -866,6 +871,13 @@ TEST_F(GeneratedKernels, GatherMatchesReference) {
                                         static_cast<uint32_t>(cs.group)}};
           kiln_uk_gather_f32_wany_ref_portable(&p, 0, n, scratch.data());
           p.y = got.data();
+          std::vector<uint8_t> packed(table.size());
+          if (cs.packed) {
+            const format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), true};
+            format::RepackInt4P16K8(true, spec, table.data(), rows, cols, packed.data());
+            p.table.data = packed.data();
+            p.table.layout = format::kLayoutInt4P16K8;
+          }
           fn(&p, 0, 4, nullptr);
           fn(&p, 4, n, nullptr);
           for (int64_t r = 0; r < n; ++r)
