@@ -293,9 +293,10 @@ struct FnBuilder {
   }
 };
 
-// A new public kernel function (params, begin, end[, scratch]) -> () in `kernels`.
+// A new kernel function (params, begin, end[, scratch]) -> () in `kernels`, public
+// unless `isPublic` is false.
 mlir::func::FuncOp newKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc,
-                             bool scratch = false) {
+                             bool scratch = false, bool isPublic = true) {
   mlir::OpBuilder b(kernels.getBodyRegion());
   b.setInsertionPointToEnd(kernels.getBody());
   auto ptr = mlir::LLVM::LLVMPointerType::get(b.getContext());
@@ -304,7 +305,30 @@ mlir::func::FuncOp newKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir:
     args.push_back(ptr);
   auto fn = b.create<mlir::func::FuncOp>(loc, name, b.getFunctionType(args, {}));
   fn.addEntryBlock();
+  if (!isPublic)  // a variant that a dispatcher of the module calls
+    fn.setPrivate();
   return fn;
+}
+
+// A vector of type `t` at `at` (masked: lanes past the mask read 0).
+Value loadVector(FnBuilder& f, mlir::VectorType t, Value at, Value mask, unsigned alignment) {
+  if (!mask)
+    return f.b.create<mlir::LLVM::LoadOp>(f.loc, t, at, alignment);
+  Value pass = f.b.create<mlir::arith::ConstantOp>(f.loc, f.b.getZeroAttr(t));
+  return f.b.create<mlir::LLVM::MaskedLoadOp>(f.loc, t, at, mask, mlir::ValueRange{pass}, alignment);
+}
+
+// `lanes` f32 values at base[i..] (masked: lanes past the mask read 0), and the
+// store back.
+Value loadLanes(FnBuilder& f, mlir::VectorType t, Value base, Value i, Value mask) {
+  return loadVector(f, t, f.gep(base, f.f32, i), mask, 4);
+}
+void storeLanes(FnBuilder& f, Value v, Value base, Value i, Value mask) {
+  Value at = f.gep(base, f.f32, i);
+  if (!mask)
+    f.b.create<mlir::LLVM::StoreOp>(f.loc, v, at, 4);
+  else
+    f.b.create<mlir::LLVM::MaskedStoreOp>(f.loc, v, at, mask, 4);
 }
 
 // RoPE (kiln_uk_rope_params_t, rows [begin, end)) for `heads` heads of `headDim`:
@@ -507,9 +531,7 @@ std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t enco
 
 void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, int64_t lanes, bool f16Bias,
                       bool isPublic, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
-  if (!isPublic)
-    fn.setPrivate();
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
@@ -548,18 +570,10 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   auto loadW = [&](Value row, Value k, Value mask) -> Value {
     if (quantised)
       return decodeW(row, k, mask);
-    Value at = f.gep(w, welem, f.addi(f.muli(row, K), k));
-    if (!mask)
-      return widen(b.create<mlir::LLVM::LoadOp>(loc, vw, at, 2));
-    Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(vw));
-    return widen(b.create<mlir::LLVM::MaskedLoadOp>(loc, vw, at, mask, mlir::ValueRange{pass}, 2));
+    return widen(loadVector(f, vw, f.gep(w, welem, f.addi(f.muli(row, K), k)), mask, 2));
   };
-  auto loadX = [&](Value row, Value k, Value mask) -> Value {
-    Value at = f.gep(x, f.f32, f.addi(f.muli(row, ldx), k));
-    if (!mask)
-      return b.create<mlir::LLVM::LoadOp>(loc, vf32, at, 4);
-    Value pass = f.splat(vf32, 0.0);
-    return b.create<mlir::LLVM::MaskedLoadOp>(loc, vf32, at, mask, mlir::ValueRange{pass}, 4);
+  auto loadX = [&](Value row, Value k, Value mask) {
+    return loadLanes(f, vf32, x, f.addi(f.muli(row, ldx), k), mask);
   };
   auto fma = [&](Value a, Value c, Value acc) { return fmaContract(f, a, c, acc); };
   auto bias = [&](Value n) { return args.bias(f, n); };
@@ -598,22 +612,6 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   f.loop(nMain, nEnd, one, [&](Value n0) { f.loop(zero, M, one, [&](Value m0) { tile(m0, 1, n0, 1); }); });
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
-}
-
-// `lanes` f32 values at base[i..] (masked: lanes past the mask read 0), and the
-// store back.
-Value loadLanes(FnBuilder& f, mlir::VectorType t, Value base, Value i, Value mask) {
-  Value at = f.gep(base, f.f32, i);
-  if (!mask)
-    return f.b.create<mlir::LLVM::LoadOp>(f.loc, t, at, 4);
-  return f.b.create<mlir::LLVM::MaskedLoadOp>(f.loc, t, at, mask, mlir::ValueRange{f.splat(t, 0.0)}, 4);
-}
-void storeLanes(FnBuilder& f, Value v, Value base, Value i, Value mask) {
-  Value at = f.gep(base, f.f32, i);
-  if (!mask)
-    f.b.create<mlir::LLVM::StoreOp>(f.loc, v, at, 4);
-  else
-    f.b.create<mlir::LLVM::MaskedStoreOp>(f.loc, v, at, mask, 4);
 }
 
 // for (i = lo; i < hi; i += lanes) body(i, mask): whole vectors, then the tail
@@ -672,11 +670,7 @@ Value loadFloatWeight(FnBuilder& f, uint8_t encoding, int64_t lanes, Value data,
   if (encoding == format::kEncF32)
     return loadLanes(f, vf32, data, i, mask);
   auto vi16 = mlir::VectorType::get({lanes}, b.getI16Type());
-  Value at = f.gep(data, b.getI16Type(), i);
-  Value raw = mask ? b.create<mlir::LLVM::MaskedLoadOp>(f.loc, vi16, at, mask,
-                                                        mlir::ValueRange{f.splatInt(vi16, 0)}, 2)
-                         .getResult()
-                   : b.create<mlir::LLVM::LoadOp>(f.loc, vi16, at, 2).getResult();
+  Value raw = loadVector(f, vi16, f.gep(data, b.getI16Type(), i), mask, 2);
   if (encoding == format::kEncF16) {
     Value half = b.create<mlir::arith::BitcastOp>(f.loc, mlir::VectorType::get({lanes}, b.getF16Type()), raw);
     return b.create<mlir::arith::ExtFOp>(f.loc, vf32, half);
@@ -1134,10 +1128,7 @@ std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t enco
     case format::kEncFP8_E4M3:
     case format::kEncFP8_E5M2: {
       auto v8 = mlir::VectorType::get({lanes}, i8);
-      Value at = f.gep(data, i8, f.addi(f.muli(row, tcols), i));
-      Value raw = mask ? b.create<mlir::LLVM::MaskedLoadOp>(loc, v8, at, mask, mlir::ValueRange{f.splatInt(v8, 0)}, 1)
-                             .getResult()
-                       : b.create<mlir::LLVM::LoadOp>(loc, v8, at, 1).getResult();
+      Value raw = loadVector(f, v8, f.gep(data, i8, f.addi(f.muli(row, tcols), i)), mask, 1);
       Value scale = b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(data, i8, f.addi(codesBytes, f.muli(row, f.cI64(4)))), 1);
       Value vscale = b.create<mlir::vector::SplatOp>(loc, vf32, scale);
       if (encoding == format::kEncINT8)
@@ -1377,9 +1368,7 @@ Value intDotStep(FnBuilder& f, const IntDot& d, Value acc, Value x, Value w) {
 // Tiles of mr x 4 (mr from the register file), M and N tails by 1 x 4 and 1 x 1.
 void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
                     bool isPublic, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
-  if (!isPublic)
-    fn.setPrivate();
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
@@ -1417,12 +1406,8 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
     kTail = b.create<mlir::arith::SubIOp>(loc, K, kMain);
   }
 
-  auto loadVec = [&](mlir::VectorType t, Value base, Value byteIndex, Value mask) -> Value {
-    Value at = f.gep(base, i8, byteIndex);
-    if (!mask)
-      return b.create<mlir::LLVM::LoadOp>(loc, t, at, /*alignment=*/1);
-    Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(t));
-    return b.create<mlir::LLVM::MaskedLoadOp>(loc, t, at, mask, mlir::ValueRange{pass}, 1);
+  auto loadVec = [&](mlir::VectorType t, Value base, Value byteIndex, Value mask) {
+    return loadVector(f, t, f.gep(base, i8, byteIndex), mask, 1);
   };
   auto loadF32 = [&](Value base, Value byteIndex) -> Value {
     return b.create<mlir::LLVM::LoadOp>(loc, f.f32, f.gep(base, i8, byteIndex), /*alignment=*/1);
@@ -1671,9 +1656,7 @@ constexpr int64_t kPrefetchBytes = 1024;
 // whatever tile it falls in.
 void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
                           bool isPublic, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
-  if (!isPublic)
-    fn.setPrivate();
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
@@ -1734,12 +1717,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       return b.create<mlir::vector::CreateMaskOp>(
           loc, mask1(lanes), mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), c)});
     };
-    auto load = [&](mlir::VectorType t, Value at, Value mask) -> Value {
-      if (!mask)
-        return b.create<mlir::LLVM::LoadOp>(loc, t, at, /*alignment=*/1);
-      Value pass = b.create<mlir::arith::ConstantOp>(loc, b.getZeroAttr(t));
-      return b.create<mlir::LLVM::MaskedLoadOp>(loc, t, at, mask, mlir::ValueRange{pass}, 1);
-    };
+    auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
     // A row's 4 activation bytes from column k, broadcast to every lane.
     auto xWord = [&](Value row, Value k) -> Value {
       Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(xq, i8, f.addi(f.muli(row, K), k)), 1);
@@ -1986,9 +1964,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
 // last panel's rows left over) one dot product at a time.
 void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
                        bool isPublic, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
-  if (!isPublic)
-    fn.setPrivate();
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
