@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "codegen/selection/KernelRegistry.h"
 #include "dialects/kiln/KilnOps.h"
@@ -1675,6 +1676,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   const int64_t L = d.lanes, P16 = static_cast<int64_t>(format::kP16K8Rows), V = P16 / L;
   const int64_t stepCols = int4 ? 8 : 4;
   const int64_t pairPanels = L == P16 ? 2 : 1;  // panels per tile when whole
+  // Panels per single-row tile (decode): Arm's 4 vectors per panel, two panels side by
+  // side, amortise each activation load and the loop over twice the weight.
+  const int64_t singlePanels = d.kind == Dot4::ArmSdot ? 2 : pairPanels;
   const int64_t dots = int4 ? 2 : 1;            // unpacked weight vectors per panel vector and step
   // Accumulators (the integer sums, and int4's f32 totals) of mr rows x panels, the
   // unpacked weights of a step and a few temporaries in the register file.
@@ -1706,7 +1710,12 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
                             : K;
   // The whole computation for a group size (a constant when known: its step loop
   // unrolls).
-  auto emit = [&](Value group) {
+  auto emit = [&](Value group, std::optional<int64_t> constGroup) {
+    // Arm SDOT with a constant group of an even number of int4 steps: the steps unrolled,
+    // the activations read 16 bytes at a time (see stepSums).
+    std::optional<int64_t> laneSteps;
+    if (d.kind == Dot4::ArmSdot && int4 && constGroup && (*constGroup / stepCols) % 2 == 0)
+      laneSteps = *constGroup / stepCols;
     Value groups = divs(K, group), stepsPerGroup = divs(group, f.cI64(stepCols));
     Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
     Value blockRows = f.muli(f.cI64(16), group);
@@ -1757,20 +1766,19 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       }
       const int64_t count = rows * panels * V;
       // The integer sums over steps [s0, s0 + stepsPerGroup) from `init`. A single row
-      // (decode) streams the weight: a separate chain of sums per unpacked vector (added
-      // at the end), and each panel's codes prefetched kPrefetchBytes ahead.
-      const bool split = rows == 1 && dots > 1;
+      // (decode) streams the weight: each panel's codes prefetched kPrefetchBytes ahead,
+      // and with fewer than 8 vectors of sums in flight (x86) a separate chain of sums
+      // per unpacked vector (added at the end), so that the dot products' latency hides.
+      const bool split = rows == 1 && dots > 1 && panels * V < 8;
       const int64_t chains = split ? dots : 1;
       auto stepSums = [&](Value s0, llvm::ArrayRef<Value> start) {
         llvm::SmallVector<Value> init;
         for (int64_t c = 0; c < chains; ++c)
           for (Value v : start)
             init.push_back(c == 0 ? v : f.splatInt(vi32, 0));
-        auto stepLoop = b.create<mlir::scf::ForOp>(loc, s0, f.addi(s0, stepsPerGroup), one, init);
-        {
-          mlir::OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(stepLoop.getBody());
-          Value s = stepLoop.getInductionVar();
+        // One step s from the sums `accs`; xOf(i, t) is row i's activation word t of
+        // the step, broadcast.
+        auto step = [&](Value s, llvm::ArrayRef<Value> accs, llvm::function_ref<Value(int64_t, int64_t)> xOf) {
           llvm::SmallVector<Value> ws;     // [panel x vector][dots]
           llvm::SmallVector<Value> signs;  // signTrick: the codes whose signs x takes
           for (int64_t p = 0; p < panels; ++p)
@@ -1792,19 +1800,17 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
               }
             }
           llvm::SmallVector<Value> out;
-          Value k = f.muli(s, f.cI64(stepCols));
           for (int64_t i = 0; i < rows; ++i) {
-            Value row = f.addi(r0, f.cI64(i));
             llvm::SmallVector<Value> xw;
             for (int64_t t = 0; t < dots; ++t)
-              xw.push_back(xWord(row, f.addi(k, f.cI64(4 * t))));
+              xw.push_back(xOf(i, t));
             for (int64_t c = 0; c < panels * V; ++c) {
               if (split) {
                 for (int64_t t = 0; t < dots; ++t)
-                  out.push_back(dot4Step(f, d, stepLoop.getRegionIterArgs()[t * count + c], ws[c * dots + t], xw[t]));
+                  out.push_back(dot4Step(f, d, accs[t * count + c], ws[c * dots + t], xw[t]));
                 continue;
               }
-              Value acc = stepLoop.getRegionIterArgs()[i * panels * V + c];
+              Value acc = accs[i * panels * V + c];
               for (int64_t t = 0; t < dots; ++t) {
                 Value x = xw[t];
                 if (signTrick)
@@ -1823,12 +1829,47 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
                 byChain[t * count + c] = out[c * dots + t];
             out = byChain;
           }
-          b.create<mlir::scf::YieldOp>(loc, out);
+          return out;
+        };
+        auto broadcastWord = [&](Value s) {
+          return [&, s](int64_t i, int64_t t) {
+            return xWord(f.addi(r0, f.cI64(i)), f.addi(f.muli(s, f.cI64(stepCols)), f.cI64(4 * t)));
+          };
+        };
+        llvm::SmallVector<Value> results;
+        if (laneSteps) {
+          // The group's steps unrolled (Arm SDOT): per pair of steps one 16-byte load
+          // of each row's activations, its 4-byte words taken by lane (the indexed
+          // SDOT), instead of a broadcast load per word.
+          results = init;
+          auto v4 = mlir::VectorType::get({4}, f.i32);
+          for (int64_t s2 = 0; s2 < *laneSteps; s2 += 2) {
+            Value s = f.addi(s0, f.cI64(s2));
+            llvm::SmallVector<Value> xv;
+            for (int64_t i = 0; i < rows; ++i) {
+              Value at = f.gep(xq, i8, f.addi(f.muli(f.addi(r0, f.cI64(i)), K), f.muli(s, f.cI64(stepCols))));
+              xv.push_back(b.create<mlir::LLVM::BitcastOp>(loc, v4, load(mlir::VectorType::get({16}, i8), at, Value())));
+            }
+            for (int64_t u = 0; u < 2; ++u)
+              results = step(f.addi(s, f.cI64(u)), results, [&](int64_t i, int64_t t) -> Value {
+                const int64_t lane = (stepCols / 4) * u + t;
+                Value dup = b.create<mlir::vector::ShuffleOp>(loc, xv[i], xv[i], llvm::ArrayRef<int64_t>{lane, lane, lane, lane});
+                return b.create<mlir::LLVM::BitcastOp>(loc, vbytes, dup);
+              });
+          }
+        } else {
+          auto stepLoop = b.create<mlir::scf::ForOp>(loc, s0, f.addi(s0, stepsPerGroup), one, init);
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(stepLoop.getBody());
+          Value s = stepLoop.getInductionVar();
+          llvm::SmallVector<Value> accs(stepLoop.getRegionIterArgs().begin(), stepLoop.getRegionIterArgs().end());
+          b.create<mlir::scf::YieldOp>(loc, step(s, accs, broadcastWord(s)));
+          results.assign(stepLoop.getResults().begin(), stepLoop.getResults().end());
         }
-        llvm::SmallVector<Value> total(stepLoop.getResults().begin(), stepLoop.getResults().begin() + count);
+        llvm::SmallVector<Value> total(results.begin(), results.begin() + count);
         for (int64_t t = 1; t < chains; ++t)
           for (int64_t c = 0; c < count; ++c)
-            total[c] = f.addi(total[c], stepLoop.getResult(t * count + c));
+            total[c] = f.addi(total[c], results[t * count + c]);
         return total;
       };
       // The integer sums' start of group gi: the offset's share per row, or 0.
@@ -1890,7 +1931,6 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     Value pFirst = divs(nBegin, p16);
     Value pEnd = divs(f.addi(nEnd, f.cI64(P16 - 1)), p16);
     Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
-    Value pairEnd = roundDownFrom(f, wholeEnd, pFirst, f.cI64(pairPanels));
     f.loop(zero, M, blockRows, [&](Value mb0) {
       Value mb = minI(blockRows, sub(M, mb0));
       if (sums) {
@@ -1918,24 +1958,31 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
           });
         });
       }
-      // Every row of the block against `panels` panels from pn: mr rows at a time, the
-      // rows left over in one more tile of mr ending at the block's last row (its first
-      // rows computed again, the same values); a block of fewer than mr rows row by row.
-      auto rowsOf = [&](Value pn, int64_t panels, bool whole) {
-        Value full = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, mb, f.cI64(mr));
-        auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, full, true);
-        mlir::OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        Value mMain = roundDownFrom(f, mb, zero, f.cI64(mr));
+      // The block's panels in groups of `group` side by side (whole ones), then one at a
+      // time (the whole ones left, the last one under masks).
+      auto overPanels = [&](int64_t group, llvm::function_ref<void(Value, int64_t, bool)> body) {
+        Value groupEnd = roundDownFrom(f, wholeEnd, pFirst, f.cI64(group));
+        f.loop(pFirst, groupEnd, f.cI64(group), [&](Value pn) { body(pn, group, true); });
+        if (group > 1)
+          f.loop(groupEnd, wholeEnd, one, [&](Value pn) { body(pn, 1, true); });
+        f.loop(wholeEnd, pEnd, one, [&](Value pn) { body(pn, 1, false); });
+      };
+      // mr rows at a time, the rows left over in one more tile of mr ending at the
+      // block's last row (its first rows computed again, the same values); a block of
+      // fewer than mr rows row by row, against singlePanels panels at a time.
+      Value full = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, mb, f.cI64(mr));
+      auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, full, true);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value mMain = roundDownFrom(f, mb, zero, f.cI64(mr));
+      overPanels(pairPanels, [&](Value pn, int64_t panels, bool whole) {
         f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { tile(mb0, f.addi(mb0, m0), mr, pn, panels, whole); });
         f.loop(mMain, mb, f.cI64(mr), [&](Value) { tile(mb0, f.addi(mb0, sub(mb, f.cI64(mr))), mr, pn, panels, whole); });
-        b.setInsertionPointToStart(ifOp.elseBlock());
+      });
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      overPanels(singlePanels, [&](Value pn, int64_t panels, bool whole) {
         f.loop(zero, mb, one, [&](Value m0) { tile(mb0, f.addi(mb0, m0), 1, pn, panels, whole); });
-      };
-      f.loop(pFirst, pairEnd, f.cI64(pairPanels), [&](Value pn) { rowsOf(pn, pairPanels, true); });
-      if (pairPanels > 1)
-        f.loop(pairEnd, wholeEnd, one, [&](Value pn) { rowsOf(pn, 1, true); });
-      f.loop(wholeEnd, pEnd, one, [&](Value pn) { rowsOf(pn, 1, false); });
+      });
     });
   };
   if (int4) {
@@ -1943,11 +1990,11 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, runtimeGroup, f.cI64(32));
     auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
     b.setInsertionPointToStart(ifOp.thenBlock());
-    emit(f.cI64(32));
+    emit(f.cI64(32), 32);
     b.setInsertionPointToStart(ifOp.elseBlock());
-    emit(runtimeGroup);
+    emit(runtimeGroup, std::nullopt);
   } else {
-    emit(runtimeGroup);
+    emit(runtimeGroup, std::nullopt);
   }
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
