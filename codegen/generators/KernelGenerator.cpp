@@ -1569,11 +1569,12 @@ void buildMatmulInt(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encodi
 
 // How a target sums four int8 products into each i32 lane of `lanes`: the u8 x s8
 // dot products of x86 (VPDPBUSD with VNNI; PMADDUBSW then PMADDWD without), SDOT on
-// AArch64, widened multiplies elsewhere. The first operand's bytes are the weight's
+// AArch64 (SMULL pairs, ADDP, SADALP on NEON without it), widened multiplies elsewhere.
+// The first operand's bytes are the weight's
 // codes (int4: 0..15, the same value as u8 or s8; int8 on x86: made unsigned by the
 // caller), the second's the int8 activations.
 struct Dot4 {
-  enum Kind { X86Vnni, X86Maddubs, ArmSdot, Generic } kind;
+  enum Kind { X86Vnni, X86Maddubs, ArmSdot, ArmSmull, Generic } kind;
   int64_t lanes;
   const char* pairs = nullptr;  // X86Maddubs: u8 x s8 -> i16 pairs
   const char* quads = nullptr;  // X86Maddubs: i16 pairs -> i32 (with ones); X86Vnni, ArmSdot: the dot product
@@ -1593,6 +1594,8 @@ Dot4 dot4(const Target& target) {
   }
   if (ft & format::kCpuArmDotProd)
     return {Dot4::ArmSdot, 4, nullptr, "llvm.aarch64.neon.sdot"};
+  if (target.arch == TargetArch::AArch64)
+    return {Dot4::ArmSmull, 4};
   return {Dot4::Generic, 4};
 }
 
@@ -1610,6 +1613,22 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
                 {acc, b.create<mlir::LLVM::BitcastOp>(loc, vacc, w), b.create<mlir::LLVM::BitcastOp>(loc, vacc, x)});
   case Dot4::ArmSdot:
     return call(vacc, d.quads, {acc, w, x});
+  case Dot4::ArmSmull: {
+    // Armv8.0 NEON: the 16 byte products in i16 (SMULL, SMULL2), neighbours added
+    // (ADDP: |w x + w' x'| <= 2 x 127 x 127 fits), then pairs of those widened and
+    // accumulated (SADALP): lane l sums products 4l..4l+3, as SDOT does.
+    auto v8i8 = mlir::VectorType::get({8}, b.getI8Type());
+    auto v8i16 = mlir::VectorType::get({8}, b.getI16Type());
+    auto half = [&](Value v, int64_t h) {
+      return b.create<mlir::vector::ShuffleOp>(loc, v, v,
+                                               llvm::ArrayRef<int64_t>{8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3,
+                                                                       8 * h + 4, 8 * h + 5, 8 * h + 6, 8 * h + 7});
+    };
+    Value lo = call(v8i16, "llvm.aarch64.neon.smull.v8i16", {half(w, 0), half(x, 0)});
+    Value hi = call(v8i16, "llvm.aarch64.neon.smull.v8i16", {half(w, 1), half(x, 1)});
+    Value pairs = call(v8i16, "llvm.aarch64.neon.addp.v8i16", {lo, hi});
+    return f.addi(acc, call(vacc, "llvm.aarch64.neon.saddlp.v4i32.v8i16", {pairs}));
+  }
   case Dot4::X86Maddubs: {
     auto v16 = mlir::VectorType::get({2 * d.lanes}, b.getI16Type());
     Value pairs = call(v16, d.pairs, {w, x});
@@ -1678,7 +1697,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   const int64_t pairPanels = L == P16 ? 2 : 1;  // panels per tile when whole
   // Panels per single-row tile (decode): Arm's 4 vectors per panel, two panels side by
   // side, amortise each activation load and the loop over twice the weight.
-  const int64_t singlePanels = d.kind == Dot4::ArmSdot ? 2 : pairPanels;
+  const bool arm = d.kind == Dot4::ArmSdot || d.kind == Dot4::ArmSmull;
+  const int64_t singlePanels = arm ? 2 : pairPanels;
   const int64_t dots = int4 ? 2 : 1;            // unpacked weight vectors per panel vector and step
   // Accumulators (the integer sums, and int4's f32 totals) of mr rows x panels, the
   // unpacked weights of a step and a few temporaries in the register file.
@@ -1711,10 +1731,10 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   // The whole computation for a group size (a constant when known: its step loop
   // unrolls).
   auto emit = [&](Value group, std::optional<int64_t> constGroup) {
-    // Arm SDOT with a constant group of an even number of int4 steps: the steps unrolled,
+    // Arm with a constant group of an even number of int4 steps: the steps unrolled,
     // the activations read 16 bytes at a time (see stepSums).
     std::optional<int64_t> laneSteps;
-    if (d.kind == Dot4::ArmSdot && int4 && constGroup && (*constGroup / stepCols) % 2 == 0)
+    if (arm && int4 && constGroup && (*constGroup / stepCols) % 2 == 0)
       laneSteps = *constGroup / stepCols;
     Value groups = divs(K, group), stepsPerGroup = divs(group, f.cI64(stepCols));
     Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
