@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     }
     fmt::RepackInt8P16K4(true, plain.data(), N, K, packed.data());
   }
-  std::vector<float> x(M * K), xs(M), y(M * N), scratch(kiln_uk_matmul_scratch_ref(K) / sizeof(float) + 64);
+  std::vector<float> x(M * K), xs(M), y(M * N), scratch(kiln_uk_matmul_scratch_ref(K) + 64);
   std::vector<int8_t> xq(M * K);
   for (float& v : x) v = static_cast<float>(static_cast<int64_t>(next() >> 40) - (1 << 23)) / (1 << 23);
 

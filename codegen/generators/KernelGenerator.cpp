@@ -1649,6 +1649,9 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
   return acc;
 }
 
+// Rows per block of the SMMLA (i8mm) path (a multiple of 8; see buildMatmulIntPanels).
+constexpr int64_t kMmlaBlockRows = 16;
+
 // How far ahead of its loads a single-row panel tile prefetches each panel's codes.
 constexpr int64_t kPrefetchBytes = 1024;
 
@@ -1699,6 +1702,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   // side, amortise each activation load and the loop over twice the weight.
   const bool arm = d.kind == Dot4::ArmSdot || d.kind == Dot4::ArmSmull;
   const int64_t singlePanels = arm ? 2 : pairPanels;
+  // Arm with the int8 matrix multiply (i8mm, beside dotprod): blocks of 8 or more rows
+  // as 2x8 by 8x2 products (SMMLA), see mmlaTile.
+  const bool mmla = d.kind == Dot4::ArmSdot && (target.features & format::kCpuArmI8mm);
   const int64_t dots = int4 ? 2 : 1;            // unpacked weight vectors per panel vector and step
   // Accumulators (the integer sums, and int4's f32 totals) of mr rows x panels, the
   // unpacked weights of a step and a few temporaries in the register file.
@@ -1738,7 +1744,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       laneSteps = *constGroup / stepCols;
     Value groups = divs(K, group), stepsPerGroup = divs(group, f.cI64(stepCols));
     Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
-    Value blockRows = f.muli(f.cI64(16), group);
+    // Rows per block: their offset shares fill the scratch (16 x group rows), or with
+    // SMMLA 16 rows, whose shares, pair-interleaved shares and activations it holds.
+    Value blockRows = mmla ? f.cI64(kMmlaBlockRows) : f.muli(f.cI64(16), group);
 
     // Lanes [0, n) of a vector of `lanes`, n clamped to [0, lanes].
     auto prefixMask = [&](int64_t lanes, Value n) -> Value {
@@ -1947,6 +1955,163 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       }
     };
 
+    // SMMLA (i8mm) tiles: 8 rows (4 pairs) x a quarter panel (4 channels, 2 pairs)
+    // from the block's pair-interleaved scratch: per (row pair, step of 8 columns) its
+    // 16 activation bytes [row 2p: 8 | row 2p+1: 8] (A), and per (row pair, group) the
+    // offset shares [o, o, o', o'] (int4). A step's weight operands (B) are the
+    // quarter's 4 channels' codes as pairs [n: 8 | n+1: 8]: int4 one 16-byte load, its
+    // low and high nibbles zipped by 32-bit words; int8 the loads of two steps of 4
+    // columns zipped. Each SMMLA adds a 2x2 block (rows x channels) of sums; per group
+    // they are converted and multiply-added with the channels' scales exactly as in
+    // `tile`, so an output is the same whichever path computes it.
+    Value mmlaPairShares = f.gep(scratch, f.i32, f.muli(f.cI64(kMmlaBlockRows), groups));
+    Value mmlaActs = f.gep(mmlaPairShares, f.i32, f.muli(f.cI64(kMmlaBlockRows / 2 * 4), groups));
+    Value kSteps8 = divs(K, f.cI64(8));
+    auto v4i32 = mlir::VectorType::get({4}, f.i32);
+    auto zip32 = [&](Value a, Value c, bool high) -> Value {
+      Value x = b.create<mlir::LLVM::BitcastOp>(loc, v4i32, a), z = b.create<mlir::LLVM::BitcastOp>(loc, v4i32, c);
+      llvm::SmallVector<int64_t> pick = high ? llvm::SmallVector<int64_t>{2, 6, 3, 7} : llvm::SmallVector<int64_t>{0, 4, 1, 5};
+      return b.create<mlir::LLVM::BitcastOp>(loc, vbytes, b.create<mlir::vector::ShuffleOp>(loc, x, z, pick));
+    };
+    auto mmlaTile = [&](Value mb0, Value m0, Value pn, Value q) {
+      constexpr int64_t kPairs = 4;
+      Value n0 = f.muli(pn, p16);
+      Value c0 = f.addi(n0, f.muli(q, four));  // the quarter's first channel
+      Value codes = f.gep(w, i8, f.addi(divs(f.muli(n0, K), f.cI64(int4 ? 2 : 1)), f.muli(q, f.cI64(16))));
+      Value first = c0;
+      Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(4), true));
+      Value storeMask = b.create<mlir::arith::AndIOp>(
+          loc, prefixMask(4, sub(nEnd, first)), b.create<mlir::arith::XOrIOp>(loc, prefixMask(4, sub(nBegin, first)), all));
+      Value bias = f.splat(vf32, 0.0);
+      for (int64_t j = 0; j < 4; ++j)
+        bias = b.create<mlir::vector::InsertOp>(loc, args.bias(f, f.addi(first, f.cI64(j))), bias, j);
+      Value pair0 = divs(m0, f.cI64(2));
+      // The sums of steps [s0, s1) (of 8 columns) added to acc[pair x 2 + channel pair].
+      auto steps = [&](Value s0, int64_t count, llvm::ArrayRef<Value> accIn) {
+        llvm::SmallVector<Value> acc(accIn.begin(), accIn.end());
+        for (int64_t u = 0; u < count; ++u) {
+          Value s = f.addi(s0, f.cI64(u));
+          Value b0, b1;
+          if (int4) {
+            Value raw = load(vbytes, f.gep(codes, i8, f.muli(s, f.cI64(64))), Value());
+            Value lo = b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(vbytes, 0x0F));
+            Value hi = b.create<mlir::arith::ShRUIOp>(loc, raw, f.splatInt(vbytes, 4));
+            b0 = zip32(lo, hi, false);
+            b1 = zip32(lo, hi, true);
+          } else {
+            Value r0 = load(vbytes, f.gep(codes, i8, f.muli(s, f.cI64(128))), Value());
+            Value r1 = load(vbytes, f.gep(codes, i8, f.addi(f.muli(s, f.cI64(128)), f.cI64(64))), Value());
+            b0 = zip32(r0, r1, false);
+            b1 = zip32(r0, r1, true);
+          }
+          for (int64_t p = 0; p < kPairs; ++p) {
+            Value a = load(vbytes, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(f.addi(pair0, f.cI64(p)), kSteps8), s),
+                                                               f.cI64(16))),
+                           Value());
+            for (int64_t j = 0; j < 2; ++j)
+              acc[p * 2 + j] = b.create<mlir::LLVM::CallIntrinsicOp>(
+                                    loc, v4i32, b.getStringAttr("llvm.aarch64.neon.smmla"),
+                                    mlir::ValueRange{acc[p * 2 + j], a, j ? b1 : b0})
+                                   .getResult(0);
+          }
+        }
+        return acc;
+      };
+      llvm::SmallVector<Value> totals;
+      if (int4) {
+        Value steps8 = divs(group, f.cI64(8));
+        auto groupLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one,
+                                                    llvm::SmallVector<Value>(2 * kPairs, f.splat(vf32, 0.0)));
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(groupLoop.getBody());
+        Value gi = groupLoop.getInductionVar();
+        llvm::SmallVector<Value> acc;
+        for (int64_t p = 0; p < kPairs; ++p) {
+          Value share = load(v4i32, f.gep(mmlaPairShares, f.i32, f.muli(f.addi(f.muli(f.addi(pair0, f.cI64(p)), groups), gi), four)),
+                             Value());
+          acc.push_back(share);
+          acc.push_back(share);
+        }
+        Value s0 = f.muli(gi, steps8);
+        if (constGroup) {
+          acc = steps(s0, *constGroup / 8, acc);
+        } else {
+          auto stepLoop = b.create<mlir::scf::ForOp>(loc, s0, f.addi(s0, steps8), one, acc);
+          mlir::OpBuilder::InsertionGuard g2(b);
+          b.setInsertionPointToStart(stepLoop.getBody());
+          llvm::SmallVector<Value> in(stepLoop.getRegionIterArgs().begin(), stepLoop.getRegionIterArgs().end());
+          b.create<mlir::scf::YieldOp>(loc, steps(stepLoop.getInductionVar(), 1, in));
+          b.setInsertionPointAfter(stepLoop);
+          acc.assign(stepLoop.getResults().begin(), stepLoop.getResults().end());
+        }
+        Value scaleAt = f.gep(scales, i16, f.addi(f.muli(n0, groups), f.addi(f.muli(gi, p16), f.muli(q, four))));
+        llvm::SmallVector<Value> next;
+        Value sv[2];
+        for (int64_t j = 0; j < 2; ++j) {
+          Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(scaleAt, i16, f.cI64(2 * j)), 2);
+          Value dup = b.create<mlir::vector::SplatOp>(loc, mlir::VectorType::get({2}, f.i32), word);
+          Value half = b.create<mlir::LLVM::BitcastOp>(loc, mlir::VectorType::get({4}, b.getF16Type()), dup);
+          sv[j] = b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+        }
+        for (int64_t c = 0; c < 2 * kPairs; ++c)
+          next.push_back(fmaContract(f, b.create<mlir::arith::SIToFPOp>(loc, vf32, acc[c]), sv[c % 2],
+                                     groupLoop.getRegionIterArgs()[c]));
+        b.create<mlir::scf::YieldOp>(loc, next);
+        totals.assign(groupLoop.getResults().begin(), groupLoop.getResults().end());
+      } else {
+        auto stepLoop = b.create<mlir::scf::ForOp>(loc, zero, kSteps8, one,
+                                                   llvm::SmallVector<Value>(2 * kPairs, f.splatInt(v4i32, 0)));
+        {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(stepLoop.getBody());
+          llvm::SmallVector<Value> in(stepLoop.getRegionIterArgs().begin(), stepLoop.getRegionIterArgs().end());
+          b.create<mlir::scf::YieldOp>(loc, steps(stepLoop.getInductionVar(), 1, in));
+        }
+        for (Value v : stepLoop.getResults())
+          totals.push_back(b.create<mlir::arith::SIToFPOp>(loc, vf32, v));
+      }
+      Value rowScale = int4 ? Value() : load(vf32, f.gep(scales, f.f32, c0), Value());
+      for (int64_t p = 0; p < kPairs; ++p)
+        for (int64_t h = 0; h < 2; ++h) {
+          // Row 2p + h's 4 channels: lanes 2h, 2h + 1 of both channel pairs.
+          Value val = b.create<mlir::vector::ShuffleOp>(loc, totals[2 * p], totals[2 * p + 1],
+                                                        llvm::ArrayRef<int64_t>{2 * h, 2 * h + 1, 2 * h + 4, 2 * h + 5});
+          Value row = f.addi(f.addi(mb0, m0), f.cI64(2 * p + h));
+          val = f.mul(val, b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, xsc, f.f32, row)));
+          if (!int4)
+            val = f.mul(val, rowScale);
+          val = f.add(val, bias);
+          Value at = f.gep(y, f.f32, f.addi(f.muli(row, ldy), c0));
+          b.create<mlir::LLVM::MaskedStoreOp>(loc, val, at, storeMask, 4);
+        }
+    };
+    // The block's pair-interleaved scratch for its first mI rows (a multiple of 8).
+    auto mmlaPrepare = [&](Value mb0, Value mI) {
+      auto vi64x2 = mlir::VectorType::get({2}, f.i64);
+      f.loop(zero, divs(mI, f.cI64(2)), one, [&](Value p) {
+        Value r0 = f.addi(mb0, f.muli(p, f.cI64(2)));
+        f.loop(zero, kSteps8, one, [&](Value s) {
+          Value k = f.muli(s, f.cI64(8));
+          Value a = b.create<mlir::LLVM::LoadOp>(loc, f.i64, f.gep(xq, i8, f.addi(f.muli(r0, K), k)), 1);
+          Value c = b.create<mlir::LLVM::LoadOp>(loc, f.i64, f.gep(xq, i8, f.addi(f.muli(f.addi(r0, one), K), k)), 1);
+          Value v = b.create<mlir::vector::InsertOp>(loc, a, f.splatInt(vi64x2, 0), 0);
+          v = b.create<mlir::vector::InsertOp>(loc, c, v, 1);
+          b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(p, kSteps8), s), f.cI64(16))), 1);
+        });
+        if (int4)
+          f.loop(zero, groups, one, [&](Value gi) {
+            Value rel = sub(r0, mb0);
+            Value o0 = f.load(f.i32, scratch, f.i32, f.addi(f.muli(rel, groups), gi));
+            Value o1 = f.load(f.i32, scratch, f.i32, f.addi(f.muli(f.addi(rel, one), groups), gi));
+            Value v = f.splatInt(v4i32, 0);
+            for (int64_t l = 0; l < 4; ++l)
+              v = b.create<mlir::vector::InsertOp>(loc, l < 2 ? o0 : o1, v, l);
+            Value at = f.gep(mmlaPairShares, f.i32, f.muli(f.addi(f.muli(p, groups), gi), four));
+            b.create<mlir::LLVM::StoreOp>(loc, v, at, 4);
+          });
+      });
+    };
+
     // Panels [pFirst, pEnd) overlap the range; those below wholeEnd have 16 rows.
     Value pFirst = divs(nBegin, p16);
     Value pEnd = divs(f.addi(nEnd, f.cI64(P16 - 1)), p16);
@@ -1987,12 +2152,32 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
           f.loop(groupEnd, wholeEnd, one, [&](Value pn) { body(pn, 1, true); });
         f.loop(wholeEnd, pEnd, one, [&](Value pn) { body(pn, 1, false); });
       };
+      mlir::OpBuilder::InsertionGuard g(b);
+      if (mmla) {
+        // A block of 8 or more rows (and K a multiple of 8): its first mI rows in SMMLA
+        // tiles against the whole panels, the rest row by row; else as without i8mm.
+        Value mI = f.muli(divs(mb, f.cI64(8)), f.cI64(8));
+        Value use = b.create<mlir::arith::AndIOp>(
+            loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, mI, zero),
+            b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq,
+                                          b.create<mlir::arith::RemSIOp>(loc, K, f.cI64(8)), zero));
+        auto useIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, use, true);
+        b.setInsertionPointToStart(useIf.thenBlock());
+        mmlaPrepare(mb0, mI);
+        overPanels(1, [&](Value pn, int64_t, bool whole) {
+          if (whole)
+            f.loop(zero, four, one, [&](Value q) {
+              f.loop(zero, mI, f.cI64(8), [&](Value m0) { mmlaTile(mb0, m0, pn, q); });
+            });
+          f.loop(whole ? mI : zero, mb, one, [&](Value m0) { tile(mb0, f.addi(mb0, m0), 1, pn, 1, whole); });
+        });
+        b.setInsertionPointToStart(useIf.elseBlock());
+      }
       // mr rows at a time, the rows left over in one more tile of mr ending at the
       // block's last row (its first rows computed again, the same values); a block of
       // fewer than mr rows row by row, against singlePanels panels at a time.
       Value full = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, mb, f.cI64(mr));
       auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, full, true);
-      mlir::OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
       Value mMain = roundDownFrom(f, mb, zero, f.cI64(mr));
       overPanels(pairPanels, [&](Value pn, int64_t panels, bool whole) {

@@ -19,14 +19,14 @@ PRESETS = {"tiny-llama": False, "tiny-llava": True, "tiny-idefics3": True, "tiny
 # Quantised with int8 activations (W8A8 and W4A8): `<preset>.a8.kiln` (portable) and
 # `<preset>.a8.gen-<arch>.kiln` (generated kernels), which the runtime tests compare.
 # Per architecture, the CPU features the generated artifact assumes (or other flags), so that every
-# integer dot-product path runs somewhere: SSE2 / AVX2 pmaddwd on x86-64, NEON
-# widening multiplies and `sdot` (dotprod) on AArch64.
+# integer dot-product path runs somewhere: SSE2 / AVX2 pmaddwd on x86-64; on AArch64 Armv8.0
+# NEON (SMULL/SADALP), `sdot` (dotprod) and `smmla` (i8mm, the vision encoder's many-row GEMMs).
 A8 = {
     "tiny-llama": (["lm_head.weight=int8_a8", ".*self_attn.*=int8_a8", ".*mlp.*=int4_g32_a8"],
                    {"x86_64": "+avx2,+fma,+f16c", "aarch64": "+dotprod"}),
     # Baseline x86-64 has no F16C: its int4 ops run the reference, allowed by name.
     "tiny-llava": ([".*(q|k|v)_proj.*=int4_g32_a8", ".*(out_proj|fc1|fc2).*=int8_a8", ".*mlp.*=int4_g32_a8"],
-                   {"x86_64": "--allow-portable-ops=.*(q_proj|k_proj|v_proj|mlp)", "aarch64": "+dotprod"}),
+                   {"x86_64": "--allow-portable-ops=.*(q_proj|k_proj|v_proj|mlp)", "aarch64": "+dotprod,+i8mm"}),
     "tiny-mixtral": ([".*experts.*=int4_g32_a8", ".*self_attn.*=int8_a8"],
                      {"x86_64": "+avx2,+fma,+f16c", "aarch64": ""}),
 }
