@@ -16,8 +16,8 @@ kernel's instructions are logged: each executed translation block adds its instr
 Per shape M x N x K (output channels N, depth K; M = 1 is decode's GEMV) and encoding:
   matmul   instructions of one call of the generated kernel over all N channels, one thread;
   quant    instructions of the runtime's dynamic int8 quantisation of the M x K activations
-           (kiln_uk_lhs_quant_qai8dx_f32_ref_portable, which Kiln runs before a W8A8/W4A8
-           matmul on Arm);
+           (kiln_uk_lhs_quant_qai8dx_f32_arm_neon, which Kiln runs before a generated W8A8/W4A8
+           matmul on Arm; the pair-interleaving of the activations for SMMLA is in the matmul);
   mca      for every translation block of the kernel that executes >= 0.5% of its
            instructions: llvm-mca-19 -mcpu=neoverse-v2 cycles per iteration x executions,
            summed (compute only: no cache misses, no memory bandwidth), per MAC.
@@ -136,7 +136,7 @@ def main() -> None:
             syms = symbols(harness)
             gen = [v for k, v in syms.items() if "_gen_" in k]
             lo, hi = min(s for s, _ in gen), max(s + n for s, n in gen)
-            qlo, qn = syms["kiln_uk_lhs_quant_qai8dx_f32_ref_portable"]
+            qlo, qn = syms["kiln_uk_lhs_quant_qai8dx_f32_arm_neon"]
             mattr = "+neon" + ("," + FEATURES[feat] if FEATURES[feat] else "")
             for enc in a.encodings.split(","):
                 check = run([a.qemu, "-cpu", "max", harness, "check", "21", "40", "256", enc]).stdout.strip()

@@ -7,7 +7,8 @@
 // Builds seeded random weights and activations for [M, K] x [N, K]^T, packs the
 // weight into the layout the generated kernel reads (formats/encoding.h), and then
 // calls, `calls` times (default 1), one thread, the whole range of output channels:
-//   quant  - the runtime's row quantiser (kiln_uk_lhs_quant_qai8dx_f32_ref_portable)
+//   quant  - the runtime's row quantiser beside generated kernels on Arm
+//            (kiln_uk_lhs_quant_qai8dx_f32_arm_neon)
 //   matmul - the generated matmul kernel of the linked kernel library
 //   none   - nothing (the set-up alone)
 //   check  - both once, and the reference matmul on the row-major weight: prints the
@@ -31,8 +32,8 @@ extern const kiln_kernel_library_t KILN_KERNELS;
 size_t kiln_uk_matmul_scratch_ref(int64_t K);
 void kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(const kiln_uk_matmul_params_t* p, int64_t n_begin,
                                                          int64_t n_end, float* scratch);
-void kiln_uk_lhs_quant_qai8dx_f32_ref_portable(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
-                                               int64_t row_end, float* scratch);
+void kiln_uk_lhs_quant_qai8dx_f32_arm_neon(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
+                                           int64_t row_end);
 }
 
 namespace {
@@ -132,10 +133,10 @@ int main(int argc, char** argv) {
   p.w.group = spec.group;
   p.y = y.data();
   p.ldy = N;
-  kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&q, 0, M, scratch.data());
+  kiln_uk_lhs_quant_qai8dx_f32_arm_neon(&q, 0, M);
 
   if (mode == "quant") {
-    for (int c = 0; c < calls; ++c) kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&q, 0, M, scratch.data());
+    for (int c = 0; c < calls; ++c) kiln_uk_lhs_quant_qai8dx_f32_arm_neon(&q, 0, M);
   } else if (mode == "matmul") {
     for (int c = 0; c < calls; ++c) kernel(&p, 0, N, scratch.data());
   } else if (mode == "check") {

@@ -4,6 +4,7 @@
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
 #include "ops/ops.h"
+#include "platform/platform.h"
 
 namespace kiln::rt {
 namespace {
@@ -54,10 +55,28 @@ const UkernelSet kX86Avx512 = MakeX86Avx512();
 #define KILN_UKERNELS_x86_avx512 nullptr
 #endif
 
-// Micro-kernels by the ISA column of kernels.def. Generated kernels replace one
-// family per op (BindGeneratedUkernel) and run the reference for the others.
+// Beside a generated kernel (which replaces one family per op, BindGeneratedUkernel):
+// the reference, except the activations' int8 quantisation, which runs the fastest
+// implementation on this CPU whose codes and scales are the reference's bit for bit.
+UkernelSet MakeGeneratedHelpers() {
+  UkernelSet u = MakePortable();
+#if defined(KILN_HAVE_X86_AVX512_KERNELS)
+  // The features that file is compiled for (runtime/CMakeLists.txt).
+  constexpr uint64_t kAvx512 = format::kCpuX86Avx2 | format::kCpuX86Fma | format::kCpuX86F16c |
+                               format::kCpuX86Avx512F | format::kCpuX86Avx512Bw | format::kCpuX86Avx512Vl |
+                               format::kCpuX86Avx512Vnni;
+  if ((DetectCpuFeatures() & kAvx512) == kAvx512) u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;
+#endif
+#if defined(KILN_HAVE_ARM_NEON_KERNELS)
+  u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_arm_neon;
+#endif
+  return u;
+}
+const UkernelSet kGeneratedHelpers = MakeGeneratedHelpers();
+
+// Micro-kernels by the ISA column of kernels.def.
 #define KILN_UKERNELS_portable (&kPortable)
-#define KILN_UKERNELS_generated (&kPortable)
+#define KILN_UKERNELS_generated (&kGeneratedHelpers)
 #define KILN_GENERATED_portable false
 #define KILN_GENERATED_x86_avx512 false
 #define KILN_GENERATED_generated true

@@ -32,6 +32,8 @@ void kiln_uk_lhs_quant_qai8dx_f32_ref_portable(const kiln_uk_quant_rows_params_t
                                                int64_t row_end);
 void kiln_uk_lhs_quant_qai8dx_f32_x86_avx512(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
                                              int64_t row_end);
+void kiln_uk_lhs_quant_qai8dx_f32_arm_neon(const kiln_uk_quant_rows_params_t* p, int64_t row_begin,
+                                           int64_t row_end);
 
 /* norms */
 void kiln_uk_rmsnorm_f32_f32_wfloat_ref_portable(const kiln_uk_norm_params_t* p, int64_t row_begin,

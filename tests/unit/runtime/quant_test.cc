@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "formats/encoding.h"
+#include "formats/kiln_format.h"
 #include "kernels/ukernel.h"
+#include "platform/platform.h"
 #include "support/npy.h"
 
 namespace {
@@ -112,6 +114,54 @@ TEST(Encodings, Int8ActivationMatmulMatchesNumpy) {
     p.ldy = c.rows;
     kiln_uk_matmul_bias_f32_qai8dx_wq_1x1_ref_portable(&p, 0, c.rows, nullptr);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << c.name;
+  }
+}
+
+TEST(Encodings, VectorisedActivationQuantisersAreTheReferenceBitForBit) {
+  // The runtime quantises a generated W8A8/W4A8 matmul's activations with the fastest
+  // quantiser of the CPU; its codes and scales must be the reference's.
+  using Quant = void (*)(const kiln_uk_quant_rows_params_t*, int64_t, int64_t);
+  std::vector<std::pair<const char*, Quant>> quantisers;
+#if defined(__aarch64__)
+  quantisers.emplace_back("arm_neon", kiln_uk_lhs_quant_qai8dx_f32_arm_neon);
+#endif
+#if defined(__x86_64__)
+  constexpr uint64_t kAvx512 = kiln::format::kCpuX86Avx2 | kiln::format::kCpuX86Fma | kiln::format::kCpuX86F16c |
+                               kiln::format::kCpuX86Avx512F | kiln::format::kCpuX86Avx512Bw |
+                               kiln::format::kCpuX86Avx512Vl | kiln::format::kCpuX86Avx512Vnni;
+  if ((kiln::rt::DetectCpuFeatures() & kAvx512) == kAvx512)
+    quantisers.emplace_back("x86_avx512", kiln_uk_lhs_quant_qai8dx_f32_x86_avx512);
+#endif
+  if (quantisers.empty()) GTEST_SKIP() << "no vectorised quantiser for this CPU";
+  uint64_t state = 88172645463325252ull;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (int64_t k : {1, 5, 16, 37, 100, 256, 2053}) {
+    const int64_t rows = 6;
+    std::vector<float> x(rows * k);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < k; ++i) {
+        float v = static_cast<float>(static_cast<int64_t>(next() >> 41) - (1 << 22)) / (1 << 18);
+        if (r == 1) v = 0.0f;                         // a zero row: scale 1
+        if (r == 2) v = (i % 2 ? 0.5f : -2.5f) * 1.0f;  // ties after the division (absmax 2.5 -> s 2.5/127)
+        if (r == 3 && i == k / 2) v = 3.0e4f;        // one outlier
+        if (r == 4) v = static_cast<float>(i % 255 - 127);  // codes that are the values
+        x[r * k + i] = v;
+      }
+    std::vector<int8_t> want_q(rows * k), got_q(rows * k);
+    std::vector<float> want_s(rows), got_s(rows);
+    kiln_uk_quant_rows_params_t ref = {x.data(), k, k, want_q.data(), want_s.data()};
+    kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&ref, 0, rows);
+    for (const auto& [name, fn] : quantisers) {
+      kiln_uk_quant_rows_params_t q = {x.data(), k, k, got_q.data(), got_s.data()};
+      fn(&q, 0, rows);
+      EXPECT_EQ(std::memcmp(got_q.data(), want_q.data(), got_q.size()), 0) << name << " codes, K=" << k;
+      EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.size() * 4), 0) << name << " scales, K=" << k;
+    }
   }
 }
 
