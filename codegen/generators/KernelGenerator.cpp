@@ -1650,7 +1650,7 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
 }
 
 // Rows per block of the SMMLA (i8mm) path (a multiple of 8; see buildMatmulIntPanels).
-constexpr int64_t kMmlaBlockRows = 16;
+constexpr int64_t kMmlaBlockRows = 16, kPairsPerBlock = kMmlaBlockRows / 2;
 
 // How far ahead of its loads a single-row panel tile prefetches each panel's codes.
 constexpr int64_t kPrefetchBytes = 1024;
@@ -1956,9 +1956,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     };
 
     // SMMLA (i8mm) tiles: 8 rows (4 pairs) x a quarter panel (4 channels, 2 pairs)
-    // from the block's pair-interleaved scratch: per (row pair, step of 8 columns) its
-    // 16 activation bytes [row 2p: 8 | row 2p+1: 8] (A), and per (row pair, group) the
-    // offset shares [o, o, o', o'] (int4). A step's weight operands (B) are the
+    // from the block's pair-interleaved scratch: per (step of 8 columns, row pair) its
+    // 16 activation bytes [row 2p: 8 | row 2p+1: 8] (A), and per (group, row pair) the
+    // offset shares [o, o, o', o'] (int4), the pairs of a step or group side by side. A step's weight operands (B) are the
     // quarter's 4 channels' codes as pairs [n: 8 | n+1: 8]: int4 one 16-byte load, its
     // low and high nibbles zipped by 32-bit words; int8 the loads of two steps of 4
     // columns zipped. Each SMMLA adds a 2x2 block (rows x channels) of sums; per group
@@ -2005,7 +2005,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
             b1 = zip32(r0, r1, true);
           }
           for (int64_t p = 0; p < kPairs; ++p) {
-            Value a = load(vbytes, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(f.addi(pair0, f.cI64(p)), kSteps8), s),
+            Value a = load(vbytes, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(s, f.cI64(kPairsPerBlock)), f.addi(pair0, f.cI64(p))),
                                                                f.cI64(16))),
                            Value());
             for (int64_t j = 0; j < 2; ++j)
@@ -2027,7 +2027,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
         Value gi = groupLoop.getInductionVar();
         llvm::SmallVector<Value> acc;
         for (int64_t p = 0; p < kPairs; ++p) {
-          Value share = load(v4i32, f.gep(mmlaPairShares, f.i32, f.muli(f.addi(f.muli(f.addi(pair0, f.cI64(p)), groups), gi), four)),
+          Value share = load(v4i32, f.gep(mmlaPairShares, f.i32,
+                                          f.muli(f.addi(f.muli(gi, f.cI64(kPairsPerBlock)), f.addi(pair0, f.cI64(p))), four)),
                              Value());
           acc.push_back(share);
           acc.push_back(share);
@@ -2096,7 +2097,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
           Value c = b.create<mlir::LLVM::LoadOp>(loc, f.i64, f.gep(xq, i8, f.addi(f.muli(f.addi(r0, one), K), k)), 1);
           Value v = b.create<mlir::vector::InsertOp>(loc, a, f.splatInt(vi64x2, 0), 0);
           v = b.create<mlir::vector::InsertOp>(loc, c, v, 1);
-          b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(p, kSteps8), s), f.cI64(16))), 1);
+          b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(mmlaActs, i8, f.muli(f.addi(f.muli(s, f.cI64(kPairsPerBlock)), p), f.cI64(16))), 1);
         });
         if (int4)
           f.loop(zero, groups, one, [&](Value gi) {
@@ -2106,7 +2107,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
             Value v = f.splatInt(v4i32, 0);
             for (int64_t l = 0; l < 4; ++l)
               v = b.create<mlir::vector::InsertOp>(loc, l < 2 ? o0 : o1, v, l);
-            Value at = f.gep(mmlaPairShares, f.i32, f.muli(f.addi(f.muli(p, groups), gi), four));
+            Value at = f.gep(mmlaPairShares, f.i32, f.muli(f.addi(f.muli(gi, f.cI64(kPairsPerBlock)), p), four));
             b.create<mlir::LLVM::StoreOp>(loc, v, at, 4);
           });
       });
