@@ -28,5 +28,11 @@ else()
   find_program(_kiln_qemu qemu-aarch64)
 endif()
 if(_kiln_qemu)
-  set(CMAKE_CROSSCOMPILING_EMULATOR "${_kiln_qemu};-cpu;max;-L;/usr/${KILN_CROSS_TRIPLE}")
+  # The cross toolchain's sysroot holds a whole glibc (libc6-arm64-cross) beside the
+  # system's multiarch arm64 glibc in /lib/aarch64-linux-gnu (libc6:arm64, pulled in by
+  # libpcre2-dev:arm64), often of another Debian revision. With -L alone the sysroot's
+  # ld.so searches the multiarch directory first, loads the other libc.so.6, and the
+  # mismatched pair hangs in pthread_create. LD_LIBRARY_PATH=/lib (the sysroot's lib under
+  # -L) keeps the program on the sysroot's libc.
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${_kiln_qemu};-cpu;max;-L;/usr/${KILN_CROSS_TRIPLE};-E;LD_LIBRARY_PATH=/lib")
 endif()

@@ -159,7 +159,7 @@ TEST_P(ArtifactTest, LoadsAndReproducesReferenceTokens) {
   EXPECT_EQ(fb::GetSizePrefixedModel(bytes_.data())->code() != nullptr, GetParam().find("@gen") != std::string::npos);
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
-  so.num_threads = 1;  // qemu-user here cannot start threads reliably
+  so.num_threads = 1;  // other counts: Threads.OutputsDoNotDependOnTheThreadCount
   kiln_session_t* s = nullptr;
   ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
 
@@ -653,7 +653,7 @@ TEST_P(ArtifactTest, Issue12SessionBytesCoverWhatASessionAllocates) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
   ASSERT_EQ(kiln_model_load(path_.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
-  static const bool threads_work = ThreadsWork();  // not under qemu-user here: see the header
+  static const bool threads_work = ThreadsWork();
   const std::vector<int> thread_counts = threads_work ? std::vector<int>{1, 3} : std::vector<int>{1};
   for (int context : {16, 64}) {
     for (int threads : thread_counts) {
@@ -710,7 +710,8 @@ struct Outputs {
   std::vector<int32_t> tokens;
   bool generated_a8 = false;  // an op runs a generated quantised-weight matmul (ids 37-41)
 };
-kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err) {
+kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err,
+                         int threads = 1) {
   kiln_model_t* model = nullptr;
   kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, err);
   if (st != KILN_OK) return st;
@@ -720,7 +721,7 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
     for (const fb::Op* op : *stage->ops()) out->generated_a8 |= op->kernel() >= 37 && op->kernel() <= 41;
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
-  so.num_threads = 1;
+  so.num_threads = threads;
   kiln_session_t* s = nullptr;
   EXPECT_EQ(kiln_session_create(model, &so, &s, err), KILN_OK) << err->message;
   kiln::npy::Array ids, px;
@@ -816,6 +817,38 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
     ++ran;
   }
   EXPECT_GE(ran, 1) << "no generated quantised artifact runs on this CPU";
+}
+
+// The thread pool splits each op's work (output channels, rows, heads) in ranges; an
+// output must not depend on the range it fell in: the generated and portable
+// artifacts give the same logits, bit for bit, and tokens with 1, 2, 3 and 4 threads.
+// (Under qemu-user too: the aarch64 tests run with the cross sysroot's glibc, see
+// cmake/toolchains/aarch64-linux-clang.cmake.)
+TEST(Threads, OutputsDoNotDependOnTheThreadCount) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  ASSERT_TRUE(ThreadsWork()) << "threads cannot be started here";
+  int ran = 0;
+  for (const std::string name : {"tiny-llama", "tiny-llava", "tiny-mixtral"})
+    for (const std::string path : {dir + "/" + name + ".kiln", GeneratedArtifact(dir, name + ".a8"),
+                                   GeneratedArtifact(dir, name)}) {
+      SCOPED_TRACE(path);
+      kiln_error_t err;
+      Outputs one;
+      kiln_status_t st = RunVectors(path, dir + "/" + name, &one, &err, 1);
+      if (st == KILN_ERROR_UNSUPPORTED) continue;  // this CPU lacks the artifact's features
+      ASSERT_EQ(st, KILN_OK) << err.message;
+      for (int threads : {2, 3, 4}) {
+        Outputs many;
+        ASSERT_EQ(RunVectors(path, dir + "/" + name, &many, &err, threads), KILN_OK) << err.message;
+        ASSERT_EQ(many.logits.size(), one.logits.size());
+        EXPECT_EQ(std::memcmp(many.logits.data(), one.logits.data(), one.logits.size() * 4), 0)
+            << threads << " threads: other logits";
+        EXPECT_EQ(many.tokens, one.tokens) << threads << " threads";
+      }
+      ++ran;
+    }
+  EXPECT_GE(ran, 6);
 }
 
 // Calibration replaces weights with other encodings in a loaded model

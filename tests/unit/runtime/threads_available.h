@@ -9,9 +9,10 @@
 #include <chrono>
 #include <thread>
 
-// Whether a thread can be started here. Under Debian 12's qemu-aarch64 (7.2) in some
-// containers pthread_create never returns; a forked child tries, so that the test
-// skips instead of hanging.
+// Whether a thread can be started here. Under qemu-user with a mismatched guest glibc
+// (the cross sysroot's ld.so loading the system's multiarch libc.so.6 of another
+// revision; cmake/toolchains/aarch64-linux-clang.cmake avoids it) pthread_create never
+// returns; a forked child tries, so that a test fails or skips instead of hanging.
 inline bool ThreadsWork() {
   pid_t pid = fork();
   if (pid < 0) return false;
