@@ -26,6 +26,21 @@ uint64_t DetectCpuFeatures();
 // Online CPUs (at least 1).
 int CpuCount();
 
+// The default thread count of a session: the CPUs this process may run on, without
+// the slowest cluster of a heterogeneous (big.LITTLE) CPU, whose cores would hold up
+// every parallel loop's end. Linux/Android read each allowed CPU's capacity
+// (/sys/devices/system/cpu/cpuN/cpu_capacity, else cpufreq/cpuinfo_max_freq);
+// Apple counts the performance cores (hw.perflevel0.logicalcpu). At least 1.
+int PerformanceCpuCount();
+
+// The CPUs to use among `capacities` (one per allowed CPU; 0 = unknown): all of them
+// when they are equal or any is unknown, else those above the lowest capacity.
+int CountPerformanceCpus(const int64_t* capacities, int n);
+
+// Linux/Android: PerformanceCpuCount's reading of `sysfs_cpu_dir` (normally
+// /sys/devices/system/cpu) for the CPUs `cpus` ([n] ids); 0 if nothing is readable.
+int PerformanceCpuCountFromSysfs(const char* sysfs_cpu_dir, const int* cpus, int n);
+
 // Monotonic clock in seconds.
 double NowSeconds();
 

@@ -1,7 +1,10 @@
 // POSIX (Linux, Android, macOS, iOS) implementation of platform.h.
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +12,12 @@
 
 #if defined(__linux__) && defined(__aarch64__)
 #include <sys/auxv.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 #include "formats/kiln_format.h"
@@ -84,6 +93,75 @@ uint64_t DetectCpuFeatures() {
 int CpuCount() {
   long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int CountPerformanceCpus(const int64_t* capacities, int n) {
+  if (n <= 0) return 1;
+  int64_t lo = capacities[0], hi = capacities[0];
+  for (int i = 0; i < n; ++i) {
+    if (capacities[i] <= 0) return n;  // unknown: every CPU
+    lo = capacities[i] < lo ? capacities[i] : lo;
+    hi = capacities[i] > hi ? capacities[i] : hi;
+  }
+  if (lo == hi) return n;
+  int count = 0;
+  for (int i = 0; i < n; ++i) count += capacities[i] > lo ? 1 : 0;
+  return count;
+}
+
+namespace {
+
+// The first integer in the file, or 0.
+int64_t ReadInteger(const char* path) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[32];
+  ssize_t got = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  buf[got] = 0;
+  return std::strtoll(buf, nullptr, 10);
+}
+
+}  // namespace
+
+int PerformanceCpuCountFromSysfs(const char* sysfs_cpu_dir, const int* cpus, int n) {
+  if (n <= 0) return 0;
+  int64_t capacities[1024];
+  if (n > 1024) n = 1024;
+  char path[512];
+  for (const char* file : {"cpu_capacity", "cpufreq/cpuinfo_max_freq"}) {
+    bool known = true;
+    for (int i = 0; i < n && known; ++i) {
+      std::snprintf(path, sizeof(path), "%s/cpu%d/%s", sysfs_cpu_dir, cpus[i], file);
+      capacities[i] = ReadInteger(path);
+      known = capacities[i] > 0;
+    }
+    if (known) return CountPerformanceCpus(capacities, n);
+  }
+  return 0;
+}
+
+int PerformanceCpuCount() {
+#if defined(__APPLE__)
+  int perf = 0;
+  size_t len = sizeof(perf);
+  if (::sysctlbyname("hw.perflevel0.logicalcpu", &perf, &len, nullptr, 0) == 0 && perf > 0) return perf;
+  return CpuCount();
+#elif defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return CpuCount();
+  int cpus[CPU_SETSIZE];
+  int n = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus[n++] = c;
+  if (n == 0) return CpuCount();
+  const int perf = PerformanceCpuCountFromSysfs("/sys/devices/system/cpu", cpus, n);
+  return perf > 0 ? perf : n;
+#else
+  return CpuCount();
+#endif
 }
 
 double NowSeconds() {

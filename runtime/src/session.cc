@@ -425,7 +425,7 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
                 o.context_length, static_cast<long long>(max_ctx));
   if (o.num_threads < 0 || o.num_threads > 256)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
-  p->threads = o.num_threads > 0 ? o.num_threads : CpuCount();
+  p->threads = o.num_threads > 0 ? o.num_threads : PerformanceCpuCount();
   const uint64_t hidden = m->text()->hidden_size(), vocab = m->text()->vocab_size();
   const uint64_t max_prefill = m->memory_plan()->max_prefill_tokens();
   const uint64_t kv_width = static_cast<uint64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();

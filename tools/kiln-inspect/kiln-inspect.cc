@@ -110,7 +110,7 @@ uint64_t ParamCount(const fb::Model* m) {
 // What kiln_model_session_bytes reports for the --context/--threads asked for.
 struct SessionMemory {
   int context = 0;  // 0: the runtime's default
-  int threads = 0;  // 0: every CPU
+  int threads = 0;  // 0: the performance cores (the runtime's default)
   uint64_t bytes = 0;
   bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
   std::string why_not;
@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   app.add_option("model", path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
   app.add_option("--context", context, "KV-cache length the session memory is reported for (default: the runtime's)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "threads the session memory is reported for (default: every CPU)")
+  app.add_option("--threads", threads, "threads the session memory is reported for (default: the performance cores, as kiln-run)")
       ->check(CLI::Range(0, 256));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");

@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", top_k, "top-k filter (0 = off)");
   app.add_option("--top-p", top_p, "nucleus filter (1 = off)");
   app.add_option("--seed", seed, "sampling seed");
-  app.add_option("--threads", threads, "threads (default: every CPU)");
+  app.add_option("--threads", threads, "threads (default: the performance cores this process may run on; a big.LITTLE CPU's slowest cluster is left out)");
   CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");

@@ -247,7 +247,8 @@ typedef struct kiln_session_t kiln_session_t;
 
 typedef struct kiln_session_options_t {
   uint32_t struct_size;              /* sizeof(kiln_session_options_t) */
-  int32_t num_threads;               /* 0: one per online CPU */
+  int32_t num_threads;               /* 0: the performance cores this process may run on
+                                        (a big.LITTLE CPU's slowest cluster left out) */
   int32_t context_length;            /* KV-cache capacity in tokens; 0: the model's
                                         maximum, capped at 4096 */
   const kiln_allocator_t* allocator; /* NULL: the model's allocator */

@@ -830,7 +830,7 @@ TEST(Threads, OutputsDoNotDependOnTheThreadCount) {
   ASSERT_TRUE(ThreadsWork()) << "threads cannot be started here";
   int ran = 0;
   for (const std::string name : {"tiny-llama", "tiny-llava", "tiny-mixtral"})
-    for (const std::string path : {dir + "/" + name + ".kiln", GeneratedArtifact(dir, name + ".a8"),
+    for (const std::string& path : {dir + "/" + name + ".kiln", GeneratedArtifact(dir, name + ".a8"),
                                    GeneratedArtifact(dir, name)}) {
       SCOPED_TRACE(path);
       kiln_error_t err;
