@@ -263,6 +263,14 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
       return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kiln_generate_options_t.struct_size is not set");
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
   }
+  // Sampling settings out of their range were once read as "off" silently.
+  if (!(o.temperature >= 0.0f) || std::isinf(o.temperature))
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "temperature %g: must be finite and >= 0 (0: greedy)",
+                static_cast<double>(o.temperature));
+  if (!(o.top_p >= 0.0f && o.top_p <= 1.0f))
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "top_p %g: must be in [0, 1] (0 or 1: no nucleus filter)",
+                static_cast<double>(o.top_p));
+  if (o.top_k < 0) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "top_k %d: must be >= 0 (0: no top-k filter)", o.top_k);
   if (o.max_new_tokens <= 0) {
     int32_t mnt = m->generation()->max_new_tokens();
     o.max_new_tokens = mnt > 0 ? mnt : 128;

@@ -170,6 +170,12 @@ def test_empty_prompt_is_a_prompt(artifact):
     (["--context", "-5"], "--context must be a positive number of tokens, got -5"),
     (["--context", "0"], "--context must be a positive number of tokens, got 0"),
     (["--max-new-tokens", "-3"], "--max-new-tokens must be positive, got -3"),
+    (["--temperature", "-1"], "--temperature must be finite and >= 0 (0 = greedy), got -1"),
+    (["--temperature", "inf"], "--temperature must be finite and >= 0"),
+    (["--top-p", "7"], "--top-p must be in (0, 1] (1 = off), got 7"),
+    (["--top-p", "0"], "--top-p must be in (0, 1] (1 = off), got 0"),
+    (["--top-k", "-2"], "--top-k must be >= 0 (0 = off), got -2"),
+    (["--threads", "-1"], "--threads must be >= 1 (or 0 for the default), got -1"),
 ])
 def test_bad_numbers_are_rejected(artifact, args, message):
     p = kiln_run(artifact, "--prompt", "hi", *args)

@@ -411,6 +411,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-run: error: --max-new-tokens must be positive, got %d\n", max_new_tokens);
     return 2;
   }
+  if (!(temperature >= 0.0f) || std::isinf(temperature)) {
+    std::fprintf(stderr, "kiln-run: error: --temperature must be finite and >= 0 (0 = greedy), got %g\n",
+                 static_cast<double>(temperature));
+    return 2;
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    std::fprintf(stderr, "kiln-run: error: --top-p must be in (0, 1] (1 = off), got %g\n", static_cast<double>(top_p));
+    return 2;
+  }
+  if (top_k < 0) {
+    std::fprintf(stderr, "kiln-run: error: --top-k must be >= 0 (0 = off), got %d\n", top_k);
+    return 2;
+  }
+  if (threads < 0) {
+    std::fprintf(stderr, "kiln-run: error: --threads must be >= 1 (or 0 for the default), got %d\n", threads);
+    return 2;
+  }
   if (!image_path.empty() && !pixels_path.empty()) {
     std::fprintf(stderr, "kiln-run: error: give at most one of --image and --pixel-values\n");
     return 2;

@@ -301,9 +301,9 @@ typedef int (*kiln_token_callback_t)(void* user, int32_t token, const char* text
 typedef struct kiln_generate_options_t {
   uint32_t struct_size;     /* sizeof(kiln_generate_options_t) */
   int32_t max_new_tokens;   /* 0: the checkpoint's generation config, else 128 */
-  float temperature;        /* 0: greedy */
-  int32_t top_k;            /* 0: no top-k filter */
-  float top_p;              /* 1: no nucleus filter */
+  float temperature;        /* 0: greedy; finite and >= 0, else KILN_ERROR_INVALID_ARGUMENT */
+  int32_t top_k;            /* 0: no top-k filter; >= 0 */
+  float top_p;              /* 1 (or 0, as zero-initialised): no nucleus filter; in [0, 1] */
   uint64_t seed;            /* sampling seed */
   kiln_token_callback_t on_token; /* may be NULL */
   void* user;

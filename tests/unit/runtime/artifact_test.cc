@@ -851,6 +851,47 @@ TEST(Threads, OutputsDoNotDependOnTheThreadCount) {
   EXPECT_GE(ran, 6);
 }
 
+// Sampling settings out of range are refused (they were read as "off" silently).
+TEST(GenerateOptions, OutOfRangeSamplingIsRejected) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.num_threads = 1;
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  const int32_t ids[] = {1, 5, 9};
+  struct Case {
+    float temperature, top_p;
+    int32_t top_k;
+    const char* message;
+  };
+  for (const Case& c : {Case{-1.0f, 1.0f, 0, "temperature -1"}, Case{INFINITY, 1.0f, 0, "temperature inf"},
+                        Case{NAN, 1.0f, 0, "temperature nan"}, Case{0.7f, 7.0f, 0, "top_p 7"},
+                        Case{0.7f, -0.5f, 0, "top_p -0.5"}, Case{0.7f, 1.0f, -3, "top_k -3"}}) {
+    kiln_generate_options_t go;
+    kiln_generate_options_init(&go);
+    go.max_new_tokens = 2;
+    go.temperature = c.temperature;
+    go.top_p = c.top_p;
+    go.top_k = c.top_k;
+    EXPECT_EQ(kiln_session_generate_ids(s, ids, 3, &go, &err), KILN_ERROR_INVALID_ARGUMENT) << c.message;
+    EXPECT_NE(std::string(err.message).find(c.message), std::string::npos) << err.message;
+  }
+  kiln_generate_options_t go;  // in range: sampling runs
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 2;
+  go.temperature = 0.7f;
+  go.top_p = 0.9f;
+  go.top_k = 5;
+  EXPECT_EQ(kiln_session_generate_ids(s, ids, 3, &go, &err), KILN_OK) << err.message;
+  kiln_session_release(s);
+  kiln_model_release(model);
+}
+
 // Calibration replaces weights with other encodings in a loaded model
 // (kiln_calib_override_weight). A generated kernel is specialised to the stored
 // encoding, so ops reading an overridden weight run the reference until it is
