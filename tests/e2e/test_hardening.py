@@ -3,6 +3,7 @@ argument checks. Tiny checkpoints only: every test takes well under a second or 
 
 import json
 import os
+import re
 import resource
 import signal
 import stat
@@ -193,3 +194,15 @@ def test_huge_max_new_tokens_is_capped(artifact):
     # is the error it ends with (as for any --max-new-tokens beyond the room left).
     assert "out of memory" not in p.stderr
     assert p.returncode == 0 or "context is full" in p.stderr, p.stderr
+
+
+# ---- every tool's --version ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["kiln-compile", "kiln-run", "kiln-inspect", "kiln-opt"])
+def test_version_names_the_tool_and_kiln(name):
+    """--version prints the tool's name and Kiln's version (kiln-compile printed LLVM's;
+    kiln-run and kiln-inspect failed with "model is required")."""
+    p = subprocess.run([tool(name), "--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    first = p.stdout.strip().splitlines()[0]
+    assert re.match(rf"{name} \d+\.\d+\.\d+", first), p.stdout

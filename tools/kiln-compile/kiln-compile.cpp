@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "llvm/ADT/SmallString.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/InitLLVM.h"
@@ -191,6 +192,9 @@ int main(int argc, char** argv) {
   // locations), which an artifact written back with --from-ir keeps.
   mlir::registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions(kilnCategory);
+  cl::SetVersionPrinter([](llvm::raw_ostream& os) {
+    os << kiln::compilerVersion() << " (LLVM " << LLVM_VERSION_STRING << ")\n";
+  });
   cl::ParseCommandLineOptions(argc, argv,
                               "Kiln: compile a Hugging Face checkpoint for phones\n");
 

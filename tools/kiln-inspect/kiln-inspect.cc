@@ -284,6 +284,7 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-inspect: show what a .kiln artifact contains"};
+  app.set_version_flag("--version", std::string("kiln-inspect ") + kiln_version_string());
   std::string path;
   bool json = false, ops = false;
   int context = 0, threads = 0;

@@ -11,6 +11,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -18,6 +21,9 @@
 #include "passes/Passes.h"
 
 int main(int argc, char** argv) {
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream& os) {
+    os << "kiln-opt " << KILN_VERSION << " (LLVM " << LLVM_VERSION_STRING << ")\n";
+  });
   mlir::registerTransformsPasses();
   kiln::registerKilnPasses();
 

@@ -344,6 +344,7 @@ int Tokenize(kiln_model_t* model, const std::string& text, bool add_special, boo
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-run: run a compiled Kiln model"};
+  app.set_version_flag("--version", std::string("kiln-run ") + kiln_version_string());
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0;
   float temperature = 0.0f, top_p = 1.0f;
