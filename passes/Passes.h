@@ -2,12 +2,18 @@
 #ifndef KILN_PASSES_PASSES_H
 #define KILN_PASSES_PASSES_H
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace kiln {
+
+// A byte size as --memory-budget takes it: "1.2GB", "800MB", "512MiB", "123456";
+// nullopt if it is not one (or not positive).
+std::optional<uint64_t> parseByteSize(llvm::StringRef text);
 
 #define GEN_PASS_DECL
 #include "passes/Passes.h.inc"

@@ -13,6 +13,30 @@
 #include "llvm/Support/Regex.h"
 
 namespace kiln {
+
+// "1.2GB", "800MB", "512MiB", "123456" -> bytes.
+std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
+  text = text.trim();
+  struct Unit {
+    const char* suffix;
+    double factor;
+  };
+  static const Unit units[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+                               {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
+                               {"G", 1e9},            {"M", 1e6},         {"K", 1e3},
+                               {"B", 1.0}};
+  double factor = 1.0;
+  for (const Unit& u : units)
+    if (text.consume_back(u.suffix)) {
+      factor = u.factor;
+      break;
+    }
+  double value;
+  if (text.trim().getAsDouble(value) || !(value > 0))
+    return std::nullopt;
+  return static_cast<uint64_t>(value * factor);
+}
+
 #define GEN_PASS_DEF_KILNASSIGNPRECISION
 #include "passes/Passes.h.inc"
 
@@ -47,28 +71,6 @@ std::string human(uint64_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-// "1.2GB", "800MB", "512MiB", "123456" -> bytes.
-std::optional<uint64_t> parseSize(llvm::StringRef text) {
-  text = text.trim();
-  struct Unit {
-    const char* suffix;
-    double factor;
-  };
-  static const Unit units[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
-                               {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
-                               {"G", 1e9},            {"M", 1e6},         {"K", 1e3},
-                               {"B", 1.0}};
-  double factor = 1.0;
-  for (const Unit& u : units)
-    if (text.consume_back(u.suffix)) {
-      factor = u.factor;
-      break;
-    }
-  double value;
-  if (text.trim().getAsDouble(value) || !(value > 0))
-    return std::nullopt;
-  return static_cast<uint64_t>(value * factor);
-}
 
 // Whether every op that reads `w` has kernels for quantised weights: the matrices
 // of linear layers, the LM head, gated MLPs, MoE experts (not the router),
@@ -105,8 +107,10 @@ struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> 
       llvm::Regex regex;
       std::string pattern;
       EncodingAttr encoding;
+      size_t uses = 0;  // weights it decided
     };
     std::vector<Override> overrides;
+    overrides.reserve(precision.size());
     for (const std::string& o : precision) {
       auto [pattern, label] = llvm::StringRef(o).rsplit('=');
       std::string error;
@@ -138,14 +142,15 @@ struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> 
       // Overrides to a quantised encoding apply to the weights kernels can read
       // quantised (matrices of matrix products and lookups); the rest (norms,
       // biases, position tables) stay as they are, as llama.cpp keeps them.
-      const Override* forced = nullptr;
+      Override* forced = nullptr;
       bool canQuantize = !overrides.empty() && quantizable(w, memo);
-      for (const Override& o : overrides)
+      for (Override& o : overrides)
         if (o.regex.match(w.getSymName()) && (canQuantize || !format::IsQuantized(encodingSpec(o.encoding).id))) {
           forced = &o;
           break;
         }
       if (forced) {
+        ++forced->uses;
         EncodingAttr enc = forced->encoding;
         uint64_t bytes = bytesOf(w, enc);
         if (bytes == 0) {
@@ -212,13 +217,22 @@ struct AssignPrecisionPass : impl::KilnAssignPrecisionBase<AssignPrecisionPass> 
       item.choices = std::move(frontier);
       items.push_back(std::move(item));
     }
+    // An override that decided no weight is almost always a typo or a search-style
+    // regex (llama-quantize's --tensor-type searches; these match whole names).
+    for (const Override& o : overrides)
+      if (o.uses == 0)
+        module.emitWarning() << "--precision '" << o.pattern << "=" << o.encoding.getLabel()
+                             << "' matches no weight it applies to: the regex must match a whole weight name "
+                                "(e.g. 'model.layers.*mlp.*'; kiln-compile --emit=ir lists them), the first "
+                                "matching override decides, and quantised encodings apply only to the weights "
+                                "of matrix products and lookups";
     if (items.empty())
       return;
 
     // The budget.
     std::optional<uint64_t> budget;
     if (!memoryBudget.empty()) {
-      budget = parseSize(memoryBudget);
+      budget = parseByteSize(memoryBudget);
       if (!budget) {
         module.emitError("kiln-assign-precision: memory budget '")
             << memoryBudget << "' is not a size (e.g. 1.2GB, 800MB, 512MiB)";

@@ -206,3 +206,31 @@ def test_version_names_the_tool_and_kiln(name):
     assert p.returncode == 0, p.stderr
     first = p.stdout.strip().splitlines()[0]
     assert re.match(rf"{name} \d+\.\d+\.\d+", first), p.stdout
+
+
+# ---- kiln-compile options checked before any work -------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["--memory-budget=3XB"], "--memory-budget '3XB' is not a size"),
+    (["--bits-per-weight=-2"], "--bits-per-weight must be positive"),
+])
+def test_bad_budget_is_rejected_before_any_work(ckpt, tmp_path, args, message):
+    """A budget that is not a size used to be found out after calibration (minutes)."""
+    out = tmp_path / "model.kiln"
+    t0 = time.monotonic()
+    p = compile_(ckpt, out, *args)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert time.monotonic() - t0 < 10
+    assert not out.exists() and litter(tmp_path) == []
+
+
+def test_precision_override_matching_no_weight_warns(ckpt, tmp_path):
+    """Overrides match whole names: 'mlp=...' decides nothing, and says so; one shadowed by
+    an earlier match too. The artifact is still written (a warning, not an error)."""
+    out = tmp_path / "model.kiln"
+    p = compile_(ckpt, out, "--precision=mlp=int4_g32", "--precision=.*=int8", "--precision=.*q_proj.*=int4_g32")
+    assert p.returncode == 0, p.stderr
+    assert "--precision 'mlp=int4_g32' matches no weight" in p.stderr
+    assert "--precision '.*q_proj.*=int4_g32' matches no weight" in p.stderr
+    assert "--precision '.*=int8' matches no weight" not in p.stderr
+    assert out.exists()

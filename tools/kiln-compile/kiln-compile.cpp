@@ -15,6 +15,7 @@
 
 #include "codegen/generators/KernelGenerator.h"
 #include "compiler/pipelines/Pipeline.h"
+#include "passes/Passes.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -104,8 +105,9 @@ static cl::opt<double> bitsPerWeight("bits-per-weight",
                                      cl::desc("Average bits per weight, scales included (instead of a budget)"),
                                      cl::init(0.0), cl::cat(kilnCategory));
 static cl::list<std::string> precisionOverrides(
-    "precision", cl::desc("REGEX=ENCODING: the encoding of every weight the regex matches (repeatable), "
-                          "e.g. 'vision_tower.*=bf16' or '.*mlp.*=int4_g32'"),
+    "precision", cl::desc("REGEX=ENCODING: the encoding of every weight whose whole name the regex matches "
+                          "(not a search; repeatable, the first matching one decides), e.g. "
+                          "'vision_tower.*=bf16' or '.*mlp.*=int4_g32'; one that decides no weight is warned about"),
     cl::cat(kilnCategory));
 static cl::opt<std::string> calibration(
     "calibration", cl::desc("Calibration inputs: a JSONL file of {\"image\", \"prompt\"} lines or a directory "
@@ -226,6 +228,15 @@ int main(int argc, char** argv) {
   }
   if (maxPrefillTokens < 1) {
     llvm::errs() << "kiln-compile: error: --max-prefill-tokens must be positive\n";
+    return 2;
+  }
+  if (!memoryBudget.empty() && !kiln::parseByteSize(memoryBudget)) {
+    llvm::errs() << "kiln-compile: error: --memory-budget '" << memoryBudget
+                 << "' is not a size (e.g. 1.2GB, 800MB, 512MiB)\n";
+    return 2;
+  }
+  if (bitsPerWeight.getNumOccurrences() > 0 && !(bitsPerWeight > 0)) {
+    llvm::errs() << "kiln-compile: error: --bits-per-weight must be positive\n";
     return 2;
   }
   if (!memoryBudget.empty() && bitsPerWeight > 0) {
