@@ -234,3 +234,21 @@ def test_precision_override_matching_no_weight_warns(ckpt, tmp_path):
     assert "--precision '.*q_proj.*=int4_g32' matches no weight" in p.stderr
     assert "--precision '.*=int8' matches no weight" not in p.stderr
     assert out.exists()
+
+
+def test_text_emits_go_to_the_output_file(ckpt, tmp_path):
+    """--emit=ir and the kernels' text go to -o when given (they were printed to stdout and
+    -o was ignored); without -o to stdout; a failed compile leaves no file."""
+    for emit, marker in (("ir", "kiln.weight @"), ("kernels-asm", ".text")):
+        out = tmp_path / f"out.{emit}"
+        p = subprocess.run([tool("kiln-compile"), str(ckpt), f"--emit={emit}", "-o", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == ""
+        assert marker in out.read_text()
+    p = subprocess.run([tool("kiln-compile"), str(ckpt), "--emit=ir"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "kiln.weight @" in p.stdout
+    missing = tmp_path / "missing.mlir"
+    p = subprocess.run([tool("kiln-compile"), str(tmp_path / "no-such-checkpoint"), "--emit=ir", "-o", str(missing)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and not missing.exists()

@@ -32,6 +32,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -47,7 +49,7 @@ static cl::opt<std::string> fromIr(
              "and --cpu-features (those the IR was lowered for) and --report. Ops are named by their "
              "locations: emit the IR with --mlir-print-debuginfo to keep them"),
     cl::value_desc("file.mlir"), cl::init(""), cl::cat(kilnCategory));
-static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln)"),
+static cl::opt<std::string> outputPath("o", cl::desc("Output artifact (.kiln), or the file for --emit=ir, planned-ir, kernels-* (default: stdout)"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(kilnCategory));
 
@@ -254,6 +256,26 @@ int main(int argc, char** argv) {
   // Every output, before any work (exit 1: the file system, not the options, is at fault).
   if (writesArtifact && !checkOutput("-o", outputPath, /*replacedByRename=*/true))
     return 1;
+  // The text emits (IR, kernels) go to -o when given, else to stdout; the file is
+  // removed again unless the compile succeeds.
+  std::unique_ptr<llvm::ToolOutputFile> textFile;
+  llvm::raw_ostream* text = &llvm::outs();
+  if (!writesArtifact && !outputPath.empty()) {
+    if (!checkOutput("-o", outputPath, /*replacedByRename=*/false))
+      return 1;
+    std::error_code ec;
+    textFile = std::make_unique<llvm::ToolOutputFile>(outputPath, ec, llvm::sys::fs::OF_None);
+    if (ec) {
+      llvm::errs() << "kiln-compile: error: -o '" << outputPath << "': " << ec.message() << "\n";
+      return 1;
+    }
+    text = &textFile->os();
+  }
+  auto textDone = [&] {
+    if (textFile)
+      textFile->keep();
+    return 0;
+  };
   if (emit == EmitKind::StaticLibrary) {
     kiln::KernelLibraryPaths lib = kiln::kernelLibraryPaths(outputPath);
     if (!checkOutput("--emit=static-library", lib.archive, false) ||
@@ -331,9 +353,9 @@ int main(int argc, char** argv) {
   switch (emit) {
   case EmitKind::IR:
   case EmitKind::PlannedIR:
-    module->print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
+    module->print(*text);
+    *text << "\n";
+    return textDone();
   case EmitKind::KernelsMLIR:
   case EmitKind::KernelsLLVM:
   case EmitKind::KernelsAsm: {
@@ -349,19 +371,18 @@ int main(int argc, char** argv) {
       llvm::errs() << "kiln-compile: note: no op is bound to a generated kernel on target " << tgt->triple
                    << (tgt->generate ? "" : " (portable)") << "\n";
     if (emit == EmitKind::KernelsMLIR) {
-      kernels->print(llvm::outs());
-      llvm::outs() << "\n";
-      return 0;
+      kernels->print(*text);
+      *text << "\n";
+      return textDone();
     }
     if (kernels->getBody()->empty())
-      return 0;
+      return textDone();
     kiln::GeneratedCode code;
-    if (mlir::failed(kiln::compileKernels(*kernels, *tgt, &code,
-                                          emit == EmitKind::KernelsLLVM ? &llvm::outs() : nullptr,
-                                          emit == EmitKind::KernelsAsm ? &llvm::outs() : nullptr)) ||
+    if (mlir::failed(kiln::compileKernels(*kernels, *tgt, &code, emit == EmitKind::KernelsLLVM ? text : nullptr,
+                                          emit == EmitKind::KernelsAsm ? text : nullptr)) ||
         failedAny)
       return 1;
-    return 0;
+    return textDone();
   }
   case EmitKind::Artifact:
   case EmitKind::StaticLibrary:
