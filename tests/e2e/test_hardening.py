@@ -252,3 +252,25 @@ def test_text_emits_go_to_the_output_file(ckpt, tmp_path):
     p = subprocess.run([tool("kiln-compile"), str(tmp_path / "no-such-checkpoint"), "--emit=ir", "-o", str(missing)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and not missing.exists()
+
+
+@pytest.mark.parametrize("name,args,suggestion", [
+    ("kiln-run", ["--promt", "hi"], "did you mean --prompt (not --promt)?"),
+    ("kiln-run", ["--prompt", "hi", "--max-new-token", "3"], "did you mean --max-new-tokens"),
+    ("kiln-inspect", ["--jsn"], "did you mean --json (not --jsn)?"),
+    ("kiln-run", ["--prompt", "hi", "--max-new-tokens", "abc"], None),
+])
+def test_usage_errors_exit_2_with_a_suggestion(artifact, name, args, suggestion):
+    """Usage errors exit 2 (CLI11's own codes 105-109 leaked out) and an unknown option
+    names the nearest known one."""
+    p = subprocess.run([tool(name), str(artifact), *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert f"{name}: error:" in p.stderr
+    if suggestion:
+        assert suggestion in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", ["kiln-run", "kiln-inspect"])
+def test_missing_model_is_a_usage_error(name):
+    p = subprocess.run([tool(name)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "model is required" in p.stderr, (p.returncode, p.stderr)

@@ -7,6 +7,8 @@
 // printed.
 #include <CLI/CLI.hpp>
 
+#include "common/cli.h"
+
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -295,7 +297,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 256));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-inspect"); rc >= 0) return rc;
 
   kiln_error_t err;
   kiln_model_t* model = nullptr;

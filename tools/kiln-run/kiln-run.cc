@@ -10,6 +10,8 @@
 // stage, decode speed and memory to stderr (or as JSON with --json).
 #include <CLI/CLI.hpp>
 
+#include "common/cli.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -383,7 +385,7 @@ int main(int argc, char** argv) {
   CLI::Option* tokenize_opt = app.add_option(
       "--tokenize", tokenize_text, "print the token ids of TEXT and the text of each, then exit (no template)");
   app.add_flag("--no-special", no_special, "--tokenize: do not add the tokenizer's BOS")->needs(tokenize_opt);
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-run"); rc >= 0) return rc;
 
   if (tokenize_opt->count() > 0) {
     if (prompt_opt->count() > 0 || !ids_spec.empty() || !batch_path.empty()) {

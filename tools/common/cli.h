@@ -1,0 +1,81 @@
+// Command-line parsing shared by the runtime tools (kiln-run, kiln-inspect): CLI11 with
+// the tools' exit codes and a suggestion for a mistyped option.
+//
+// Exit codes of every tool: 0 success (also --help, --version); 1 the work failed (a
+// file that cannot be read or written, an artifact the runtime refuses, a failed
+// generation); 2 a usage error (unknown or malformed option, missing argument, value
+// out of range), reported before any work.
+#ifndef KILN_TOOLS_COMMON_CLI_H_
+#define KILN_TOOLS_COMMON_CLI_H_
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+// Levenshtein distance.
+inline size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The option of `app` nearest to `arg` ("--promt" -> "--prompt"), or "" if none is close.
+inline std::string NearestOption(const CLI::App& app, const std::string& arg) {
+  const std::string key = arg.substr(0, arg.find('='));
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, key.size() / 3) + 1;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& name : o->get_lnames()) {
+      const std::string flag = "--" + name;
+      const size_t d = EditDistance(key, flag);
+      if (d < best_distance) {
+        best_distance = d;
+        best = flag;
+      }
+    }
+  }
+  return best;
+}
+
+// Parses the command line. Returns -1 to go on, else the exit code: 0 after --help or
+// --version, 2 after a usage error (CLI11's message, and for an unknown option the
+// nearest known one).
+inline int ParseCommandLine(CLI::App& app, int argc, char** argv, const char* tool) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    for (const std::string& extra : app.remaining()) {
+      if (extra.size() < 2 || extra[0] != '-') continue;
+      const std::string near = NearestOption(app, extra);
+      if (!near.empty()) std::fprintf(stderr, "%s: did you mean %s (not %s)?\n", tool, near.c_str(), extra.c_str());
+    }
+    std::fprintf(stderr, "Run with --help for the options.\n");
+    return 2;
+  }
+}
+
+}  // namespace kiln::tools
+
+#endif  // KILN_TOOLS_COMMON_CLI_H_
