@@ -274,3 +274,8 @@ def test_usage_errors_exit_2_with_a_suggestion(artifact, name, args, suggestion)
 def test_missing_model_is_a_usage_error(name):
     p = subprocess.run([tool(name)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "model is required" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_compile_usage_error_exits_2(ckpt, tmp_path):
+    p = compile_(ckpt, tmp_path / "model.kiln", "--precison=.*=int8")
+    assert p.returncode == 2 and "Did you mean '--precision" in p.stderr, (p.returncode, p.stderr)

@@ -199,8 +199,9 @@ int main(int argc, char** argv) {
   cl::SetVersionPrinter([](llvm::raw_ostream& os) {
     os << kiln::compilerVersion() << " (LLVM " << LLVM_VERSION_STRING << ")\n";
   });
-  cl::ParseCommandLineOptions(argc, argv,
-                              "Kiln: compile a Hugging Face checkpoint for phones\n");
+  // Usage errors exit 2, as in the other tools (LLVM's parser would exit 1).
+  if (!cl::ParseCommandLineOptions(argc, argv, "Kiln: compile a Hugging Face checkpoint for phones\n", &llvm::errs()))
+    return 2;
 
   if (fromIr.empty() == checkpointDir.empty()) {
     llvm::errs() << "kiln-compile: error: give a checkpoint directory or --from-ir FILE.mlir (one of them)\n";
