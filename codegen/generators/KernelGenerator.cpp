@@ -1617,7 +1617,6 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
     // Armv8.0 NEON: the 16 byte products in i16 (SMULL, SMULL2), neighbours added
     // (ADDP: |w x + w' x'| <= 2 x 127 x 127 fits), then pairs of those widened and
     // accumulated (SADALP): lane l sums products 4l..4l+3, as SDOT does.
-    auto v8i8 = mlir::VectorType::get({8}, b.getI8Type());
     auto v8i16 = mlir::VectorType::get({8}, b.getI16Type());
     auto half = [&](Value v, int64_t h) {
       return b.create<mlir::vector::ShuffleOp>(loc, v, v,
@@ -1764,12 +1763,25 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     // Rows [r0, r0 + rows) (absolute; the block's first row is mb0) of panels
     // [pn, pn + panels); `whole`: each panel has 16 rows (else the weight's last one,
     // read under masks).
+    // For the L channels from `first`: the lanes stored (channel in [begin, end)), and
+    // their biases (a channel past the weight's last reads the last one's).
+    Value lastN = sub(N, one);
+    auto storeMaskAt = [&](Value first) -> Value {
+      Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(L), true));
+      return b.create<mlir::arith::AndIOp>(loc, prefixMask(L, sub(nEnd, first)),
+                                           b.create<mlir::arith::XOrIOp>(loc, prefixMask(L, sub(nBegin, first)), all));
+    };
+    auto biasAt = [&](Value first) {
+      Value bv = f.splat(vf32, 0.0);
+      for (int64_t j = 0; j < L; ++j)
+        bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, minI(f.addi(first, f.cI64(j)), lastN)), bv, j);
+      return bv;
+    };
     auto tile = [&](Value mb0, Value r0, int64_t rows, Value pn, int64_t panels, bool whole) {
       struct Panel {
         Value n0, height, codes, scaleAt, storeMask[4], bias[4], rowScale[4];
       };
       llvm::SmallVector<Panel> ps(panels);
-      Value lastN = sub(N, one);
       for (int64_t p = 0; p < panels; ++p) {
         Panel& q = ps[p];
         q.n0 = f.muli(f.addi(pn, f.cI64(p)), p16);
@@ -1777,16 +1789,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
         q.codes = f.gep(w, i8, divs(f.muli(q.n0, K), f.cI64(int4 ? 2 : 1)));
         q.scaleAt = int4 ? f.gep(scales, i16, f.muli(q.n0, groups)) : f.gep(scales, f.f32, q.n0);
         for (int64_t v = 0; v < V; ++v) {
-          // Lanes whose channel n is in [begin, end) are stored.
           Value first = f.addi(q.n0, f.cI64(v * L));
-          Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(L), true));
-          q.storeMask[v] = b.create<mlir::arith::AndIOp>(
-              loc, prefixMask(L, sub(nEnd, first)),
-              b.create<mlir::arith::XOrIOp>(loc, prefixMask(L, sub(nBegin, first)), all));
-          Value bv = f.splat(vf32, 0.0);
-          for (int64_t j = 0; j < L; ++j)
-            bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, minI(f.addi(first, f.cI64(j)), lastN)), bv, j);
-          q.bias[v] = bv;
+          q.storeMask[v] = storeMaskAt(first);
+          q.bias[v] = biasAt(first);
           if (!int4)
             q.rowScale[v] = load(vf32, f.gep(q.scaleAt, f.f32, f.cI64(v * L)),
                                  whole ? Value() : prefixMask(L, sub(q.height, f.cI64(v * L))));
@@ -1958,8 +1963,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     // SMMLA (i8mm) tiles: 8 rows (4 pairs) x a quarter panel (4 channels, 2 pairs)
     // from the block's pair-interleaved scratch: per (step of 8 columns, row pair) its
     // 16 activation bytes [row 2p: 8 | row 2p+1: 8] (A), and per (group, row pair) the
-    // offset shares [o, o, o', o'] (int4), the pairs of a step or group side by side. A step's weight operands (B) are the
-    // quarter's 4 channels' codes as pairs [n: 8 | n+1: 8]: int4 one 16-byte load, its
+    // offset shares [o, o, o', o'] (int4), the pairs of a step or group side by side. A
+    // step's weight operands (B) are the quarter's 4 channels' codes as pairs
+    // [n: 8 | n+1: 8]: int4 one 16-byte load, its
     // low and high nibbles zipped by 32-bit words; int8 the loads of two steps of 4
     // columns zipped. Each SMMLA adds a 2x2 block (rows x channels) of sums; per group
     // they are converted and multiply-added with the channels' scales exactly as in
@@ -1978,13 +1984,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       Value n0 = f.muli(pn, p16);
       Value c0 = f.addi(n0, f.muli(q, four));  // the quarter's first channel
       Value codes = f.gep(w, i8, f.addi(divs(f.muli(n0, K), f.cI64(int4 ? 2 : 1)), f.muli(q, f.cI64(16))));
-      Value first = c0;
-      Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(4), true));
-      Value storeMask = b.create<mlir::arith::AndIOp>(
-          loc, prefixMask(4, sub(nEnd, first)), b.create<mlir::arith::XOrIOp>(loc, prefixMask(4, sub(nBegin, first)), all));
-      Value bias = f.splat(vf32, 0.0);
-      for (int64_t j = 0; j < 4; ++j)
-        bias = b.create<mlir::vector::InsertOp>(loc, args.bias(f, f.addi(first, f.cI64(j))), bias, j);
+      Value storeMask = storeMaskAt(c0), bias = biasAt(c0);  // L = 4 channels on Arm
       Value pair0 = divs(m0, f.cI64(2));
       // The sums of steps [s0, s1) (of 8 columns) added to acc[pair x 2 + channel pair].
       auto steps = [&](Value s0, int64_t count, llvm::ArrayRef<Value> accIn) {
@@ -2017,6 +2017,15 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
         }
         return acc;
       };
+      // The same as a loop over steps [s0, s1), one step per iteration.
+      auto stepLoop = [&](Value s0, Value s1, llvm::ArrayRef<Value> accIn) {
+        auto loop = b.create<mlir::scf::ForOp>(loc, s0, s1, one, accIn);
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(loop.getBody());
+        llvm::SmallVector<Value> in(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+        b.create<mlir::scf::YieldOp>(loc, steps(loop.getInductionVar(), 1, in));
+        return llvm::SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+      };
       llvm::SmallVector<Value> totals;
       if (int4) {
         Value steps8 = divs(group, f.cI64(8));
@@ -2034,17 +2043,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
           acc.push_back(share);
         }
         Value s0 = f.muli(gi, steps8);
-        if (constGroup) {
-          acc = steps(s0, *constGroup / 8, acc);
-        } else {
-          auto stepLoop = b.create<mlir::scf::ForOp>(loc, s0, f.addi(s0, steps8), one, acc);
-          mlir::OpBuilder::InsertionGuard g2(b);
-          b.setInsertionPointToStart(stepLoop.getBody());
-          llvm::SmallVector<Value> in(stepLoop.getRegionIterArgs().begin(), stepLoop.getRegionIterArgs().end());
-          b.create<mlir::scf::YieldOp>(loc, steps(stepLoop.getInductionVar(), 1, in));
-          b.setInsertionPointAfter(stepLoop);
-          acc.assign(stepLoop.getResults().begin(), stepLoop.getResults().end());
-        }
+        acc = constGroup ? steps(s0, *constGroup / 8, acc) : stepLoop(s0, f.addi(s0, steps8), acc);
         Value scaleAt = f.gep(scales, i16, f.addi(f.muli(n0, groups), f.addi(f.muli(gi, p16), f.muli(q, four))));
         llvm::SmallVector<Value> next;
         Value sv[2];
@@ -2060,15 +2059,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
         b.create<mlir::scf::YieldOp>(loc, next);
         totals.assign(groupLoop.getResults().begin(), groupLoop.getResults().end());
       } else {
-        auto stepLoop = b.create<mlir::scf::ForOp>(loc, zero, kSteps8, one,
-                                                   llvm::SmallVector<Value>(2 * kPairs, f.splatInt(v4i32, 0)));
-        {
-          mlir::OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(stepLoop.getBody());
-          llvm::SmallVector<Value> in(stepLoop.getRegionIterArgs().begin(), stepLoop.getRegionIterArgs().end());
-          b.create<mlir::scf::YieldOp>(loc, steps(stepLoop.getInductionVar(), 1, in));
-        }
-        for (Value v : stepLoop.getResults())
+        for (Value v : stepLoop(zero, kSteps8, llvm::SmallVector<Value>(2 * kPairs, f.splatInt(v4i32, 0))))
           totals.push_back(b.create<mlir::arith::SIToFPOp>(loc, vf32, v));
       }
       Value rowScale = int4 ? Value() : load(vf32, f.gep(scales, f.f32, c0), Value());
