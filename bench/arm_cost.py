@@ -41,7 +41,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FEATURES = {"neon": "", "dotprod": "+dotprod", "i8mm": "+dotprod,+i8mm"}
+FEATURES = {"neon": "", "dotprod": "+dotprod", "i8mm": "+dotprod,+i8mm", "sme2": "+dotprod,+i8mm,+sme,+sme2"}
+# SME2 runs under the SME2-capable qemu (scripts/setup fetches it) at a streaming vector length.
+QEMU_SME2 = os.environ.get("KILN_QEMU_SME2", "/opt/kiln/qemu-sme2/usr/bin/qemu-aarch64")
 PRECISION = ["--precision=.*mlp.*=int4_g32_a8", "--precision=.*=int8_a8"]
 
 
@@ -62,10 +64,10 @@ def symbols(binary: str) -> dict[str, tuple[int, int]]:
     return table
 
 
-def count(qemu: str, harness: str, args: list[str], lo: int, hi: int, workdir: str):
+def count(qemu: list[str], harness: str, args: list[str], lo: int, hi: int, workdir: str):
     """Executed instructions in [lo, hi) and the executed blocks: {pc: (count, [words])}."""
     log = os.path.join(workdir, "qemu.log")
-    run([qemu, "-cpu", "max", "-d", "in_asm,exec,nochain", "-dfilter", f"0x{lo:x}+0x{hi - lo:x}", "-D", log,
+    run([*qemu, "-d", "in_asm,exec,nochain", "-dfilter", f"0x{lo:x}+0x{hi - lo:x}", "-D", log,
          harness, *args])
     blocks: dict[int, list[str]] = {}
     execs: collections.Counter = collections.Counter()
@@ -108,6 +110,8 @@ def main() -> None:
     ap.add_argument("--runtime", default=os.path.join(ROOT, "build", "aarch64", "runtime", "libkiln.a"),
                     help="the aarch64 runtime library (kiln_build_aarch64)")
     ap.add_argument("--qemu", default=os.environ.get("KILN_QEMU_AARCH64", "qemu-aarch64"))
+    ap.add_argument("--qemu-sme2", default=QEMU_SME2, help="a qemu-aarch64 that runs SME2 (11.x)")
+    ap.add_argument("--svl", type=int, default=512, help="streaming vector length in bits (sme2)")
     ap.add_argument("--mcpu", default="neoverse-v2")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -117,6 +121,9 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s]
     result = {"tool": "bench/arm_cost.py", "qemu": run([a.qemu, "--version"]).stdout.splitlines()[0],
               "mca_cpu": a.mcpu, "host": platform.node(), "rows": []}
+    if "sme2" in a.features.split(","):
+        result["qemu_sme2"] = run([a.qemu_sme2, "--version"]).stdout.splitlines()[0]
+        result["streaming_vector_bits"] = a.svl
     with tempfile.TemporaryDirectory(prefix="kiln-arm-cost-") as tmp:
         ckpt = os.path.join(tmp, "tiny-llama")
         run([sys.executable, os.path.join(ROOT, "tests", "models", "generate.py"), "--preset", "tiny-llama",
@@ -138,19 +145,22 @@ def main() -> None:
             lo, hi = min(s for s, _ in gen), max(s + n for s, n in gen)
             qlo, qn = syms["kiln_uk_lhs_quant_qai8dx_f32_arm_neon"]
             mattr = "+neon" + ("," + FEATURES[feat] if FEATURES[feat] else "")
+            qemu = ([a.qemu_sme2, "-cpu", f"max,sme-default-vector-length={a.svl // 8}"] if feat == "sme2"
+                    else [a.qemu, "-cpu", "max"])
             for enc in a.encodings.split(","):
-                check = run([a.qemu, "-cpu", "max", harness, "check", "21", "40", "256", enc]).stdout.strip()
+                check = run([*qemu, harness, "check", "21", "40", "256", enc]).stdout.strip()
                 kernel = check.splitlines()[0].split()[-1]
                 for M, N, K in shapes:
                     macs = M * N * K
-                    insns, blocks = count(a.qemu, harness, ["matmul", M, N, K, enc], lo, hi, tmp)
-                    qinsns, _ = count(a.qemu, harness, ["quant", M, N, K, enc], qlo, qlo + qn, tmp)
+                    insns, blocks = count(qemu, harness, ["matmul", M, N, K, enc], lo, hi, tmp)
+                    qinsns, _ = count(qemu, harness, ["quant", M, N, K, enc], qlo, qlo + qn, tmp)
                     # The first (setup) call of the quantiser is in the count too: halve it.
                     qinsns_call = qinsns / 2
                     cycles = 0.0
                     covered = 0
+                    # LLVM 19's scheduling models know no SME instructions: no prediction for sme2.
                     for pc, (n, words) in sorted(blocks.items(), key=lambda kv: -kv[1][0] * len(kv[1][1])):
-                        if n * len(words) < 0.005 * insns:
+                        if feat == "sme2" or n * len(words) < 0.005 * insns:
                             break
                         cycles += n * mca_cycles(words, a.mcpu, mattr)
                         covered += n * len(words)
@@ -161,9 +171,10 @@ def main() -> None:
                            "mca_coverage": covered / insns if insns else 0.0, "check": check.splitlines()[-1]}
                     result["rows"].append(row)
                     print(f"{feat:8s} {enc} M={M:<4d} N={N} K={K}: {row['matmul_insns_per_mac']:.4f} insns/MAC "
-                          f"(+ quant {row['total_insns_per_mac']:.4f}), llvm-mca {a.mcpu} "
-                          f"{row['mca_cycles_per_mac']:.4f} cycles/MAC over {100 * row['mca_coverage']:.0f}% "
-                          f"of the instructions", flush=True)
+                          f"(+ quant {row['total_insns_per_mac']:.4f}), " +
+                          (f"llvm-mca {a.mcpu} {row['mca_cycles_per_mac']:.4f} cycles/MAC over "
+                           f"{100 * row['mca_coverage']:.0f}% of the instructions" if covered else "no llvm-mca model"),
+                          flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

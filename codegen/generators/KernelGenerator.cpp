@@ -81,6 +81,7 @@ void initLLVMTargets() {
     llvm::InitializeAllTargets();
     llvm::InitializeAllTargetMCs();
     llvm::InitializeAllAsmPrinters();
+    llvm::InitializeAllAsmParsers();  // module-level assembly (smeSupportRoutines)
     return true;
   }();
   (void)done;
@@ -1648,6 +1649,254 @@ Value dot4Step(FnBuilder& f, const Dot4& d, Value acc, Value w, Value x) {
   return acc;
 }
 
+// SME2 (streaming mode, the ZA array) for blocks of many rows: the activation rows
+// of a block per thread (at most kSmeBlockRows: the packed rows, the int4 offset
+// shares and 32 biases fit the scratch of kiln_uk_matmul_scratch_ref(K) = 64 K bytes),
+// and the fewest rows for which the outer products beat the NEON dot products.
+constexpr int64_t kSmeBlockRows = 32, kSmeMinRows = 8;
+// A generated function that runs in streaming mode with a new ZA state
+// (compileKernels gives it LLVM's aarch64_pstate_sm_body and aarch64_new_za).
+constexpr llvm::StringLiteral kSmeZaAttrName = "sme_streaming_new_za";
+
+// The whole panels of the range of a matmul over a weight in panels of 16 output
+// channels (buildMatmulIntPanels) computed with SME2 outer products into ZA; the
+// function runs in streaming mode (smstart/smstop in its prologue and epilogue, ZA
+// new) and calls nothing, so that no state crosses a call. Vector-length agnostic:
+// with SVL bits of streaming vector, a 32-bit ZA tile holds S x S sums (S = SVL /
+// 32); a tile covers W = min(S, 16) channels (a whole panel from 512 bits up, half
+// or a quarter below) and R = min(S, kSmeBlockRows) activation rows.
+//   - Per block of R rows, the int8 activations are packed into the scratch as
+//     [K / 4][R][4 bytes] (one vector load gives the 4 columns of a step for every
+//     row: the left operand of SMOPA), and for int4 the offset shares of each
+//     (group, row), -8 x the sum of its activations (SDOT with ones), laid out
+//     [group][R].
+//   - Per column block of two tiles (2 W channels), for each step of columns one
+//     load per tile of the panel's codes (int4: 8 columns as low and high nibbles,
+//     the same two operands as buildMatmulIntPanels's; int8: 4 columns) and one
+//     4-way widening SMOPA per operand into ZA tiles 0 and 1: each sum is a row's
+//     activations times a channel's codes, summed in i32.
+//   - int4: per group the integer tiles start from the offset shares (ADDVA: each
+//     row's share added along it), and after the group's steps they are read out
+//     four array vectors at a time (MOVA, SME2), converted (SCVTF x4) and
+//     multiply-added with the group's channel scales into f32 tiles 2 and 3 (FMLA
+//     into ZA, vgx4): the f32 sum of group sums x scales of `tile`, the same
+//     operations in the same order. int8: the i32 sums over all of K.
+//   - The rows of the block are read out of their tile and stored as `tile` stores
+//     them: y = total x s_x (+ bias) for int4, float(sum) x s_x x s_w (+ bias) for
+//     int8, outputs outside [begin, end) not stored.
+void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, /*isPublic=*/false);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  fn->setAttr(kSmeZaAttrName, b.getUnitAttr());
+  FnBuilder f(b, loc);
+  const bool int4 = encoding == format::kEncINT4;
+  mlir::Type i1 = b.getI1Type(), i8 = b.getI8Type(), i16 = b.getI16Type(), f16 = b.getF16Type();
+  auto scalable = [&](int64_t n, mlir::Type t) { return mlir::VectorType::get({n}, t, {true}); };
+  auto nxi8 = scalable(16, i8), nxi32 = scalable(4, f.i32), nxf32 = scalable(4, f.f32);
+  auto nxf16 = scalable(4, f16), pb = scalable(16, i1), ps = scalable(4, i1);
+  auto intr = [&](llvm::StringRef callee, mlir::TypeRange results, mlir::ValueRange operands) -> mlir::Operation* {
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
+  };
+  // Multi-vector operands and results (SME2): a struct of 4 vectors, and its parts.
+  auto x4 = [&](mlir::Type t) -> mlir::Type { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); };
+  auto parts = [&](Value v) {
+    llvm::SmallVector<Value> out;
+    for (int64_t k = 0; k < 4; ++k)
+      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, k));
+    return out;
+  };
+  auto c32 = [&](int64_t v) -> Value { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); };
+  auto i32Of = [&](Value v) -> Value { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); };
+  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+  auto rems = [&](Value a, Value c) { return b.create<mlir::arith::RemSIOp>(loc, a, c).getResult(); };
+  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
+  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
+  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
+  auto andP = [&](Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c).getResult(); };
+  // Lanes i of predicate type t with base + i < n.
+  auto lanesBelow = [&](mlir::VectorType t, Value base, Value n) -> Value {
+    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
+  };
+  auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
+  auto zeroTiles = [&](int64_t mask) { intr("llvm.aarch64.sme.zero", {}, {c32(mask)}); };
+
+  Value scratch = fn.getArgument(3);
+  const MatmulArgs args(f, fn, /*f16Bias=*/true);
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), p16 = f.cI64(format::kP16K8Rows);
+  Value S = intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
+  Value W = minI(S, p16), R = minI(S, f.cI64(kSmeBlockRows));
+  Value group = int4 ? b.create<mlir::arith::ExtUIOp>(
+                           loc, f.i64,
+                           f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group),
+                                   f.i32))
+                           .getResult()
+                     : K;
+  Value groups = divs(K, group);
+  Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
+  // The whole panels overlapping [begin, end), as channels [cBegin, cEnd).
+  Value pFirst = divs(args.nBegin, p16);
+  Value pEnd = divs(f.addi(args.nEnd, f.cI64(format::kP16K8Rows - 1)), p16);
+  Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
+  Value cBegin = f.muli(pFirst, p16), cEnd = f.muli(wholeEnd, p16);
+  // Scratch: 2 W <= 32 biases, the packed rows (R x K bytes), int4's shares.
+  Value biasBuf = scratch;
+  Value packed = f.gep(scratch, f.f32, f.cI64(32));
+  Value shares = f.gep(packed, i8, f.muli(R, K));
+  Value allTrue = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(ps, true));
+  Value stepBytes = f.muli(R, four);  // a step's packed activations (4 columns of R rows)
+
+  f.loop(zero, M, R, [&](Value mb0) {
+    Value rows = minI(R, sub(M, mb0));
+    Value rowMask = lanesBelow(ps, zero, rows), rowBytes = lanesBelow(pb, zero, f.muli(rows, four));
+    // Pack the block's rows: word j of row r (columns 4j..4j+3) to [j][r].
+    f.loop(zero, rows, one, [&](Value r) {
+      Value from = f.gep(xq, i8, f.muli(f.addi(mb0, r), K));
+      f.loop(zero, divs(K, four), one, [&](Value j) {
+        Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(from, f.i32, j), 1);
+        b.create<mlir::LLVM::StoreOp>(loc, word, f.gep(packed, f.i32, f.addi(f.muli(j, R), r)), 4);
+      });
+    });
+    if (int4) {
+      // Each (group, row)'s offset share: -8 x the sum of its activations.
+      Value ones = f.splatInt(nxi8, 1);
+      Value wordsPerGroup = divs(group, four);
+      f.loop(zero, groups, one, [&](Value gi) {
+        Value j0 = f.muli(gi, wordsPerGroup);
+        auto sum = b.create<mlir::scf::ForOp>(loc, j0, f.addi(j0, wordsPerGroup), one,
+                                              mlir::ValueRange{f.splatInt(nxi32, 0)});
+        {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(sum.getBody());
+          Value v = load(nxi8, f.gep(packed, i8, f.muli(sum.getInductionVar(), stepBytes)), rowBytes);
+          Value acc = intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0);
+          b.create<mlir::scf::YieldOp>(loc, acc);
+        }
+        Value share = b.create<mlir::arith::MulIOp>(loc, sum.getResult(0), f.splatInt(nxi32, -8));
+        b.create<mlir::LLVM::MaskedStoreOp>(loc, share, f.gep(shares, f.i32, f.muli(gi, R)), rowMask, 4);
+      });
+    }
+
+    f.loop(cBegin, cEnd, f.muli(W, f.cI64(2)), [&](Value c0) {
+      // Tile t covers channels [c0 + t W, + W) when they are whole panels' (tile 1
+      // may fall past the last): its lanes, its codes and scales.
+      struct Tile {
+        Value first, lanes, bytes, codes, scaleAt, width;
+      } tiles[2];
+      for (int64_t t = 0; t < 2; ++t) {
+        Tile& q = tiles[t];
+        q.first = f.addi(c0, f.muli(W, f.cI64(t)));
+        q.width = b.create<mlir::arith::SelectOp>(
+            loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, q.first, cEnd), W, zero);
+        q.lanes = lanesBelow(ps, zero, q.width);
+        q.bytes = lanesBelow(pb, zero, f.muli(q.width, four));
+        Value panel = divs(q.first, p16), off = rems(q.first, p16);
+        q.codes = f.gep(w, i8, f.addi(divs(f.muli(f.muli(panel, p16), K), f.cI64(int4 ? 2 : 1)), f.muli(off, four)));
+        q.scaleAt = int4 ? f.gep(scales, i16, f.addi(f.muli(f.muli(panel, p16), groups), off))
+                         : f.gep(scales, f.f32, q.first);
+      }
+      // The biases of the block's channels (a channel past the weight's end reads the last).
+      f.loop(zero, f.muli(W, f.cI64(2)), one, [&](Value j) {
+        f.store(args.bias(f, minI(f.addi(c0, j), sub(N, one))), biasBuf, f.f32, j);
+      });
+      auto mopa = [&](int64_t t, Value a, Value wv) {
+        intr("llvm.aarch64.sme.smopa.wide", {}, {c32(t), rowBytes, tiles[t].bytes, a, wv});
+      };
+      // Step s's operands: int4 8 columns (two SMOPA per tile), int8 4.
+      auto step = [&](Value s) {
+        if (int4) {
+          Value aLo = load(nxi8, f.gep(packed, i8, f.muli(f.muli(s, f.cI64(2)), stepBytes)), rowBytes);
+          Value aHi = load(nxi8, f.gep(packed, i8, f.muli(f.addi(f.muli(s, f.cI64(2)), one), stepBytes)), rowBytes);
+          for (int64_t t = 0; t < 2; ++t) {
+            Value raw = load(nxi8, f.gep(tiles[t].codes, i8, f.muli(s, f.cI64(64))), tiles[t].bytes);
+            mopa(t, aLo, b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(nxi8, 0x0F)));
+            mopa(t, aHi, b.create<mlir::arith::ShRUIOp>(loc, raw, f.splatInt(nxi8, 4)));
+          }
+        } else {
+          Value a = load(nxi8, f.gep(packed, i8, f.muli(s, stepBytes)), rowBytes);
+          for (int64_t t = 0; t < 2; ++t)
+            mopa(t, a, load(nxi8, f.gep(tiles[t].codes, i8, f.muli(s, f.cI64(64))), tiles[t].bytes));
+        }
+      };
+      if (int4) {
+        zeroTiles(0xCC);  // f32 tiles 2 and 3
+        Value stepsPerGroup = divs(group, f.cI64(8));
+        f.loop(zero, groups, one, [&](Value gi) {
+          zeroTiles(0x33);  // i32 tiles 0 and 1
+          Value share = load(nxi32, f.gep(shares, f.i32, f.muli(gi, R)), rowMask);
+          for (int64_t t = 0; t < 2; ++t)
+            intr("llvm.aarch64.sme.addva", {}, {c32(t), rowMask, tiles[t].lanes, share});
+          Value s0 = f.muli(gi, stepsPerGroup);
+          Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
+          auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            for (int64_t s = 0; s < 4; ++s)
+              step(f.addi(s0, f.cI64(s)));
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            f.loop(s0, f.addi(s0, stepsPerGroup), one, step);
+          }
+          Value sc[2];
+          for (int64_t t = 0; t < 2; ++t) {
+            Value h = load(nxf16, f.gep(tiles[t].scaleAt, i16, f.muli(gi, p16)), tiles[t].lanes);
+            sc[t] = b.create<mlir::arith::ExtFOp>(loc, nxf32, h);
+          }
+          // Array vectors 4i + t (i < S / 4) are tile t's rows i, i + S/4, i + S/2,
+          // i + 3S/4; 4i + t + 2 the same rows of tile t + 2.
+          f.loop(zero, divs(S, four), one, [&](Value i) {
+            for (int64_t t = 0; t < 2; ++t) {
+              Value slice = i32Of(f.addi(f.muli(i, four), f.cI64(t)));
+              Value sums = intr("llvm.aarch64.sme.read.vg1x4", {x4(nxi32)}, {slice})->getResult(0);
+              Value conv = intr("llvm.aarch64.sve.scvtf.x4", {x4(nxf32)}, parts(sums))->getResult(0);
+              llvm::SmallVector<Value> ops = {i32Of(f.addi(f.muli(i, four), f.cI64(t + 2)))};
+              ops.append(parts(conv));
+              ops.push_back(sc[t]);
+              intr("llvm.aarch64.sme.fmla.single.vg1x4", {}, ops);
+            }
+          });
+        });
+      } else {
+        zeroTiles(0x33);
+        f.loop(zero, divs(K, four), one, step);
+      }
+      // Store the block's rows.
+      Value rowScale[2], bias[2], storeMask[2];
+      for (int64_t t = 0; t < 2; ++t) {
+        Tile& q = tiles[t];
+        if (!int4)
+          rowScale[t] = load(nxf32, q.scaleAt, q.lanes);
+        bias[t] = load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(t))), q.lanes);
+        Value inRange = lanesBelow(ps, q.first, args.nEnd);
+        Value before = lanesBelow(ps, q.first, args.nBegin);
+        storeMask[t] = andP(andP(q.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+      }
+      f.loop(zero, rows, one, [&](Value r) {
+        Value row = f.addi(mb0, r);
+        Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, row));
+        for (int64_t t = 0; t < 2; ++t) {
+          Value val;
+          if (int4) {
+            val = intr("llvm.aarch64.sme.read.horiz", {nxf32}, {f.splat(nxf32, 0.0), allTrue, c32(t + 2), i32Of(r)})
+                      ->getResult(0);
+            val = f.mul(val, sx);
+          } else {
+            Value sum = intr("llvm.aarch64.sme.read.horiz", {nxi32}, {f.splatInt(nxi32, 0), allTrue, c32(t), i32Of(r)})
+                            ->getResult(0);
+            val = f.mul(f.mul(b.create<mlir::arith::SIToFPOp>(loc, nxf32, sum), sx), rowScale[t]);
+          }
+          val = f.add(val, bias[t]);
+          Value at = f.gep(y, f.f32, f.addi(f.muli(row, ldy), tiles[t].first));
+          b.create<mlir::LLVM::MaskedStoreOp>(loc, val, at, storeMask[t], 4);
+        }
+      });
+    });
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // Rows per block of the SMMLA (i8mm) path (a multiple of 8; see buildMatmulIntPanels).
 constexpr int64_t kMmlaBlockRows = 16, kPairsPerBlock = kMmlaBlockRows / 2;
 
@@ -1733,6 +1982,19 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
                                           f.i32))
                                   .getResult()
                             : K;
+  // SME2: blocks of kSmeMinRows rows or more run buildMatmulIntSme on the whole panels
+  // of the range; what is left (the weight's last panel when it has fewer than 16
+  // rows) runs below.
+  Value smeDone = b.create<mlir::arith::ConstantIntOp>(loc, 0, 1);
+  if (arm && (target.features & format::kCpuArmSme2)) {
+    const std::string inner = (name + "_sme2").str();
+    buildMatmulIntSme(kernels, inner, encoding, loc);
+    smeDone = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, M, f.cI64(kSmeMinRows));
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, smeDone, false);
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<mlir::func::CallOp>(loc, inner, mlir::TypeRange{}, mlir::ValueRange{params, nBegin, nEnd, scratch});
+  }
   // The whole computation for a group size (a constant when known: its step loop
   // unrolls).
   auto emit = [&](Value group, std::optional<int64_t> constGroup) {
@@ -2104,11 +2366,14 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       });
     };
 
-    // Panels [pFirst, pEnd) overlap the range; those below wholeEnd have 16 rows.
-    Value pFirst = divs(nBegin, p16);
+    // Panels [pFirst, pEnd) overlap the range; those below wholeEnd have 16 rows
+    // (after SME2, none are left but the last if it has fewer).
+    Value pBegin = divs(nBegin, p16);
     Value pEnd = divs(f.addi(nEnd, f.cI64(P16 - 1)), p16);
-    Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
-    f.loop(zero, M, blockRows, [&](Value mb0) {
+    Value wholeEnd = maxI(pBegin, minI(pEnd, divs(N, p16)));
+    Value pFirst = b.create<mlir::arith::SelectOp>(loc, smeDone, wholeEnd, pBegin);
+    Value anyLeft = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, pFirst, pEnd);
+    f.loop(zero, b.create<mlir::arith::SelectOp>(loc, anyLeft, M, zero), blockRows, [&](Value mb0) {
       Value mb = minI(blockRows, sub(M, mb0));
       if (sums) {
         // The offset's share of each (row, group): -8 (int4) or -128 (int8) x the sum
@@ -2693,6 +2958,61 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
 
 namespace {
 
+// The SME ABI support routines that LLVM calls from the prologue of a streaming
+// function with new ZA state (AAPCS64, "SME support routines"), defined local to the
+// kernel object: a code segment is mapped too far from the runtime for a BL to reach
+// it, the loader resolves nothing outside the segment, and a static kernel library
+// must not clash with an app's own copies (compiler-rt's).
+//   __arm_tpidr2_save: commits a caller's pending lazy ZA save: with TPIDR2_EL0
+//     pointing at a TPIDR2 block {za_save_buffer, u16 num_za_save_slices, 6 reserved
+//     bytes that must be 0}, stores that many ZA array vectors to the buffer. Clobbers
+//     only x14-x16 (the routine's convention); a block with reserved bytes set traps.
+//   __arm_get_current_vg: the current vector granule count (64-bit units) for the
+//     prologue's unwind record: the streaming one in streaming mode, else the SVE
+//     one when the target has SVE, else 0. Clobbers only x0 and x17.
+std::string smeSupportRoutines(const Target& target) {
+  const bool sve = target.features & format::kCpuArmSve;
+  return std::string(R"(.text
+.p2align 2
+.type __arm_tpidr2_save,%function
+__arm_tpidr2_save:
+  mrs x16, TPIDR2_EL0
+  cbz x16, 2f
+  ldrh w14, [x16, #10]
+  cbnz w14, 3f
+  ldr w14, [x16, #12]
+  cbnz w14, 3f
+  ldrh w14, [x16, #8]
+  ldr x16, [x16]
+  cbz x16, 2f
+  cbz w14, 2f
+  mov w15, wzr
+1:
+  str za[w15, 0], [x16]
+  addsvl x16, x16, #1
+  add w15, w15, #1
+  cmp w15, w14
+  b.ne 1b
+2:
+  ret
+3:
+  brk #0x3e9
+.size __arm_tpidr2_save, .-__arm_tpidr2_save
+.p2align 2
+.type __arm_get_current_vg,%function
+__arm_get_current_vg:
+  mrs x17, SVCR
+  tbz x17, #0, 1f
+  rdsvl x0, #1
+  lsr x0, x0, #3
+  ret
+1:
+)") + (sve ? "  cntd x0\n" : "  mov x0, xzr\n") +
+         R"(  ret
+.size __arm_get_current_vg, .-__arm_get_current_vg
+)";
+}
+
 // The kiln_kernel_library_t `name` listing every public function of `module`:
 //   { u32 struct_size, u32 count, u64 hash, const char* const* names,
 //     void (*const* functions)(void) }  (32 bytes on LP64 targets).
@@ -2748,10 +3068,19 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
   if (mlir::failed(pm.run(kernels)))
     return fail("lowering to the LLVM dialect failed");
-  // Kernels never unwind: no .eh_frame to relocate at load.
+  // Kernels never unwind: no .eh_frame to relocate at load. SME functions run their
+  // body in streaming mode with a new ZA state (LLVM saves a caller's lazy ZA state
+  // and switches modes in their prologue and epilogue).
   mlir::OpBuilder b(ctx);
+  bool usesSme = false;
   kernels.walk([&](mlir::LLVM::LLVMFuncOp fn) {
-    fn->setAttr("passthrough", b.getArrayAttr({b.getStringAttr("nounwind")}));
+    llvm::SmallVector<mlir::Attribute> attrs = {b.getStringAttr("nounwind")};
+    if (fn->removeAttr(kSmeZaAttrName)) {
+      attrs.push_back(b.getStringAttr("aarch64_pstate_sm_body"));
+      attrs.push_back(b.getStringAttr("aarch64_new_za"));
+      usesSme = true;
+    }
+    fn->setAttr("passthrough", b.getArrayAttr(attrs));
   });
 
   // LLVM IR for the target machine.
@@ -2774,6 +3103,8 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
     return fail("translation to LLVM IR failed");
   module->setTargetTriple(target.triple);
   module->setDataLayout(tm->createDataLayout());
+  if (usesSme)
+    module->appendModuleInlineAsm(smeSupportRoutines(target));
   if (!packaging.tableSymbol.empty())
     addLibraryTable(*module, packaging.tableSymbol, packaging.hash);
   if (llvm::verifyModule(*module, &llvm::errs()))

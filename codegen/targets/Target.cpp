@@ -68,7 +68,7 @@ llvm::Expected<Target> baseTarget(const std::string& triple) {
                                    "unsupported target '" + triple +
                                        "': Kiln targets x86_64 and aarch64 (e.g. "
                                        "aarch64-linux-android, x86_64-linux-gnu) and the presets "
-                                       "android-arm64-v8.2-dotprod, android-arm64-v9-i8mm");
+                                       "android-arm64-v8.2-dotprod, android-arm64-v9-i8mm, arm-c1-sme2");
   }
   return target;
 }
@@ -86,6 +86,10 @@ const Preset kPresets[] = {
     {"android-arm64-v8.2-dotprod", "aarch64-linux-android", kArmV82Dot},
     // Armv9-A: Cortex-A510/A710/A715/X2/X3 and later (SVE2 and int8 matrix multiply).
     {"android-arm64-v9-i8mm", "aarch64-linux-android", kArmV82Dot | format::kCpuArmI8mm | format::kCpuArmSve},
+    // Armv9.2-A and later with SME2: Arm C1-Ultra/Pro/Premium/Nano (Lumex), whose
+    // streaming vector is 512 bits; the kernels run at any streaming length.
+    {"arm-c1-sme2", "aarch64-linux-android",
+     kArmV82Dot | format::kCpuArmI8mm | format::kCpuArmSve | format::kCpuArmSme | format::kCpuArmSme2},
 };
 
 } // namespace
