@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--svl", type=int, default=512, help="streaming vector length in bits (sme2)")
     ap.add_argument("--mcpu", default="neoverse-v2")
     ap.add_argument("--json")
+    ap.add_argument("--top", type=int, default=0, help="print the N blocks executing the most instructions")
     a = ap.parse_args()
     for tool in (a.compiler, a.runtime):
         if not os.path.exists(tool):
@@ -164,6 +165,11 @@ def main() -> None:
                             break
                         cycles += n * mca_cycles(words, a.mcpu, mattr)
                         covered += n * len(words)
+                    for pc, (n, words) in sorted(blocks.items(), key=lambda kv: -kv[1][0] * len(kv[1][1]))[:a.top]:
+                        data = " ".join(f"0x{w[6:8]} 0x{w[4:6]} 0x{w[2:4]} 0x{w[0:2]}" for w in words)
+                        asm = run(["llvm-mc-19", "--disassemble", "-triple=aarch64", f"-mattr={mattr}"], input=data).stdout
+                        print(f"block 0x{pc:x}: {n} x {len(words)} = {100 * n * len(words) / insns:.1f}%")
+                        print("\n".join(l for l in asm.splitlines() if not l.lstrip().startswith(".")))
                     row = {"features": feat, "encoding": enc, "M": M, "N": N, "K": K, "kernel": kernel,
                            "matmul_insns": insns, "matmul_insns_per_mac": insns / macs,
                            "quant_insns": qinsns_call, "total_insns_per_mac": (insns + qinsns_call) / macs,

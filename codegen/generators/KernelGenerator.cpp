@@ -2,6 +2,7 @@
 #include "codegen/generators/KernelGenerator.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -1746,20 +1747,31 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   Value shares = f.gep(packed, i8, f.muli(R, K));
   Value allTrue = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(ps, true));
   Value stepBytes = f.muli(R, four);  // a step's packed activations (4 columns of R rows)
+  Value actOff[8];  // u x stepBytes
+  for (int64_t u = 0; u < 8; ++u)
+    actOff[u] = f.muli(stepBytes, f.cI64(u));
 
   f.loop(zero, M, R, [&](Value mb0) {
     Value rows = minI(R, sub(M, mb0));
     Value rowMask = lanesBelow(ps, zero, rows), rowBytes = lanesBelow(pb, zero, f.muli(rows, four));
-    // Pack the block's rows: word j of row r (columns 4j..4j+3) to [j][r].
-    f.loop(zero, rows, one, [&](Value r) {
-      Value from = f.gep(xq, i8, f.muli(f.addi(mb0, r), K));
-      f.loop(zero, divs(K, four), one, [&](Value j) {
-        Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(from, f.i32, j), 1);
-        b.create<mlir::LLVM::StoreOp>(loc, word, f.gep(packed, f.i32, f.addi(f.muli(j, R), r)), 4);
+    // Pack the block's rows, word j of row r (columns 4j..4j+3) to [j][r]: S words of
+    // each row at a time loaded into the horizontal slices of ZA tile 0 and stored
+    // from its vertical ones (a transpose through ZA).
+    Value words = divs(K, four);
+    f.loop(zero, words, S, [&](Value j0) {
+      Value cols = minI(S, sub(words, j0));
+      Value colMask = lanesBelow(ps, zero, cols);
+      f.loop(zero, rows, one, [&](Value r) {
+        Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
+        intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, c32(0), i32Of(r)});
+      });
+      f.loop(zero, cols, one, [&](Value j) {
+        Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
+        intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, c32(0), i32Of(j)});
       });
     });
     if (int4) {
-      // Each (group, row)'s offset share: -8 x the sum of its activations.
+      // Each (group, row)'s offset share: -8 x 16 x the sum of its activations.
       Value ones = f.splatInt(nxi8, 1);
       Value wordsPerGroup = divs(group, four);
       f.loop(zero, groups, one, [&](Value gi) {
@@ -1773,7 +1785,7 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
           Value acc = intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0);
           b.create<mlir::scf::YieldOp>(loc, acc);
         }
-        Value share = b.create<mlir::arith::MulIOp>(loc, sum.getResult(0), f.splatInt(nxi32, -8));
+        Value share = b.create<mlir::arith::MulIOp>(loc, sum.getResult(0), f.splatInt(nxi32, -8 * 16));
         b.create<mlir::LLVM::MaskedStoreOp>(loc, share, f.gep(shares, f.i32, f.muli(gi, R)), rowMask, 4);
       });
     }
@@ -1800,43 +1812,79 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       f.loop(zero, f.muli(W, f.cI64(2)), one, [&](Value j) {
         f.store(args.bias(f, minI(f.addi(c0, j), sub(N, one))), biasBuf, f.f32, j);
       });
+      // Signed activations x the codes: int8 signed (SMOPA), int4 unsigned (SUMOPA).
       auto mopa = [&](int64_t t, Value a, Value wv) {
-        intr("llvm.aarch64.sme.smopa.wide", {}, {c32(t), rowBytes, tiles[t].bytes, a, wv});
+        intr(int4 ? "llvm.aarch64.sme.sumopa.wide" : "llvm.aarch64.sme.smopa.wide", {},
+             {c32(t), rowBytes, tiles[t].bytes, a, wv});
       };
       // Step s's operands: int4 8 columns (two SMOPA per tile), int8 4.
-      auto step = [&](Value s) {
+      // One step of columns from its packed activations at `a` and tile t's codes at
+      // w[t]: int4 8 columns (two SMOPA per tile), int8 4.
+      auto step = [&](Value a, Value w0, Value w1) {
+        Value ws[2] = {w0, w1};
         if (int4) {
-          Value aLo = load(nxi8, f.gep(packed, i8, f.muli(f.muli(s, f.cI64(2)), stepBytes)), rowBytes);
-          Value aHi = load(nxi8, f.gep(packed, i8, f.muli(f.addi(f.muli(s, f.cI64(2)), one), stepBytes)), rowBytes);
+          Value aLo = load(nxi8, a, rowBytes), aHi = load(nxi8, f.gep(a, i8, actOff[1]), rowBytes);
           for (int64_t t = 0; t < 2; ++t) {
-            Value raw = load(nxi8, f.gep(tiles[t].codes, i8, f.muli(s, f.cI64(64))), tiles[t].bytes);
-            mopa(t, aLo, b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(nxi8, 0x0F)));
-            mopa(t, aHi, b.create<mlir::arith::ShRUIOp>(loc, raw, f.splatInt(nxi8, 4)));
+            // 16 c of the low and high nibbles (a shift and a mask, no copy).
+            Value raw = load(nxi8, ws[t], tiles[t].bytes);
+            mopa(t, aLo, b.create<mlir::arith::ShLIOp>(loc, raw, f.splatInt(nxi8, 4)));
+            mopa(t, aHi, b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(nxi8, 0xF0)));
           }
         } else {
-          Value a = load(nxi8, f.gep(packed, i8, f.muli(s, stepBytes)), rowBytes);
+          Value av = load(nxi8, a, rowBytes);
           for (int64_t t = 0; t < 2; ++t)
-            mopa(t, a, load(nxi8, f.gep(tiles[t].codes, i8, f.muli(s, f.cI64(64))), tiles[t].bytes));
+            mopa(t, av, load(nxi8, ws[t], tiles[t].bytes));
         }
+      };
+      // Steps [s0, s1) as a loop over pointers, and `count` steps from s0 unrolled
+      // (constant offsets, hoisted).
+      const int64_t actPerStep = int4 ? 2 : 1;
+      auto at = [&](Value s0) {
+        return std::array<Value, 3>{f.gep(packed, i8, f.muli(s0, actOff[actPerStep])),
+                                    f.gep(tiles[0].codes, i8, f.muli(s0, f.cI64(64))),
+                                    f.gep(tiles[1].codes, i8, f.muli(s0, f.cI64(64)))};
+      };
+      auto stepLoop = [&](Value s0, Value s1) {
+        std::array<Value, 3> p = at(s0);
+        auto loopOp = b.create<mlir::scf::ForOp>(loc, s0, s1, one, mlir::ValueRange{p[0], p[1], p[2]});
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(loopOp.getBody());
+        auto it = loopOp.getRegionIterArgs();
+        step(it[0], it[1], it[2]);
+        b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.gep(it[0], i8, actOff[actPerStep]),
+                                                           f.gep(it[1], i8, f.cI64(64)),
+                                                           f.gep(it[2], i8, f.cI64(64))});
+      };
+      // `count` steps unrolled from pointers a, w0, w1 (constant offsets, hoisted).
+      auto unrolled = [&](Value a, Value w0, Value w1, int64_t count) {
+        for (int64_t u = 0; u < count; ++u)
+          step(f.gep(a, i8, actOff[actPerStep * u]), f.gep(w0, i8, f.cI64(64 * u)), f.gep(w1, i8, f.cI64(64 * u)));
       };
       if (int4) {
         zeroTiles(0xCC);  // f32 tiles 2 and 3
         Value stepsPerGroup = divs(group, f.cI64(8));
-        f.loop(zero, groups, one, [&](Value gi) {
+        Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
+        // The group loop carries the pointers to its steps' operands.
+        Value aAdvance = f.muli(stepsPerGroup, actOff[actPerStep]), wAdvance = f.muli(stepsPerGroup, f.cI64(64));
+        std::array<Value, 3> start = at(zero);
+        auto groupLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, mlir::ValueRange{start[0], start[1], start[2]});
+        {
+          mlir::OpBuilder::InsertionGuard gl(b);
+          b.setInsertionPointToStart(groupLoop.getBody());
+          Value gi = groupLoop.getInductionVar();
+          auto ptrs = groupLoop.getRegionIterArgs();
           zeroTiles(0x33);  // i32 tiles 0 and 1
           Value share = load(nxi32, f.gep(shares, f.i32, f.muli(gi, R)), rowMask);
           for (int64_t t = 0; t < 2; ++t)
             intr("llvm.aarch64.sme.addva", {}, {c32(t), rowMask, tiles[t].lanes, share});
           Value s0 = f.muli(gi, stepsPerGroup);
-          Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
           auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
           {
             mlir::OpBuilder::InsertionGuard g(b);
             b.setInsertionPointToStart(ifOp.thenBlock());
-            for (int64_t s = 0; s < 4; ++s)
-              step(f.addi(s0, f.cI64(s)));
+            unrolled(ptrs[0], ptrs[1], ptrs[2], 4);
             b.setInsertionPointToStart(ifOp.elseBlock());
-            f.loop(s0, f.addi(s0, stepsPerGroup), one, step);
+            stepLoop(s0, f.addi(s0, stepsPerGroup));
           }
           Value sc[2];
           for (int64_t t = 0; t < 2; ++t) {
@@ -1844,8 +1892,9 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
             sc[t] = b.create<mlir::arith::ExtFOp>(loc, nxf32, h);
           }
           // Array vectors 4i + t (i < S / 4) are tile t's rows i, i + S/4, i + S/2,
-          // i + 3S/4; 4i + t + 2 the same rows of tile t + 2.
-          f.loop(zero, divs(S, four), one, [&](Value i) {
+          // i + 3S/4; 4i + t + 2 the same rows of tile t + 2. Two i at a time from 256
+          // bits up (S / 4 even), one at 128.
+          auto readOut = [&](Value i) {
             for (int64_t t = 0; t < 2; ++t) {
               Value slice = i32Of(f.addi(f.muli(i, four), f.cI64(t)));
               Value sums = intr("llvm.aarch64.sme.read.vg1x4", {x4(nxi32)}, {slice})->getResult(0);
@@ -1855,11 +1904,27 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
               ops.push_back(sc[t]);
               intr("llvm.aarch64.sme.fmla.single.vg1x4", {}, ops);
             }
+          };
+          // Two i at a time (S / 4 is even from 256 bits up), then one (128 bits).
+          Value quarter = divs(S, four);
+          Value pairs = f.muli(divs(quarter, f.cI64(2)), f.cI64(2));
+          f.loop(zero, pairs, f.cI64(2), [&](Value i) {
+            readOut(i);
+            readOut(f.addi(i, one));
           });
-        });
+          f.loop(pairs, quarter, one, readOut);
+          b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.gep(ptrs[0], i8, aAdvance), f.gep(ptrs[1], i8, wAdvance),
+                                                             f.gep(ptrs[2], i8, wAdvance)});
+        }
       } else {
+        // The steps 4 at a time, then the rest.
         zeroTiles(0x33);
-        f.loop(zero, divs(K, four), one, step);
+        Value steps = divs(K, four), main = f.muli(divs(steps, four), four);
+        f.loop(zero, main, four, [&](Value s0) {
+          std::array<Value, 3> p = at(s0);
+          unrolled(p[0], p[1], p[2], 4);
+        });
+        stepLoop(main, steps);
       }
       // Store the block's rows.
       Value rowScale[2], bias[2], storeMask[2];
@@ -1874,7 +1939,12 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       }
       f.loop(zero, rows, one, [&](Value r) {
         Value row = f.addi(mb0, r);
-        Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, row));
+        // int4's totals are 16 x tile's (sums of 16 c, see step; every partial sum
+        // scaled by a power of 2, so rounded alike): x s_x / 16, exactly s_x x theirs.
+        Value sxScalar = f.load(f.f32, xsc, f.f32, row);
+        if (int4)
+          sxScalar = f.mul(sxScalar, b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f / 16)));
+        Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, sxScalar);
         for (int64_t t = 0; t < 2; ++t) {
           Value val;
           if (int4) {
