@@ -31,6 +31,11 @@ A8 = {
                      {"x86_64": "+avx2,+fma,+f16c", "aarch64": ""}),
 }
 
+# SME2: the A8 rules of these presets also compiled for +sme,+sme2 (beside the dotprod
+# and i8mm of their aarch64 artifact), `<preset>.a8.gen-aarch64-sme2.kiln`: their many-row
+# matmuls (prefill, the vision encoder) run as SME2 outer products.
+SME2 = {"tiny-llama": "+dotprod,+i8mm,+sme,+sme2", "tiny-llava": "+dotprod,+i8mm,+sme,+sme2"}
+
 # Quantised weights with float activations (W8A16, W4A16, fp8): `<preset>.a16.kiln`
 # (portable) and `<preset>.a16.gen-<arch>.kiln`, compared the same way.
 A16 = {
@@ -82,6 +87,9 @@ def main():
                 flags = [flags] if flags.startswith("--") else [f"--cpu-features={flags}"]
                 run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.gen-{arch}.kiln"),
                      f"--target={triple}"] + flags + precision)
+            if suffix == "a8" and preset in SME2:
+                run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.a8.gen-aarch64-sme2.kiln"),
+                     "--target=aarch64-linux-gnu", f"--cpu-features={SME2[preset]}"] + precision)
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]
         if vlm:

@@ -21,6 +21,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
@@ -799,7 +802,7 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
     Outputs portable, generated;
     ASSERT_EQ(RunVectors(base + "." + suffix + ".kiln", base, &portable, &err), KILN_OK) << err.message;
     kiln_status_t st = RunVectors(base + "." + suffix + ".gen-" + arch + ".kiln", base, &generated, &err);
-    if (st == KILN_ERROR_UNSUPPORTED) continue;  // this CPU lacks the artifact's features (named in err)
+    if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES) continue;  // this CPU lacks the artifact's features (named in err)
     ASSERT_EQ(st, KILN_OK) << err.message;
     EXPECT_TRUE(generated.generated_a8) << "no op runs a generated quantised-weight matmul";
     EXPECT_FALSE(portable.generated_a8);
@@ -836,7 +839,7 @@ TEST(Threads, OutputsDoNotDependOnTheThreadCount) {
       kiln_error_t err;
       Outputs one;
       kiln_status_t st = RunVectors(path, dir + "/" + name, &one, &err, 1);
-      if (st == KILN_ERROR_UNSUPPORTED) continue;  // this CPU lacks the artifact's features
+      if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES) continue;  // this CPU lacks the artifact's features
       ASSERT_EQ(st, KILN_OK) << err.message;
       for (int threads : {2, 3, 4}) {
         Outputs many;
@@ -849,6 +852,54 @@ TEST(Threads, OutputsDoNotDependOnTheThreadCount) {
       ++ran;
     }
   EXPECT_GE(ran, 6);
+}
+
+// SME2 (make_test_artifacts.py: SME2): the W4A8/W8A8 artifacts compiled for
+// +sme,+sme2 run their many-row matmuls as outer products into ZA. Their integer
+// sums and float operations are those of the NEON (i8mm) artifact of the same
+// precision, so the logits are the same bit for bit, with 1 and 3 threads; and the
+// greedy tokens are the portable artifact's. Skipped where the CPU (or qemu 7.2) has
+// no SME2, unless KILN_REQUIRE_SME2 is set (the sme2-vl* ctest entries run this under
+// an SME2 qemu at the streaming vector length KILN_EXPECT_SVL_BITS).
+TEST(Sme2, GeneratedMatchesNeonArtifact) {
+#if !defined(__aarch64__)
+  GTEST_SKIP() << "AArch64 only";
+#else
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  const bool required = std::getenv("KILN_REQUIRE_SME2") != nullptr;
+#if defined(__linux__)
+  // PR_SME_GET_VL: the streaming vector length in bytes (low 16 bits), or an error.
+  const long vl = prctl(64, 0, 0, 0, 0);
+  const int svlBits = vl < 0 ? 0 : static_cast<int>(vl & 0xffff) * 8;
+  std::printf("streaming vector length: %d bits\n", svlBits);
+  if (const char* expect = std::getenv("KILN_EXPECT_SVL_BITS")) EXPECT_EQ(svlBits, std::atoi(expect));
+#endif
+  int ran = 0;
+  for (const char* preset : {"tiny-llava", "tiny-llama"}) {
+    SCOPED_TRACE(preset);
+    const std::string base = dir + "/" + preset;
+    kiln_error_t err;
+    Outputs sme, neon, portable;
+    kiln_status_t st = RunVectors(base + ".a8.gen-aarch64-sme2.kiln", base, &sme, &err);
+    if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES && !required) GTEST_SKIP() << err.message;
+    ASSERT_EQ(st, KILN_OK) << err.message;
+    ASSERT_EQ(RunVectors(base + ".a8.gen-aarch64.kiln", base, &neon, &err), KILN_OK) << err.message;
+    ASSERT_EQ(RunVectors(base + ".a8.kiln", base, &portable, &err), KILN_OK) << err.message;
+    EXPECT_TRUE(sme.generated_a8);
+    ASSERT_EQ(sme.logits.size(), neon.logits.size());
+    EXPECT_EQ(std::memcmp(sme.logits.data(), neon.logits.data(), neon.logits.size() * 4), 0)
+        << "SME2 logits differ from the NEON artifact's";
+    EXPECT_EQ(sme.tokens, neon.tokens);
+    EXPECT_EQ(sme.tokens, portable.tokens);
+    Outputs threaded;
+    ASSERT_EQ(RunVectors(base + ".a8.gen-aarch64-sme2.kiln", base, &threaded, &err, 3), KILN_OK) << err.message;
+    EXPECT_EQ(std::memcmp(threaded.logits.data(), sme.logits.data(), sme.logits.size() * 4), 0)
+        << "3 threads: other logits";
+    ++ran;
+  }
+  EXPECT_EQ(ran, 2);
+#endif
 }
 
 // Sampling settings out of range are refused (they were read as "off" silently).
@@ -1015,7 +1066,7 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
   kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, &err);
-  if (st == KILN_ERROR_UNSUPPORTED) GTEST_SKIP() << err.message;
+  if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES) GTEST_SKIP() << err.message;
   ASSERT_EQ(st, KILN_OK) << err.message;
   const fb::Op* o = m->stages()->Get(stage)->ops()->Get(op);
   if (o->weights()->size() > 1) {
