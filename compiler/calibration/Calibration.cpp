@@ -243,7 +243,8 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
   if (kiln_model_load_from_memory(buffer.data, buffer.size, nullptr, &model, &err) != KILN_OK)
     return module.emitError("calibration: the calibration artifact does not load: ") << err.message;
   auto releaseModel = llvm::make_scope_exit([&] { kiln_model_release(model); });
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);

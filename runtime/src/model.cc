@@ -1,5 +1,6 @@
 // kiln_model_*: loading (mmap), verification and the model's tokenizer.
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -371,9 +372,20 @@ void kiln_model_release(kiln_model_t* model) {
 }
 
 kiln_status_t kiln_model_get_info(const kiln_model_t* model, kiln_model_info_t* out_info) {
-  if (model == nullptr || out_info == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
-  *out_info = model->info;
+  if (model == nullptr || out_info == nullptr || out_info->struct_size < sizeof(uint32_t) ||
+      out_info->struct_size > 4096)
+    return KILN_ERROR_INVALID_ARGUMENT;
+  const size_t n = std::min<size_t>(out_info->struct_size, sizeof(kiln_model_info_t));
+  kiln_model_info_t info = model->info;
+  info.struct_size = static_cast<uint32_t>(n);
+  std::memcpy(out_info, &info, n);
   return KILN_OK;
+}
+
+void kiln_model_options_init(kiln_model_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
 }
 
 kiln_status_t kiln_tokenize(const kiln_model_t* model, const char* text, size_t length, int add_special,

@@ -529,6 +529,12 @@ kiln_status_t kiln_calib_set_image_features(kiln_session_t* s, const float* feat
 
 extern "C" {
 
+void kiln_session_options_init(kiln_session_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+}
+
 void kiln_generate_options_init(kiln_generate_options_t* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
@@ -730,8 +736,13 @@ kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_
 }
 
 kiln_status_t kiln_session_get_stats(const kiln_session_t* s, kiln_stats_t* out_stats) {
-  if (s == nullptr || out_stats == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
-  *out_stats = s->stats;
+  if (s == nullptr || out_stats == nullptr || out_stats->struct_size < sizeof(uint32_t) ||
+      out_stats->struct_size > 4096)
+    return KILN_ERROR_INVALID_ARGUMENT;
+  const size_t n = std::min<size_t>(out_stats->struct_size, sizeof(kiln_stats_t));
+  kiln_stats_t stats = s->stats;
+  stats.struct_size = static_cast<uint32_t>(n);
+  std::memcpy(out_stats, &stats, n);
   return KILN_OK;
 }
 

@@ -44,7 +44,8 @@ struct AlignedCopy {
 
 void RunModel(kiln_model_t* model, const uint8_t* bytes, size_t size) {
   kiln_error_t err;
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   if (kiln_model_get_info(model, &info) != KILN_OK) return;
 
   // The tokenizer, both ways.

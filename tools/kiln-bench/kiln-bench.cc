@@ -370,7 +370,8 @@ struct Bench {
       *error = err.message;
       return false;
     }
-    kiln_stats_t st;
+    kiln_stats_t st = {};
+    st.struct_size = sizeof(st);
     kiln_session_get_stats(s, &st);
     Run& r = *run;
     r["image_preprocess_ms"] = st.image_preprocess_ms;
@@ -852,7 +853,8 @@ int main(int argc, char** argv) {
     kiln_model_t* model = nullptr;
     kiln_error_t err;
     if (kiln_model_load(a.path.c_str(), nullptr, &model, &err) != KILN_OK) return fail(err.message);
-    kiln_model_info_t info;
+    kiln_model_info_t info = {};
+    info.struct_size = sizeof(info);
     kiln_model_get_info(model, &info);
     a.target = info.target ? info.target : "";
     a.source_hash = info.source_hash ? info.source_hash : "";

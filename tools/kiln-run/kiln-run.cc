@@ -209,7 +209,8 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     return 1;
   }
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
   char buf[1 << 16];
   int line_no = 0, failures = 0;
@@ -263,7 +264,8 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
       ++failures;
       continue;
     }
-    kiln_stats_t s;
+    kiln_stats_t s = {};
+    s.struct_size = sizeof(s);
     kiln_session_get_stats(session, &s);
     std::printf("{\"id\": \"%s\", \"answer\": \"%s\", \"ttft_ms\": %.3f, \"generated_tokens\": %d}\n",
                 JsonEscape(id).c_str(), JsonEscape(answer).c_str(), s.ttft_ms, s.generated_tokens);
@@ -447,7 +449,8 @@ int main(int argc, char** argv) {
   kiln_error_t err;
   kiln_model_t* model = nullptr;
   if (kiln_model_load(model_path.c_str(), nullptr, &model, &err) != KILN_OK) return Die("loading the model", err);
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
@@ -559,7 +562,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n && i < out.size(); ++i) std::printf(" %d", out[i]);
     std::printf("\n");
   }
-  kiln_stats_t stats;
+  kiln_stats_t stats = {};
+  stats.struct_size = sizeof(stats);
   kiln_session_get_stats(session, &stats);
   PrintStats(stats, info, model_path, json, json ? stdout : stderr);
   kiln_session_release(session);

@@ -18,10 +18,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KILN_API marks the exported functions. Building the library (KILN_BUILDING_LIBRARY,
+ * set by Kiln's own build) exports them; an application including this header gets
+ * plain declarations (dllimport on Windows with KILN_SHARED, the DLL). Everything else
+ * in the library is hidden. */
+#if defined(KILN_BUILDING_LIBRARY)
 #if defined(_WIN32)
 #define KILN_API __declspec(dllexport)
 #elif defined(__GNUC__)
 #define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+#elif defined(_WIN32) && defined(KILN_SHARED)
+#define KILN_API __declspec(dllimport)
 #else
 #define KILN_API
 #endif
@@ -175,6 +185,9 @@ typedef struct kiln_model_options_t {
   const kiln_kernel_library_t* kernels;
 } kiln_model_options_t;
 
+/* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact. */
+KILN_API void kiln_model_options_init(kiln_model_options_t* options);
+
 /* Maps the artifact at `path` read-only and verifies it completely (structure and
  * meaning: every index, offset, size, shape, op and kernel id, and the CPU features
  * its kernels need) before returning. Weights are used in place (zero-copy).
@@ -201,7 +214,11 @@ KILN_API kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, 
  * a no-op. */
 KILN_API void kiln_model_release(kiln_model_t* model);
 
+/* Output structs carry their size too, so that they can grow: the caller sets
+ * struct_size (`kiln_model_info_t info = {sizeof info};`), the runtime writes the
+ * fields that fit and sets struct_size to the bytes it wrote. */
 typedef struct kiln_model_info_t {
+  uint32_t struct_size;        /* sizeof(kiln_model_info_t), set by the caller */
   const char* architecture;    /* "LlavaForConditionalGeneration", ... */
   const char* prompt_template; /* "llava", "llava-chatml", "idefics3", "plain" */
   const char* target;          /* target triple the artifact was compiled for */
@@ -218,7 +235,8 @@ typedef struct kiln_model_info_t {
   uint64_t file_bytes;
 } kiln_model_info_t;
 
-/* Facts about a loaded model. The strings are owned by the model. Thread-safe. */
+/* Facts about a loaded model. The strings are owned by the model. Thread-safe.
+ * KILN_ERROR_INVALID_ARGUMENT when out_info->struct_size is not set. */
 KILN_API kiln_status_t kiln_model_get_info(const kiln_model_t* model,
                                            kiln_model_info_t* out_info);
 
@@ -253,6 +271,10 @@ typedef struct kiln_session_options_t {
                                         maximum, capped at 4096 */
   const kiln_allocator_t* allocator; /* NULL: the model's allocator */
 } kiln_session_options_t;
+
+/* Defaults: struct_size set, the performance cores, the model's context (at most
+ * 4096), the model's allocator. */
+KILN_API void kiln_session_options_init(kiln_session_options_t* options);
 
 /* Creates a session: the activation arena, the KV cache and the thread pool are
  * allocated here, once; generation allocates nothing. `options` may be NULL.
@@ -353,6 +375,7 @@ KILN_API kiln_status_t kiln_session_get_output_ids(const kiln_session_t* session
  * is the sum of the first five stages: the first token is chosen from the prefill's
  * logits. */
 typedef struct kiln_stats_t {
+  uint32_t struct_size;       /* sizeof(kiln_stats_t), set by the caller (see kiln_model_info_t) */
   double image_preprocess_ms; /* resize, crop, normalise */
   double vision_encoder_ms;
   double projector_ms;
@@ -372,6 +395,7 @@ typedef struct kiln_stats_t {
   uint64_t weight_bytes;      /* mapped weights (file-backed, shared, not allocated) */
 } kiln_stats_t;
 
+/* KILN_ERROR_INVALID_ARGUMENT when out_stats->struct_size is not set. */
 KILN_API kiln_status_t kiln_session_get_stats(const kiln_session_t* session,
                                               kiln_stats_t* out_stats);
 

@@ -80,7 +80,8 @@ kiln_status_t LoadAndRun(Buffer& b, kiln_error_t* err, bool run) {
     kiln_session_t* s = nullptr;
     st = kiln_session_create(model, &so, &s, err);
     if (st == KILN_OK) {
-      kiln_model_info_t info;
+      kiln_model_info_t info = {};
+      info.struct_size = sizeof(info);
       kiln_model_get_info(model, &info);
       std::vector<int32_t> ids = {1, 2, 3, 4};
       kiln_generate_options_t go;
@@ -415,7 +416,8 @@ void RunAccepted(kiln_model_t* model, int tokens, bool image, int32_t context = 
   kiln_session_t* s = nullptr;
   kiln_error_t err;
   if (kiln_session_create(model, &so, &s, &err) != KILN_OK) return;
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
   if (image && info.image_size > 0) {
     std::vector<float> px(static_cast<size_t>(3) * info.image_size * info.image_size, 0.25f);
@@ -738,7 +740,8 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
     std::vector<float> p = px.AsFloat();
     EXPECT_EQ(kiln_session_set_pixel_values(s, p.data(), p.size(), err), KILN_OK) << err->message;
   };
-  kiln_model_info_t info;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
   out->logits.assign(prompt.size() * static_cast<size_t>(info.vocab_size), 0.0f);
   pixels();
@@ -983,7 +986,8 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
     so.num_threads = 1;
     kiln_session_t* s = nullptr;
     EXPECT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
-    kiln_model_info_t info;
+    kiln_model_info_t info = {};
+    info.struct_size = sizeof(info);
     kiln_model_get_info(model, &info);
     out.assign(ids.size() * static_cast<size_t>(info.vocab_size), 0.0f);
     EXPECT_EQ(kiln_session_prefill_logits(s, ids.data(), ids.size(), out.data(), out.size(), &err), KILN_OK)
