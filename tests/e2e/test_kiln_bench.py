@@ -100,7 +100,8 @@ def test_json_schema_and_statistics(artifacts, tmp_path):
             assert run_["threads_used"] == r["threads"]
             stages = sum(run_[k] for k in ("image_preprocess_ms", "vision_encoder_ms", "projector_ms", "prefill_ms",
                                            "first_token_ms"))
-            assert abs(stages - run_["ttft_ms"]) <= 1e-3 * max(1.0, run_["ttft_ms"])
+            # TTFT is measured end to end: the stages plus a little bookkeeping between them.
+            assert stages <= run_["ttft_ms"] + 1e-3 and run_["ttft_ms"] - stages <= 0.05 + 0.02 * run_["ttft_ms"]
             assert 1 <= run_["generated_tokens"] <= 4 and run_["peak_rss_bytes"] > 0 and run_["kv_cache_bytes"] > 0
             if r["mode"] == "cold":
                 assert run_["cold_total_ms"] >= run_["load_ms"] + run_["ttft_ms"]
