@@ -13,8 +13,9 @@ namespace kiln::format {
 // major (fields it does not know are ignored); a newer major is rejected.
 constexpr uint32_t kSchemaMajor = 1;
 // 1: code segment (Model.code, Op.symbol); 2: packed layouts; 3: int4_p16k8 and
-// int8_p16k4 (int4_p4k32 retired)
-constexpr uint32_t kSchemaMinor = 3;
+// int8_p16k4 (int4_p4k32 retired); 4: SentencePiece-style tokenizers
+// (PreTokenizer.Metaspace and its Tokenizer fields)
+constexpr uint32_t kSchemaMinor = 4;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

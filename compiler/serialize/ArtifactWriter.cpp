@@ -503,11 +503,19 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
   std::vector<flatbuffers::Offset<fb::AddedToken>> added;
   for (const auto& a : tokenizer_.added)
     added.push_back(fb::CreateAddedTokenDirect(b, a.id, a.content.c_str(), a.special));
+  const fb::PreTokenizer preTokenizer = tokenizer_.pretokenizer == TokenizerData::PreTokenizer::Split ? fb::PreTokenizer::Split
+                                       : tokenizer_.pretokenizer == TokenizerData::PreTokenizer::Metaspace
+                                           ? fb::PreTokenizer::Metaspace
+                                           : fb::PreTokenizer::Gpt2;
+  const fb::PrependScheme prependScheme =
+      tokenizer_.prependScheme == TokenizerData::PrependScheme::First   ? fb::PrependScheme::First
+      : tokenizer_.prependScheme == TokenizerData::PrependScheme::Never ? fb::PrependScheme::Never
+                                                                        : fb::PrependScheme::Always;
   auto tokenizer = fb::CreateTokenizer(
-      b, tokenizer_.pretokenizer == TokenizerData::PreTokenizer::Split ? fb::PreTokenizer::Split : fb::PreTokenizer::Gpt2,
-      b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
+      b, preTokenizer, b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
       b.CreateVectorOfStructs(merges), b.CreateVector(added), tokenizer_.bosId, tokenizer_.addBos,
-      tokenizer_.ignoreMerges);
+      tokenizer_.ignoreMerges, b.CreateString(tokenizer_.prepend), prependScheme, tokenizer_.byteFallback,
+      tokenizer_.unkId, tokenizer_.fuseUnk, static_cast<uint8_t>(tokenizer_.decodeStrip));
 
   std::vector<int32_t> eos;
   if (gen)

@@ -56,8 +56,17 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
     m->added[i] = {a->id(), std::string_view(a->content()->c_str(), a->content()->size()), a->special()};
   }
   TokenizerSpec spec;
-  spec.pretokenizer = tok->pretokenizer() == fb::PreTokenizer::Gpt2 ? TokenizerSpec::PreTokenizer::kGpt2
-                                                                    : TokenizerSpec::PreTokenizer::kSplit;
+  spec.pretokenizer = tok->pretokenizer() == fb::PreTokenizer::Gpt2        ? TokenizerSpec::PreTokenizer::kGpt2
+                      : tok->pretokenizer() == fb::PreTokenizer::Metaspace ? TokenizerSpec::PreTokenizer::kMetaspace
+                                                                           : TokenizerSpec::PreTokenizer::kSplit;
+  if (tok->prepend() != nullptr) spec.prepend = std::string_view(tok->prepend()->c_str(), tok->prepend()->size());
+  spec.prepend_scheme = tok->prepend_scheme() == fb::PrependScheme::First   ? TokenizerSpec::PrependScheme::kFirst
+                        : tok->prepend_scheme() == fb::PrependScheme::Never ? TokenizerSpec::PrependScheme::kNever
+                                                                            : TokenizerSpec::PrependScheme::kAlways;
+  spec.byte_fallback = tok->byte_fallback();
+  spec.unk_id = tok->unk_id();
+  spec.fuse_unk = tok->fuse_unk();
+  spec.decode_strip = tok->decode_strip();
   if (tok->pattern() != nullptr) spec.pattern = std::string_view(tok->pattern()->c_str(), tok->pattern()->size());
   spec.vocab = m->vocab.data();
   spec.vocab_size = m->vocab.size();

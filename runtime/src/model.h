@@ -97,6 +97,7 @@ struct kiln_session_t {
   kiln::rt::WeightInputObserver observer = nullptr;  // calibration seam (kiln/kiln_calibration.h)
   void* observer_user = nullptr;
   kiln::rt::Vec<char> text;      // bytes of generated tokens not yet emitted
+  int strip_pending = 0;         // leading spaces still to drop from the answer (Tokenizer::decode_strip)
   kiln::rt::Vec<char> text_out;  // the UTF-8 handed to the token callback
   kiln_stats_t stats = {};
 };

@@ -238,6 +238,14 @@ kiln_status_t Emit(kiln_session_t* s, int32_t token, const kiln_generate_options
     if (st == KILN_ERROR_INPUT_TOKENS) ClearError(error);  // an id without a token: no text
     else if (st != KILN_OK) return st;
   }
+  // The decoder's Strip: the answer's first leading spaces are dropped.
+  if (s->strip_pending > 0 && !s->text.empty()) {
+    size_t skip = 0;
+    while (skip < s->text.size() && s->strip_pending > 0 && s->text[skip] == ' ') ++skip, --s->strip_pending;
+    if (skip < s->text.size()) s->strip_pending = 0;  // past the start of the text
+    std::memmove(s->text.data(), s->text.data() + skip, s->text.size() - skip);
+    (void)s->text.resize(s->text.size() - skip);
+  }
   size_t n = Utf8CompleteLength(s->text.data(), s->text.size());
   Vec<char>& clean = s->text_out;
   clean.clear();
@@ -278,6 +286,7 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   const int64_t vocab = m->text()->vocab_size();
   s->output.clear();
   s->text.clear();
+  s->strip_pending = s->model->tokenizer->decode_strip();
   s->position = 0;
   // Reserve now so that streaming allocates nothing per token.
   if (!s->text.reserve(64) || !s->text_out.reserve(256) ||

@@ -414,6 +414,12 @@ kiln_status_t Verifier::TokenizerData() {
         return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "malformed added token");
   if (tok->bos_id() >= static_cast<int32_t>(n))
     return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "bos id outside the vocabulary");
+  if (tok->prepend_scheme() > fb::PrependScheme::MAX)
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "unknown prepend scheme");
+  if (tok->unk_id() >= static_cast<int32_t>(n))
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "unk id outside the vocabulary");
+  if (tok->decode_strip() > 8)
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "decoder strips %u leading spaces (at most 8)", tok->decode_strip());
   return KILN_OK;
 }
 

@@ -277,9 +277,19 @@ void FuzzJson(const uint8_t* data, size_t size) {
   std::vector<TokenizerSpec::Added> added;
   for (auto& a : tok.added) added.push_back({a.id, a.content, a.special});
   TokenizerSpec spec;
-  spec.pretokenizer = tok.pretokenizer == kiln::TokenizerData::PreTokenizer::Split
-                          ? TokenizerSpec::PreTokenizer::kSplit
+  spec.pretokenizer = tok.pretokenizer == kiln::TokenizerData::PreTokenizer::Split ? TokenizerSpec::PreTokenizer::kSplit
+                      : tok.pretokenizer == kiln::TokenizerData::PreTokenizer::Metaspace
+                          ? TokenizerSpec::PreTokenizer::kMetaspace
                           : TokenizerSpec::PreTokenizer::kGpt2;
+  spec.prepend = tok.prepend;
+  spec.prepend_scheme = tok.prependScheme == kiln::TokenizerData::PrependScheme::First ? TokenizerSpec::PrependScheme::kFirst
+                        : tok.prependScheme == kiln::TokenizerData::PrependScheme::Never
+                            ? TokenizerSpec::PrependScheme::kNever
+                            : TokenizerSpec::PrependScheme::kAlways;
+  spec.byte_fallback = tok.byteFallback;
+  spec.unk_id = tok.unkId;
+  spec.fuse_unk = tok.fuseUnk;
+  spec.decode_strip = tok.decodeStrip;
   spec.pattern = tok.pattern;
   spec.vocab = views.data();
   spec.vocab_size = views.size();

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Dict, Iterator, Optional, Tuple
@@ -121,9 +122,20 @@ def _write_json(path: str, obj) -> None:
         f.write("\n")
 
 
+def tokenizer_json_ids(path: str) -> int:
+    """The number of ids a tokenizer.json uses (its largest id + 1)."""
+    with open(path, encoding="utf-8") as f:
+        tj = json.load(f)
+    ids = list(tj["model"]["vocab"].values()) + [a["id"] for a in tj.get("added_tokens", [])]
+    return max(ids) + 1
+
+
 def generate(preset_name: str, out: str, seed: int = 0, dtype: Optional[str] = None,
-             shard_size="2GB", quiet: bool = False) -> dict:
-    """Write checkpoint `preset_name` to directory `out`; returns a summary dict."""
+             shard_size="2GB", quiet: bool = False, tokenizer_json: Optional[str] = None,
+             tokenizer_config: Optional[str] = None) -> dict:
+    """Write checkpoint `preset_name` to directory `out`; returns a summary dict. With
+    `tokenizer_json`, that tokenizer (e.g. a real checkpoint's) is copied instead of one
+    trained here, and the text vocabulary is sized to its ids."""
     t0 = time.time()
     preset = get_preset(preset_name)
     dtype = canonical_dtype(dtype or preset.default_dtype)
@@ -132,6 +144,12 @@ def generate(preset_name: str, out: str, seed: int = 0, dtype: Optional[str] = N
     os.makedirs(out, exist_ok=True)
     config = dict(preset.config)
     config["torch_dtype"] = TORCH_DTYPE_NAMES[dtype]
+    if tokenizer_json:
+        vocab = tokenizer_json_ids(tokenizer_json)
+        if "text_config" in config:
+            config["text_config"] = dict(config["text_config"], vocab_size=vocab)
+        else:
+            config["vocab_size"] = vocab
 
     model = build_model(config, where=f"preset {preset_name}", empty=True)
     text_cfg = config.get("text_config") or config
@@ -151,8 +169,14 @@ def generate(preset_name: str, out: str, seed: int = 0, dtype: Optional[str] = N
         _write_json(os.path.join(out, "preprocessor_config.json"), preset.preprocessor)
     if preset.processor is not None:
         _write_json(os.path.join(out, "processor_config.json"), preset.processor)
-    tok = write_tokenizer(preset, out, text_vocab_size(model),
-                          int(text_cfg.get("max_position_embeddings") or 2048))
+    if tokenizer_json:
+        shutil.copyfile(tokenizer_json, os.path.join(out, "tokenizer.json"))
+        if tokenizer_config:
+            shutil.copyfile(tokenizer_config, os.path.join(out, "tokenizer_config.json"))
+        tok = {"copied": os.path.abspath(tokenizer_json), "ids": text_vocab_size(model)}
+    else:
+        tok = write_tokenizer(preset, out, text_vocab_size(model),
+                              int(text_cfg.get("max_position_embeddings") or 2048))
     n_params = sum(math.prod(s.shape) for s in specs)
     n_bytes = sum(s.nbytes for s in specs)
     summary = {"preset": preset_name, "description": preset.description, "seed": seed, "dtype": dtype,
@@ -173,6 +197,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=["f32", "f16", "bf16"], help="stored dtype (default: the preset's)")
     ap.add_argument("--shard-size", default="2GB", help="max shard size, e.g. 2GB, 500MB, 1GiB (default 2GB)")
     ap.add_argument("--list", action="store_true", help="list presets and exit")
+    ap.add_argument("--tokenizer-json", help="copy this tokenizer.json (a real checkpoint's) instead of training one; "
+                                             "the text vocabulary is sized to its ids")
+    ap.add_argument("--tokenizer-config", help="with --tokenizer-json: its tokenizer_config.json")
     args = ap.parse_args(argv)
     if args.list:
         for p in PRESETS.values():
@@ -182,7 +209,8 @@ def main(argv=None) -> int:
         ap.error("--preset and --out are required (or --list)")
     if args.preset not in PRESETS:
         ap.error(f"unknown preset {args.preset!r}; available: {', '.join(PRESETS)}")
-    generate(args.preset, args.out, args.seed, args.dtype, args.shard_size)
+    generate(args.preset, args.out, args.seed, args.dtype, args.shard_size,
+             tokenizer_json=args.tokenizer_json, tokenizer_config=args.tokenizer_config)
     return 0
 
 

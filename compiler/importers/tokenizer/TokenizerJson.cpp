@@ -73,9 +73,71 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
   const llvm::json::Object* root = parsed->getAsObject();
   const llvm::json::Object* model = root ? root->getObject("model") : nullptr;
   if (!model || model->getString("type") != std::optional<llvm::StringRef>("BPE"))
-    return fail("model.type must be \"BPE\" (byte-level BPE tokenizers are supported)");
-  if (model->getBoolean("byte_fallback").value_or(false))
-    return fail("byte_fallback BPE (SentencePiece style) is not supported");
+    return fail("model.type must be \"BPE\" (byte-level and SentencePiece-style BPE tokenizers are supported)");
+  // SentencePiece style (Llama-2, Mistral, TinyLlama, llava-1.5): "\u2581" for spaces,
+  // from a Prepend + Replace normalizer (pre_tokenizer null) or a Metaspace
+  // pre-tokenizer; characters outside the vocabulary as byte tokens (byte_fallback).
+  const std::string kSpace = "\xE2\x96\x81";  // U+2581
+  bool metaspace = false;
+  {
+    const llvm::json::Value* pre = root->get("pre_tokenizer");
+    const llvm::json::Object* preObj = pre ? pre->getAsObject() : nullptr;
+    const llvm::json::Value* n = root->get("normalizer");
+    const llvm::json::Object* norm = n ? n->getAsObject() : nullptr;
+    auto isType = [](const llvm::json::Object* o, llvm::StringRef t) {
+      return o && o->getString("type") == std::optional<llvm::StringRef>(t);
+    };
+    if (isType(preObj, "Metaspace")) {
+      metaspace = true;
+      auto replacement = preObj->getString("replacement");
+      if (replacement && *replacement != kSpace)
+        return fail("Metaspace replacement '" + *replacement + "' is not supported (only U+2581)");
+      if (preObj->getBoolean("split").value_or(false))
+        return fail("Metaspace split = true is not supported");
+      std::optional<llvm::StringRef> scheme = preObj->getString("prepend_scheme");
+      bool addPrefix = preObj->getBoolean("add_prefix_space").value_or(true);
+      tok.prepend = kSpace;
+      if (scheme == std::optional<llvm::StringRef>("first"))
+        tok.prependScheme = TokenizerData::PrependScheme::First;
+      else if (scheme == std::optional<llvm::StringRef>("never") || (!scheme && !addPrefix))
+        tok.prependScheme = TokenizerData::PrependScheme::Never;
+      else if (scheme && *scheme != "always")
+        return fail("Metaspace prepend_scheme '" + *scheme + "' is not supported");
+      if (n && n->kind() != llvm::json::Value::Null &&
+          !(isType(norm, "Sequence") && norm->getArray("normalizers") && norm->getArray("normalizers")->empty()))
+        return fail("a normalizer beside the Metaspace pre-tokenizer is not supported");
+    } else if ((!pre || pre->kind() == llvm::json::Value::Null) && isType(norm, "Sequence")) {
+      // [Prepend("\u2581"), Replace(" " -> "\u2581")] in either order.
+      const llvm::json::Array* steps = norm->getArray("normalizers");
+      bool replaced = false, prepended = false;
+      for (size_t i = 0; steps && i < steps->size(); ++i) {
+        const llvm::json::Object* step = (*steps)[i].getAsObject();
+        if (isType(step, "Prepend") && step->getString("prepend") && !prepended) {
+          tok.prepend = step->getString("prepend")->str();
+          prepended = true;
+        } else if (isType(step, "Replace") && step->getObject("pattern") &&
+                   step->getObject("pattern")->getString("String") == std::optional<llvm::StringRef>(" ") &&
+                   step->getString("content") == std::optional<llvm::StringRef>(kSpace) && !replaced) {
+          replaced = true;
+        } else {
+          return fail("normalizer step " + llvm::Twine(i) +
+                      " is not supported (SentencePiece-style files use Prepend and Replace(' ' -> U+2581))");
+        }
+      }
+      if (!replaced)
+        return fail("a normalizer without Replace(' ' -> U+2581) is not supported");
+      metaspace = true;
+      tok.prependScheme = prepended ? TokenizerData::PrependScheme::Always : TokenizerData::PrependScheme::Never;
+    }
+  }
+  if (metaspace) {
+    tok.pretokenizer = PreTokenizer::Metaspace;
+    tok.byteFallback = model->getBoolean("byte_fallback").value_or(false);
+    tok.fuseUnk = model->getBoolean("fuse_unk").value_or(false);
+  } else if (model->getBoolean("byte_fallback").value_or(false)) {
+    return fail("byte_fallback is supported with SentencePiece-style files only (a Prepend + Replace "
+                "normalizer or a Metaspace pre-tokenizer)");
+  }
   // Fields that change nothing when empty are accepted empty (Qwen2-family files
   // write "continuing_subword_prefix": "" and empty normalizer sequences).
   for (llvm::StringRef key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -86,7 +148,7 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
       if (!text->empty())
         return fail("model." + key + " '" + *text + "' is not supported (only empty or null)");
     }
-  if (const llvm::json::Value* n = root->get("normalizer"); n && n->kind() != llvm::json::Value::Null) {
+  if (const llvm::json::Value* n = root->get("normalizer"); !metaspace && n && n->kind() != llvm::json::Value::Null) {
     const llvm::json::Object* normalizer = n->getAsObject();
     std::optional<llvm::StringRef> type = normalizer ? normalizer->getString("type") : std::nullopt;
     const llvm::json::Array* steps = normalizer ? normalizer->getArray("normalizers") : nullptr;
@@ -132,9 +194,54 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
 
   // What the runtime's tokenizer checks when it loads (runtime/src/tokenizer):
   // checked here too, so that kiln-compile refuses what the runtime would refuse.
+  if (metaspace) {
+    if (auto unk = model->getString("unk_token")) {
+      auto it = ids.find(unk->str());
+      if (it == ids.end())
+        return fail("model.unk_token '" + *unk + "' is not in the vocabulary");
+      tok.unkId = it->second;
+    }
+    if (tok.byteFallback)
+      for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof(name), "<0x%02X>", b);
+        if (!ids.count(name))
+          return fail(llvm::Twine("model.vocab has no byte token ") + name + ": byte_fallback needs all 256");
+      }
+    if (!tok.byteFallback && tok.unkId < 0)
+      return fail("a SentencePiece-style model needs byte_fallback or an unk_token");
+    // Decoder: Sequence [Replace(U+2581 -> ' '), ByteFallback, Fuse, Strip(' ', n, 0)] or
+    // Metaspace; the leading spaces it strips.
+    const llvm::json::Object* dec = root->getObject("decoder");
+    auto type = dec ? dec->getString("type") : std::nullopt;
+    if (type == std::optional<llvm::StringRef>("Metaspace")) {
+      tok.decodeStrip = dec->getString("prepend_scheme") == std::optional<llvm::StringRef>("never") ? 0 : 1;
+    } else if (type == std::optional<llvm::StringRef>("Sequence") && dec->getArray("decoders")) {
+      for (const llvm::json::Value& v : *dec->getArray("decoders")) {
+        const llvm::json::Object* d = v.getAsObject();
+        auto t = d ? d->getString("type") : std::nullopt;
+        if (t == std::optional<llvm::StringRef>("Strip")) {
+          if (d->getString("content") != std::optional<llvm::StringRef>(" ") || d->getInteger("stop").value_or(0) != 0)
+            return fail("decoder Strip must strip leading spaces only");
+          tok.decodeStrip = static_cast<int>(d->getInteger("start").value_or(0));
+        } else if (t == std::optional<llvm::StringRef>("Replace")) {
+          const llvm::json::Object* pat = d->getObject("pattern");
+          if (!pat || pat->getString("String") != std::optional<llvm::StringRef>(kSpace) ||
+              d->getString("content") != std::optional<llvm::StringRef>(" "))
+            return fail("decoder Replace must turn U+2581 into ' '");
+        } else if (t != std::optional<llvm::StringRef>("ByteFallback") && t != std::optional<llvm::StringRef>("Fuse")) {
+          return fail("decoder step '" + (t ? t->str() : std::string("?")) + "' is not supported");
+        }
+      }
+    } else {
+      return fail("a SentencePiece-style tokenizer needs a Metaspace or [Replace, ByteFallback, Fuse, Strip] decoder");
+    }
+    if (tok.decodeStrip < 0 || tok.decodeStrip > 8)
+      return fail("decoder Strip start must be in [0, 8]");
+  }
   // Every byte needs a token (GPT-2's bytes_to_unicode character): a pre-token can
   // hold any byte.
-  {
+  if (!metaspace) {
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
       bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
@@ -192,41 +299,44 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
     }
   }
 
-  // Pre-tokenizer: GPT-2's ByteLevel, or Split(regex) + ByteLevel (Llama-3, Qwen2).
+  // Pre-tokenizer: GPT-2's ByteLevel, or Split(regex) + ByteLevel (Llama-3, Qwen2);
+  // SentencePiece-style files were read above.
   const llvm::json::Object* pre = root->getObject("pre_tokenizer");
-  if (!pre)
+  if (!metaspace && !pre)
     return fail("pre_tokenizer is missing");
-  auto checkByteLevel = [&](const llvm::json::Object& bl, bool useRegex) -> std::optional<std::string> {
-    if (bl.getBoolean("add_prefix_space").value_or(false))
-      return fail("ByteLevel add_prefix_space = true is not supported");
-    if (bl.getBoolean("use_regex").value_or(true) != useRegex)
-      return fail("unsupported ByteLevel use_regex setting");
-    return std::nullopt;
-  };
-  if (pre->getString("type") == std::optional<llvm::StringRef>("ByteLevel")) {
-    if (auto err = checkByteLevel(*pre, true))
-      return err;
-    tok.pretokenizer = PreTokenizer::Gpt2;
-  } else if (pre->getString("type") == std::optional<llvm::StringRef>("Sequence")) {
-    const llvm::json::Array* parts = pre->getArray("pretokenizers");
-    const llvm::json::Object* split = parts && parts->size() == 2 ? (*parts)[0].getAsObject() : nullptr;
-    const llvm::json::Object* bl = parts && parts->size() == 2 ? (*parts)[1].getAsObject() : nullptr;
-    if (!split || !bl || split->getString("type") != std::optional<llvm::StringRef>("Split") ||
-        bl->getString("type") != std::optional<llvm::StringRef>("ByteLevel"))
-      return fail("pre_tokenizer Sequence must be [Split, ByteLevel]");
-    const llvm::json::Object* pattern = split->getObject("pattern");
-    auto regex = pattern ? pattern->getString("Regex") : std::nullopt;
-    if (!regex)
-      return fail("Split pre-tokenizer needs a Regex pattern");
-    if (split->getString("behavior") != std::optional<llvm::StringRef>("Isolated") ||
-        split->getBoolean("invert").value_or(false))
-      return fail("Split pre-tokenizer must be behavior Isolated, invert false");
-    if (auto err = checkByteLevel(*bl, false))
-      return err;
-    tok.pretokenizer = PreTokenizer::Split;
-    tok.pattern = regex->str();
-  } else {
-    return fail("unsupported pre_tokenizer type");
+  if (!metaspace) {
+    auto checkByteLevel = [&](const llvm::json::Object& bl, bool useRegex) -> std::optional<std::string> {
+      if (bl.getBoolean("add_prefix_space").value_or(false))
+        return fail("ByteLevel add_prefix_space = true is not supported");
+      if (bl.getBoolean("use_regex").value_or(true) != useRegex)
+        return fail("unsupported ByteLevel use_regex setting");
+      return std::nullopt;
+    };
+    if (pre->getString("type") == std::optional<llvm::StringRef>("ByteLevel")) {
+      if (auto err = checkByteLevel(*pre, true))
+        return err;
+      tok.pretokenizer = PreTokenizer::Gpt2;
+    } else if (pre->getString("type") == std::optional<llvm::StringRef>("Sequence")) {
+      const llvm::json::Array* parts = pre->getArray("pretokenizers");
+      const llvm::json::Object* split = parts && parts->size() == 2 ? (*parts)[0].getAsObject() : nullptr;
+      const llvm::json::Object* bl = parts && parts->size() == 2 ? (*parts)[1].getAsObject() : nullptr;
+      if (!split || !bl || split->getString("type") != std::optional<llvm::StringRef>("Split") ||
+          bl->getString("type") != std::optional<llvm::StringRef>("ByteLevel"))
+        return fail("pre_tokenizer Sequence must be [Split, ByteLevel]");
+      const llvm::json::Object* pattern = split->getObject("pattern");
+      auto regex = pattern ? pattern->getString("Regex") : std::nullopt;
+      if (!regex)
+        return fail("Split pre-tokenizer needs a Regex pattern");
+      if (split->getString("behavior") != std::optional<llvm::StringRef>("Isolated") ||
+          split->getBoolean("invert").value_or(false))
+        return fail("Split pre-tokenizer must be behavior Isolated, invert false");
+      if (auto err = checkByteLevel(*bl, false))
+        return err;
+      tok.pretokenizer = PreTokenizer::Split;
+      tok.pattern = regex->str();
+    } else {
+      return fail("unsupported pre_tokenizer type");
+    }
   }
 
   if (const llvm::json::Object* post = root->getObject("post_processor")) {

@@ -1,8 +1,9 @@
 //===- TokenizerJson.h - Hugging Face tokenizer.json reader ------*- C++ -*-===//
 //
-// Reads a byte-level BPE tokenizer.json (GPT-2 ByteLevel, or Split regex +
-// ByteLevel as Llama-3 and Qwen2 use) into the vocabulary, merges, added tokens and
-// BOS rule the artifact stores. Anything the runtime's tokenizer cannot reproduce
+// Reads a BPE tokenizer.json into the vocabulary, merges, added tokens and BOS rule
+// the artifact stores: byte-level (GPT-2 ByteLevel, or Split regex + ByteLevel as
+// Llama-3 and Qwen2 use) or SentencePiece-style (Llama-2, Mistral: the "\u2581"
+// space, byte_fallback). Anything the runtime's tokenizer cannot reproduce
 // exactly is refused with a message naming the field.
 //
 //===----------------------------------------------------------------------===//
@@ -21,7 +22,9 @@ namespace kiln {
 
 struct TokenizerData {
   /// Gpt2: ByteLevel with GPT-2's regex. Split: `pattern`, then ByteLevel.
-  enum class PreTokenizer { Gpt2, Split };
+  /// Metaspace: SentencePiece-style BPE (Llama-2, Mistral: a Prepend + Replace
+  /// normalizer or a Metaspace pre-tokenizer, byte_fallback).
+  enum class PreTokenizer { Gpt2, Split, Metaspace };
   PreTokenizer pretokenizer = PreTokenizer::Gpt2;
   std::string pattern;
   std::vector<std::string> vocab;                    // index = id; "" for ids without a token
@@ -35,6 +38,14 @@ struct TokenizerData {
   int32_t bosId = -1;
   bool addBos = false;
   bool ignoreMerges = false;
+  // Metaspace only.
+  enum class PrependScheme { Always, First, Never };
+  std::string prepend;  // "\u2581"
+  PrependScheme prependScheme = PrependScheme::Always;
+  bool byteFallback = false;
+  int32_t unkId = -1;
+  bool fuseUnk = false;
+  int decodeStrip = 0;  // leading spaces the decoder strips
 };
 
 /// Reads `path` into `tok`; on failure returns a message that starts with

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -351,7 +354,8 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
   const kiln_status_t kOom = KILN_ERROR_OUT_OF_MEMORY;
   if (spec.pretokenizer != TokenizerSpec::PreTokenizer::kGpt2 &&
       spec.pretokenizer != TokenizerSpec::PreTokenizer::kLlama3 &&
-      spec.pretokenizer != TokenizerSpec::PreTokenizer::kSplit)
+      spec.pretokenizer != TokenizerSpec::PreTokenizer::kSplit &&
+      spec.pretokenizer != TokenizerSpec::PreTokenizer::kMetaspace)
     return Fail(error, kBad, "tokenizer: unknown pre-tokenizer %d",
                 static_cast<int>(spec.pretokenizer));
   if (spec.pretokenizer == TokenizerSpec::PreTokenizer::kSplit && spec.pattern.empty())
@@ -370,6 +374,24 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
                 spec.vocab_size);
 
   pretokenizer_ = spec.pretokenizer;
+  metaspace_ = spec.pretokenizer == TokenizerSpec::PreTokenizer::kMetaspace;
+  if (metaspace_) {
+    size_t bad;
+    if (!IsValidUtf8(spec.prepend.data(), spec.prepend.size(), &bad))
+      return Fail(error, kBad, "tokenizer: the prepended text is not valid UTF-8");
+    if (spec.unk_id >= static_cast<int64_t>(spec.vocab_size))
+      return Fail(error, kBad, "tokenizer: unk id %d outside the vocabulary", spec.unk_id);
+    if (!spec.byte_fallback && spec.unk_id < 0)
+      return Fail(error, kBad, "tokenizer: SentencePiece-style BPE needs byte_fallback or an unk id");
+    if (spec.decode_strip < 0 || spec.decode_strip > 8)
+      return Fail(error, kBad, "tokenizer: decode strip %d outside [0, 8]", spec.decode_strip);
+    prepend_ = spec.prepend;
+    prepend_scheme_ = spec.prepend_scheme;
+    byte_fallback_ = spec.byte_fallback;
+    unk_id_ = spec.unk_id;
+    fuse_unk_ = spec.fuse_unk;
+    decode_strip_ = spec.decode_strip;
+  }
   vocab_ = spec.vocab;
   vocab_size_ = static_cast<int32_t>(spec.vocab_size);
   bos_id_ = spec.bos_id;
@@ -412,8 +434,16 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
     vocab_slots_[slot] = id;
   }
 
-  // Every byte needs a token: a pre-token can contain any byte.
-  for (int b = 0; b < 256; ++b) {
+  // Every byte needs a token: a pre-token can contain any byte. SentencePiece style
+  // with byte_fallback: the <0xXX> tokens.
+  for (int b = 0; b < 256 && metaspace_; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    byte_ids_[b] = FindVocab(name, 6);
+    if (byte_ids_[b] < 0 && byte_fallback_)
+      return Fail(error, kBad, "tokenizer: byte_fallback without the byte token %s", name);
+  }
+  for (int b = 0; b < 256 && !metaspace_; ++b) {
     char utf8[2];
     size_t n = 1;
     uint16_t cp = byte_to_cp_[b];
@@ -527,6 +557,8 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
         (FindAddedById(bos_id_) == nullptr && vocab_[bos_id_].empty()))
       return Fail(error, kBad, "tokenizer: BOS id %d is not a token", bos_id_);
   }
+
+  if (metaspace_) return KILN_OK;  // no regex
 
   // The pre-tokenizer regex, its memory routed through the Allocator.
   pcre_general_ = pcre2_general_context_create(PcreAlloc, PcreFree, allocator_);
@@ -653,7 +685,7 @@ kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_specia
         ++pos;
         continue;
       }
-      status = EncodeSegment(text + segment, pos - segment, &scratch, out_ids, error);
+      status = EncodeSegment(text + segment, pos - segment, segment == 0, &scratch, out_ids, error);
       if (status != KILN_OK) break;
       if (!out_ids->push_back(token->id)) {
         status = Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
@@ -664,7 +696,7 @@ kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_specia
     }
   }
   if (status == KILN_OK)
-    status = EncodeSegment(text + segment, length - segment, &scratch, out_ids, error);
+    status = EncodeSegment(text + segment, length - segment, segment == 0, &scratch, out_ids, error);
   if (status != KILN_OK) (void)out_ids->resize(original);
   return status;
 }
@@ -674,9 +706,10 @@ kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_specia
 // successive leftmost matches (Python's `regex.findall`); empty matches make none.
 // Text that no alternative matches (never, with the two built-in patterns) becomes a
 // pre-token of its own, as with Hugging Face's Split(behavior="Isolated").
-kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, EncodeScratch* scratch,
+kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                                        Vec<int32_t>* out, kiln_error_t* error) const {
   if (length == 0) return KILN_OK;
+  if (metaspace_) return EncodeMetaspace(text, length, at_start, scratch, out, error);
   if (scratch->match_data == nullptr) {
     scratch->match_data = pcre2_match_data_create_from_pattern(pcre_code_, pcre_general_);
     if (scratch->match_data == nullptr)
@@ -765,13 +798,73 @@ kiln_status_t Tokenizer::EncodePiece(const char* piece, size_t length, EncodeScr
   }
 
   Vec<Symbol>& sym = scratch->symbols;
+  if (!sym.resize(length)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  for (size_t i = 0; i < length; ++i) sym[i].id = byte_ids_[s[i]];
+  return MergeSymbols(length, scratch, out, error);
+}
+
+// SentencePiece-style BPE of one segment between added tokens (see TokenizerSpec).
+kiln_status_t Tokenizer::EncodeMetaspace(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
+                                         Vec<int32_t>* out, kiln_error_t* error) const {
+  // Normalise: the prefix, then every space as U+2581 (3 bytes).
+  Vec<char>& norm = scratch->chars;
+  const bool prefix = !prepend_.empty() && (prepend_scheme_ == TokenizerSpec::PrependScheme::kAlways ||
+                                            (prepend_scheme_ == TokenizerSpec::PrependScheme::kFirst && at_start));
+  if (length > SIZE_MAX / 4 || !norm.resize(prepend_.size() + 3 * length))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  size_t m = 0;
+  if (prefix) {
+    std::memcpy(norm.data(), prepend_.data(), prepend_.size());
+    m = prepend_.size();
+  }
+  for (size_t i = 0; i < length; ++i) {
+    if (text[i] == ' ') {
+      norm[m++] = '\xE2';
+      norm[m++] = '\x96';
+      norm[m++] = '\x81';
+    } else {
+      norm[m++] = text[i];
+    }
+  }
+  // Initial symbols: one per character in the vocabulary, else its bytes' tokens (byte
+  // fallback) or the unknown id.
+  Vec<Symbol>& sym = scratch->symbols;
+  if (m > static_cast<size_t>(INT32_MAX) || !sym.resize(m))
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  size_t n = 0;
+  bool last_unk = false;
+  for (size_t i = 0; i < m;) {
+    const auto lead = static_cast<uint8_t>(norm[i]);
+    const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;  // well-formed
+    const int32_t id = FindVocab(norm.data() + i, len);
+    if (id >= 0) {
+      sym[n++].id = id;
+      last_unk = false;
+    } else if (byte_fallback_) {
+      for (size_t k = 0; k < len; ++k) sym[n++].id = byte_ids_[static_cast<uint8_t>(norm[i + k])];
+      last_unk = false;
+    } else if (!(fuse_unk_ && last_unk)) {
+      sym[n++].id = unk_id_;
+      last_unk = true;
+    }
+    i += len;
+  }
+  return MergeSymbols(n, scratch, out, error);
+}
+
+kiln_status_t Tokenizer::MergeSymbols(size_t length, EncodeScratch* scratch, Vec<int32_t>* out,
+                                      kiln_error_t* error) const {
+  if (length == 0) return KILN_OK;
+  Vec<Symbol>& sym = scratch->symbols;
   Vec<PairEntry>& heap = scratch->heap;
   Vec<PairEntry>& batch = scratch->batch;
-  const auto n = static_cast<int32_t>(length);  // length <= kMaxTextBytes
-  if (!sym.resize(length) || !heap.reserve(length))
-    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
+  const auto n = static_cast<int32_t>(length);  // length <= INT32_MAX
+  if (!heap.reserve(length)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
   heap.clear();
-  for (int32_t i = 0; i < n; ++i) sym[i] = Symbol{byte_ids_[s[i]], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) {
+    sym[i].prev = i - 1;
+    sym[i].next = i + 1 < n ? i + 1 : -1;
+  }
 
   // Adds the pair starting at symbol p (which has a right neighbour) if it is a merge.
   auto add_pair = [&](int32_t p) -> bool {
@@ -838,6 +931,28 @@ kiln_status_t Tokenizer::AppendBytes(int32_t id, bool skip_special, Vec<char>* o
   std::string_view token = vocab_[id];
   if (token.empty())
     return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d is not used by the vocabulary", id);
+  if (metaspace_) {
+    // <0xXX> byte tokens stand for their byte; any other token for its text with
+    // U+2581 as a space.
+    if (byte_fallback_ && token.size() == 6 && token[0] == '<' && token[1] == '0' && token[2] == 'x' &&
+        token[5] == '>' && std::isxdigit(static_cast<unsigned char>(token[3])) &&
+        std::isxdigit(static_cast<unsigned char>(token[4]))) {
+      const char hex[3] = {token[3], token[4], 0};
+      if (!out->push_back(static_cast<char>(std::strtol(hex, nullptr, 16))))
+        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
+      return KILN_OK;
+    }
+    if (!GrowBy(out, token.size())) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
+    for (size_t i = 0; i < token.size();) {
+      if (i + 3 <= token.size() && token.compare(i, 3, "\xE2\x96\x81") == 0) {
+        (void)out->push_back(' ');  // reserved
+        i += 3;
+      } else {
+        (void)out->push_back(token[i++]);
+      }
+    }
+    return KILN_OK;
+  }
   // Each byte-level character (1 or 2 UTF-8 bytes) stands for one byte.
   const size_t start = out->size();
   if (!GrowBy(out, token.size()) || !out->resize(start + token.size()))
@@ -899,7 +1014,10 @@ kiln_status_t Tokenizer::Decode(const int32_t* ids, size_t count, bool skip_spec
     kiln_status_t status = AppendBytes(ids[i], skip_special, &raw, error);
     if (status != KILN_OK) return status;
   }
-  if (!AppendUtf8Replacing(raw.data(), raw.size(), out_utf8))
+  // The decoder's Strip: leading spaces of the text.
+  size_t skip = 0;
+  while (skip < raw.size() && skip < static_cast<size_t>(decode_strip_) && raw[skip] == ' ') ++skip;
+  if (!AppendUtf8Replacing(raw.data() + skip, raw.size() - skip, out_utf8))
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
   return KILN_OK;
 }

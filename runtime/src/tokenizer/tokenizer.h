@@ -1,4 +1,5 @@
-// The runtime's tokenizer: Hugging Face byte-level BPE (GPT-2, Llama-3, Qwen2 style).
+// The runtime's tokenizer: Hugging Face byte-level BPE (GPT-2, Llama-3, Qwen2 style)
+// and SentencePiece-style BPE (Llama-2, Mistral: TokenizerSpec::kMetaspace).
 //
 // Semantics follow tests/models/kiln_models/tokenizer.py (the reference the tests
 // compare against, itself modelled on Hugging Face `tokenizers`):
@@ -45,8 +46,22 @@ struct TokenizerSpec {
   // kGpt2 and kLlama3: tokenizer.py's GPT2_PATTERN and LLAMA3_PATTERN. kSplit: the
   // regex in `pattern` (a tokenizer.json Split pre-tokenizer, e.g. Qwen2's), then the
   // byte-level mapping; the pattern is compiled by PCRE2 and need not outlive Create.
-  enum class PreTokenizer { kGpt2, kLlama3, kSplit };
+  // kMetaspace: SentencePiece-style BPE (Llama-2, Mistral) instead of byte-level: no
+  // regex; each segment between added tokens gets `prepend` (per prepend_scheme) and
+  // its spaces become U+2581; its characters are the initial symbols (a character
+  // outside the vocabulary becomes its UTF-8 bytes as <0xXX> tokens with
+  // byte_fallback, else unk_id, consecutive ones fused with fuse_unk); then the merges.
+  // Decoding turns U+2581 into a space and <0xXX> tokens into bytes, and drops
+  // decode_strip leading spaces of a decoded text.
+  enum class PreTokenizer { kGpt2, kLlama3, kSplit, kMetaspace };
   PreTokenizer pretokenizer = PreTokenizer::kGpt2;
+  enum class PrependScheme { kAlways, kFirst, kNever };
+  std::string_view prepend;
+  PrependScheme prepend_scheme = PrependScheme::kAlways;
+  bool byte_fallback = false;
+  int32_t unk_id = -1;
+  bool fuse_unk = false;
+  int decode_strip = 0;
   // Used by kSplit only. Its \s and \S are read as Unicode White_Space, as in the
   // built-in patterns; text no alternative matches becomes a pre-token of its own (HF's
   // Split "Isolated"); a regex PCRE2 rejects is KILN_ERROR_ARTIFACT_TOKENIZER.
@@ -134,6 +149,9 @@ class Tokenizer {
   // True for the id of an added token marked special.
   bool IsSpecial(int32_t id) const;
   int32_t vocab_size() const { return vocab_size_; }
+  // Leading spaces a decoded text drops (SentencePiece-style decoders strip the space
+  // the encoder prepended); streaming output drops them from the first token's text.
+  int decode_strip() const { return decode_strip_; }
   int32_t bos_id() const { return bos_id_; }
   bool adds_bos() const { return add_bos_; }
   // Whether the pre-tokenizer regex runs JIT-compiled code.
@@ -165,8 +183,13 @@ class Tokenizer {
   const AddedToken* FindAddedById(int32_t id) const;
   // Longest added token starting at text[pos], or nullptr.
   const AddedToken* MatchAdded(const char* text, size_t length, size_t pos) const;
-  kiln_status_t EncodeSegment(const char* text, size_t length, EncodeScratch* scratch,
+  kiln_status_t EncodeSegment(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                               Vec<int32_t>* out, kiln_error_t* error) const;
+  kiln_status_t EncodeMetaspace(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
+                                Vec<int32_t>* out, kiln_error_t* error) const;
+  // BPE merges over scratch->symbols[0, n) (ids set), then their ids appended to *out.
+  kiln_status_t MergeSymbols(size_t n, EncodeScratch* scratch, Vec<int32_t>* out,
+                             kiln_error_t* error) const;
   kiln_status_t EncodePiece(const char* piece, size_t length, EncodeScratch* scratch,
                             Vec<int32_t>* out, kiln_error_t* error) const;
   kiln_status_t AppendBytes(int32_t id, bool skip_special, Vec<char>* out,
@@ -180,6 +203,13 @@ class Tokenizer {
   bool add_bos_ = false;
   bool ignore_merges_ = false;
   bool jit_ = false;
+  bool metaspace_ = false;
+  std::string_view prepend_;
+  TokenizerSpec::PrependScheme prepend_scheme_ = TokenizerSpec::PrependScheme::kAlways;
+  bool byte_fallback_ = false;
+  int32_t unk_id_ = -1;
+  bool fuse_unk_ = false;
+  int decode_strip_ = 0;
 
   // Open addressing, linear probing, power-of-two capacities.
   Vec<int32_t> vocab_slots_;  // id, or -1 when free; keyed by vocab_[id]
@@ -196,7 +226,7 @@ class Tokenizer {
   // GPT-2's bytes_to_unicode: byte -> code point (all below 0x144) and back.
   uint16_t byte_to_cp_[256] = {};
   int16_t cp_to_byte_[0x144] = {};
-  int32_t byte_ids_[256] = {};  // id of each single-byte symbol
+  int32_t byte_ids_[256] = {};  // id of each single-byte symbol (kMetaspace: of <0xXX>)
 
   pcre2_real_general_context_8* pcre_general_ = nullptr;
   pcre2_real_code_8* pcre_code_ = nullptr;

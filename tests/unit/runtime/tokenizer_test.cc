@@ -1078,5 +1078,109 @@ TEST(Utf8, CompleteLengthHoldsBackOnlyIncompleteCharacters) {
     EXPECT_EQ(Utf8CompleteLength(c.bytes.data(), c.bytes.size()), c.complete) << Printable(c.bytes);
 }
 
+
+// SentencePiece-style BPE (Llama-2, Mistral): "\u2581" for spaces, prepended to each
+// segment between added tokens; characters outside the vocabulary as <0xXX> byte
+// tokens (byte_fallback) or one fused unknown; the decoder drops the leading space.
+namespace metaspace {
+struct SpSpec {
+  std::vector<std::string> tokens;
+  std::vector<std::string_view> views;
+  std::vector<TokenizerSpec::Merge> merges;
+  std::vector<TokenizerSpec::Added> added;
+  TokenizerSpec spec;
+  int32_t Id(const std::string& t) const {
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] == t) return static_cast<int32_t>(i);
+    return -1;
+  }
+};
+const std::string kSp = "\xE2\x96\x81";  // U+2581
+
+std::unique_ptr<SpSpec> MakeSp(bool byte_fallback) {
+  auto s = std::make_unique<SpSpec>();
+  s->tokens = {"<unk>", "<s>", "a", "b", kSp, kSp + "a", kSp + "ab", "\xC3\xA9"};  // é
+  for (int b = 0; b < 256 && byte_fallback; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    s->tokens.push_back(name);
+  }
+  for (const std::string& t : s->tokens) s->views.push_back(t);
+  s->merges = {{static_cast<uint32_t>(s->Id(kSp)), static_cast<uint32_t>(s->Id("a"))},
+               {static_cast<uint32_t>(s->Id(kSp + "a")), static_cast<uint32_t>(s->Id("b"))}};
+  s->added = {{1, "<s>", true}};
+  TokenizerSpec& spec = s->spec;
+  spec.pretokenizer = TokenizerSpec::PreTokenizer::kMetaspace;
+  spec.prepend = kSp;
+  spec.byte_fallback = byte_fallback;
+  spec.unk_id = 0;
+  spec.fuse_unk = true;
+  spec.decode_strip = 1;
+  spec.vocab = s->views.data();
+  spec.vocab_size = s->views.size();
+  spec.merges = s->merges.data();
+  spec.num_merges = s->merges.size();
+  spec.added = s->added.data();
+  spec.num_added = s->added.size();
+  spec.bos_id = 1;
+  spec.add_bos = true;
+  return s;
+}
+}  // namespace metaspace
+
+TEST(Tokenizer, SentencePieceStyleBpe) {
+  using metaspace::kSp;
+  auto s = metaspace::MakeSp(true);
+  Allocator allocator;
+  TokenizerPtr t = MakeTokenizer(s->spec, &allocator);
+  ASSERT_NE(t, nullptr);
+  const int32_t ab = s->Id(kSp + "ab"), sp = s->Id(kSp), a = s->Id("a"), b = s->Id("b"), e = s->Id("\xC3\xA9");
+  const int32_t x78 = s->Id("<0x78>"), e2 = s->Id("<0xE2>"), x82 = s->Id("<0x82>"), xAC = s->Id("<0xAC>");
+  // "ab b" -> "▁ab▁b": merges make ▁ab; "b" has no merge after ▁.
+  EXPECT_EQ(EncodeOk(*t, "ab b"), (std::vector<int32_t>{ab, sp, b}));
+  EXPECT_EQ(EncodeOk(*t, "ab", true), (std::vector<int32_t>{1, ab}));
+  // Outside the vocabulary: x as <0x78>, € (E2 82 AC) as three byte tokens; é is in it.
+  EXPECT_EQ(EncodeOk(*t, "x\xE2\x82\xAC\xC3\xA9"), (std::vector<int32_t>{sp, x78, e2, x82, xAC, e}));
+  // Each segment between added tokens gets the prefix (scheme Always); empty ones none.
+  EXPECT_EQ(EncodeOk(*t, "a<s>a<s>"), (std::vector<int32_t>{s->Id(kSp + "a"), 1, s->Id(kSp + "a"), 1}));
+  EXPECT_EQ(EncodeOk(*t, " a"), (std::vector<int32_t>{sp, s->Id(kSp + "a")}));
+  // Decoding: ▁ -> space, bytes joined, the leading space dropped once.
+  EXPECT_EQ(DecodeOk(*t, {ab, sp, b}), "ab b");
+  EXPECT_EQ(DecodeOk(*t, {sp, x78, e2, x82, xAC, e}), "x\xE2\x82\xAC\xC3\xA9");
+  EXPECT_EQ(DecodeOk(*t, {sp, sp, a}), " a");
+  EXPECT_EQ(DecodeOk(*t, {1, ab}), "<s> ab");
+  EXPECT_EQ(DecodeOk(*t, {1, ab}, true), "ab");
+  EXPECT_EQ(t->decode_strip(), 1);
+  // Round trip of text without added tokens.
+  for (const std::string text : {"ab b", "  ab", "x y\xE2\x82\xAC", "\xC3\xA9\xC3\xA9 a"})
+    EXPECT_EQ(DecodeOk(*t, EncodeOk(*t, text)), text);
+}
+
+TEST(Tokenizer, SentencePiecePrependSchemesAndUnknowns) {
+  using metaspace::kSp;
+  auto s = metaspace::MakeSp(false);  // no byte tokens: unknowns fuse into one <unk>
+  s->spec.prepend_scheme = TokenizerSpec::PrependScheme::kFirst;
+  Allocator allocator;
+  TokenizerPtr t = MakeTokenizer(s->spec, &allocator);
+  ASSERT_NE(t, nullptr);
+  const int32_t spa = s->Id(kSp + "a"), a = s->Id("a");
+  EXPECT_EQ(EncodeOk(*t, "a<s>a"), (std::vector<int32_t>{spa, 1, a}));  // only the first segment
+  EXPECT_EQ(EncodeOk(*t, "axyz"), (std::vector<int32_t>{spa, 0}));      // x, y, z fused
+  EXPECT_EQ(EncodeOk(*t, "xaz"), (std::vector<int32_t>{s->Id(kSp), 0, a, 0}));
+  s->spec.prepend_scheme = TokenizerSpec::PrependScheme::kNever;
+  TokenizerPtr never = MakeTokenizer(s->spec, &allocator);
+  EXPECT_EQ(EncodeOk(*never, "a a"), (std::vector<int32_t>{a, spa}));
+  // Neither byte fallback nor an unknown id: refused.
+  s->spec.unk_id = -1;
+  std::string message;
+  EXPECT_EQ(CreateStatus(s->spec, &message), KILN_ERROR_ARTIFACT_TOKENIZER);
+  EXPECT_NE(message.find("byte_fallback or an unk id"), std::string::npos) << message;
+  // byte_fallback without the byte tokens: refused.
+  s->spec.unk_id = 0;
+  s->spec.byte_fallback = true;
+  EXPECT_EQ(CreateStatus(s->spec, &message), KILN_ERROR_ARTIFACT_TOKENIZER);
+  EXPECT_NE(message.find("<0x00>"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace kiln::rt
