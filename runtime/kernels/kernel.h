@@ -125,6 +125,11 @@ struct KernelEntry {
 // Puts generated function `fn` into the family of `set` that ops of `kind` run
 // (RoPE: set->rope). False when the kind has no generated family.
 bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set);
+// The name prefix of the generated functions an op kind calls (the compiler names each
+// function after its family, kiln_uk_<family>_...: one calling convention each), or
+// null for kinds without generated kernels. The verifier checks an op's symbol against
+// it, so that a corrupt header cannot bind a function of another signature.
+const char* GeneratedSymbolPrefix(fb::OpKind kind);
 
 // The kernel with this id, or null.
 const KernelEntry* FindKernel(uint32_t id);

@@ -97,6 +97,26 @@ const KernelEntry* FindKernel(uint32_t id) {
   return nullptr;
 }
 
+const char* GeneratedSymbolPrefix(fb::OpKind kind) {
+  switch (kind) {
+    case fb::OpKind::Rope: return "kiln_uk_rope_";
+    case fb::OpKind::RmsNorm: return "kiln_uk_rmsnorm_";
+    case fb::OpKind::LayerNorm: return "kiln_uk_layernorm_";
+    case fb::OpKind::Add: return "kiln_uk_add_";
+    case fb::OpKind::Mul: return "kiln_uk_mul_";
+    case fb::OpKind::Embedding:
+    case fb::OpKind::PositionEmbedding: return "kiln_uk_gather_";
+    case fb::OpKind::Attention: return "kiln_uk_attention_";
+    case fb::OpKind::Activation: return "kiln_uk_act_";
+    case fb::OpKind::Linear:
+    case fb::OpKind::LmHead:
+    case fb::OpKind::GatedMlp:
+    case fb::OpKind::Moe:
+    case fb::OpKind::PatchEmbed: return "kiln_uk_matmul_";
+    default: return nullptr;
+  }
+}
+
 bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
   switch (kind) {
     case fb::OpKind::Rope:

@@ -595,6 +595,10 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
     if (!listed)
       return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': generated kernel %s names no function of the code segment (%s)",
                  OpName(op), kernel->name, op->symbol() ? op->symbol()->c_str() : "no symbol");
+    const char* prefix = GeneratedSymbolPrefix(op->kind());
+    if (prefix == nullptr || std::strncmp(op->symbol()->c_str(), prefix, std::strlen(prefix)) != 0)
+      return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': %s op bound to '%s', not a %s* function", OpName(op),
+                 fb::EnumNameOpKind(op->kind()), op->symbol()->c_str(), prefix ? prefix : "(none)");
   }
   Arity a = ArityOf(op->kind());
   int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;

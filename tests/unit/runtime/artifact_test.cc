@@ -406,6 +406,30 @@ bool Contains(const kiln_error_t& err, const std::string& what) {
 
 uint64_t Align64(uint64_t v) { return (v + 63) / 64 * 64; }
 
+// A generated op bound to a function of another family (a flipped header byte once
+// pointed a Linear op's symbol at the attention kernel's name, which the code segment
+// lists): the function would be called with the wrong parameter block. Refused.
+TEST_P(ArtifactTest, GeneratedSymbolOfAnotherFamilyIsRejected) {
+  std::string matmul, attention;
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
+  for (const fb::Stage* s : *m->stages())
+    for (const fb::Op* op : *s->ops()) {
+      if (op->symbol() == nullptr) continue;
+      if (op->kind() == fb::OpKind::Attention) attention = op->symbol()->str();
+      if (op->kind() == fb::OpKind::Linear) matmul = op->symbol()->str();
+    }
+  if (matmul.empty() || attention.empty()) GTEST_SKIP() << "no generated Linear and Attention kernels";
+  std::vector<uint8_t> bad = Rewrite([&](fb::ModelT& model) {
+    for (auto& stage : model.stages)
+      for (auto& op : stage->ops)
+        if (op->kind == fb::OpKind::Linear) op->symbol = attention;
+  });
+  kiln_error_t err;
+  EXPECT_EQ(Load(bad, &err, false), KILN_ERROR_ARTIFACT_CODE);
+  EXPECT_TRUE(Contains(err, "Linear op bound to '" + attention + "', not a kiln_uk_matmul_* function")) << err.message;
+}
+
+
 // Creates a session and runs a prefill of `tokens` text tokens (with the image path
 // first when `image` is set): what a crafted artifact the verifier accepted would do.
 void RunAccepted(kiln_model_t* model, int tokens, bool image, int32_t context = 64) {
