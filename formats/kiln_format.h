@@ -14,7 +14,7 @@ namespace kiln::format {
 constexpr uint32_t kSchemaMajor = 1;
 // 1: code segment (Model.code, Op.symbol); 2: packed layouts; 3: int4_p16k8 and
 // int8_p16k4 (int4_p4k32 retired); 4: SentencePiece-style tokenizers
-// (PreTokenizer.Metaspace and its Tokenizer fields)
+// (PreTokenizer.Metaspace and its Tokenizer fields) and the NFC normalizer
 constexpr uint32_t kSchemaMinor = 4;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 

@@ -511,11 +511,24 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       tokenizer_.prependScheme == TokenizerData::PrependScheme::First   ? fb::PrependScheme::First
       : tokenizer_.prependScheme == TokenizerData::PrependScheme::Never ? fb::PrependScheme::Never
                                                                         : fb::PrependScheme::Always;
+  // NFC: the compiler's Unicode tables travel with the artifact.
+  flatbuffers::Offset<flatbuffers::String> unicodeVersion;
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> nfcDecompositions, nfcCompositions;
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> nfcClasses;
+  if (tokenizer_.nfc) {
+    const UnicodeNfcTables& u = unicodeNfcTables();
+    unicodeVersion = b.CreateString(u.version);
+    nfcDecompositions = b.CreateVector(u.decompositions, u.numDecompositions);
+    nfcCompositions = b.CreateVector(u.compositions, u.numCompositions);
+    nfcClasses = b.CreateVector(u.combiningClasses, u.numCombiningClasses);
+  }
   auto tokenizer = fb::CreateTokenizer(
       b, preTokenizer, b.CreateString(tokenizer_.pattern), b.CreateVector(vocab),
       b.CreateVectorOfStructs(merges), b.CreateVector(added), tokenizer_.bosId, tokenizer_.addBos,
       tokenizer_.ignoreMerges, b.CreateString(tokenizer_.prepend), prependScheme, tokenizer_.byteFallback,
-      tokenizer_.unkId, tokenizer_.fuseUnk, static_cast<uint8_t>(tokenizer_.decodeStrip));
+      tokenizer_.unkId, tokenizer_.fuseUnk, static_cast<uint8_t>(tokenizer_.decodeStrip),
+      tokenizer_.nfc ? fb::Normalizer::NFC : fb::Normalizer::None, unicodeVersion, nfcDecompositions,
+      nfcCompositions, nfcClasses);
 
   std::vector<int32_t> eos;
   if (gen)

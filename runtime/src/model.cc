@@ -67,6 +67,21 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   spec.unk_id = tok->unk_id();
   spec.fuse_unk = tok->fuse_unk();
   spec.decode_strip = tok->decode_strip();
+  if (tok->normalizer() == fb::Normalizer::NFC) {
+    spec.nfc = true;
+    if (tok->nfc_decompositions() != nullptr) {
+      spec.nfc_decompositions = tok->nfc_decompositions()->data();
+      spec.num_nfc_decompositions = tok->nfc_decompositions()->size();
+    }
+    if (tok->nfc_compositions() != nullptr) {
+      spec.nfc_compositions = tok->nfc_compositions()->data();
+      spec.num_nfc_compositions = tok->nfc_compositions()->size();
+    }
+    if (tok->nfc_combining_classes() != nullptr) {
+      spec.nfc_classes = tok->nfc_combining_classes()->data();
+      spec.num_nfc_classes = tok->nfc_combining_classes()->size();
+    }
+  }
   if (tok->pattern() != nullptr) spec.pattern = std::string_view(tok->pattern()->c_str(), tok->pattern()->size());
   spec.vocab = m->vocab.data();
   spec.vocab_size = m->vocab.size();

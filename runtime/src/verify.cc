@@ -414,6 +414,8 @@ kiln_status_t Verifier::TokenizerData() {
         return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "malformed added token");
   if (tok->bos_id() >= static_cast<int32_t>(n))
     return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "bos id outside the vocabulary");
+  if (tok->normalizer() > fb::Normalizer::MAX)
+    return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "unknown normalizer");
   if (tok->prepend_scheme() > fb::PrependScheme::MAX)
     return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "unknown prepend scheme");
   if (tok->unk_id() >= static_cast<int32_t>(n))

@@ -14,6 +14,22 @@
 
 namespace kiln {
 namespace {
+#include "compiler/importers/tokenizer/UnicodeNfc.inc"
+} // namespace
+
+const UnicodeNfcTables& unicodeNfcTables() {
+  static const UnicodeNfcTables tables = {
+      kUnicodeNfcVersion,
+      kUnicodeNfcDecompositions,
+      sizeof(kUnicodeNfcDecompositions) / sizeof(kUnicodeNfcDecompositions[0]),
+      kUnicodeNfcCompositions,
+      sizeof(kUnicodeNfcCompositions) / sizeof(kUnicodeNfcCompositions[0]),
+      kUnicodeNfcCombiningClasses,
+      sizeof(kUnicodeNfcCombiningClasses) / sizeof(kUnicodeNfcCombiningClasses[0])};
+  return tables;
+}
+
+namespace {
 
 using PreTokenizer = TokenizerData::PreTokenizer;
 
@@ -149,12 +165,26 @@ std::optional<std::string> readTokenizerJson(llvm::StringRef path, TokenizerData
         return fail("model." + key + " '" + *text + "' is not supported (only empty or null)");
     }
   if (const llvm::json::Value* n = root->get("normalizer"); !metaspace && n && n->kind() != llvm::json::Value::Null) {
+    // Byte-level files: none, NFC (Qwen2), or a Sequence of at most that.
     const llvm::json::Object* normalizer = n->getAsObject();
     std::optional<llvm::StringRef> type = normalizer ? normalizer->getString("type") : std::nullopt;
     const llvm::json::Array* steps = normalizer ? normalizer->getArray("normalizers") : nullptr;
-    if (!(type == std::optional<llvm::StringRef>("Sequence") && steps && steps->empty()))
-      return fail("normalizer " + (type ? "'" + type->str() + "'" : std::string("(no type)")) +
-                  " is not supported (byte-level BPE tokenizers have none; an empty Sequence is accepted)");
+    auto isNfc = [](const llvm::json::Object* o) {
+      return o && o->getString("type") == std::optional<llvm::StringRef>("NFC");
+    };
+    if (isNfc(normalizer)) {
+      tok.nfc = true;
+    } else if (type == std::optional<llvm::StringRef>("Sequence") && steps &&
+               (steps->empty() || (steps->size() == 1 && isNfc((*steps)[0].getAsObject())))) {
+      tok.nfc = !steps->empty();
+    } else {
+      std::string name = type ? "'" + type->str() + "'" : std::string("(no type)");
+      if (type == std::optional<llvm::StringRef>("Sequence") && steps)
+        for (const llvm::json::Value& v : *steps)
+          if (const llvm::json::Object* o = v.getAsObject(); o && !isNfc(o) && o->getString("type"))
+            name = "'" + o->getString("type")->str() + "' (in a Sequence)";
+      return fail("normalizer " + name + " is not supported (byte-level BPE files: none or NFC)");
+    }
   }
   tok.ignoreMerges = model->getBoolean("ignore_merges").value_or(false);
 

@@ -46,7 +46,20 @@ struct TokenizerData {
   int32_t unkId = -1;
   bool fuseUnk = false;
   int decodeStrip = 0;  // leading spaces the decoder strips
+  bool nfc = false;     // the NFC normalizer (Qwen2): the artifact carries the Unicode tables
 };
+
+/// The Unicode data of the NFC normalizer (scripts/gen_unicode_nfc.py).
+struct UnicodeNfcTables {
+  const char* version;
+  const uint64_t* decompositions;
+  size_t numDecompositions;
+  const uint64_t* compositions;
+  size_t numCompositions;
+  const uint32_t* combiningClasses;
+  size_t numCombiningClasses;
+};
+const UnicodeNfcTables& unicodeNfcTables();
 
 /// Reads `path` into `tok`; on failure returns a message that starts with
 /// "tokenizer.json: ".

@@ -296,7 +296,8 @@ size_t Utf8CompleteLength(const char* data, size_t size) {
 
 struct Tokenizer::EncodeScratch {
   explicit EncodeScratch(Allocator* allocator)
-      : symbols(allocator), heap(allocator), batch(allocator), chars(allocator) {}
+      : symbols(allocator), heap(allocator), batch(allocator), chars(allocator), normalized(allocator),
+        codepoints(allocator) {}
   ~EncodeScratch() {
     if (match_data != nullptr) pcre2_match_data_free(match_data);
   }
@@ -307,6 +308,8 @@ struct Tokenizer::EncodeScratch {
   Vec<PairEntry> heap;
   Vec<PairEntry> batch;
   Vec<char> chars;
+  Vec<char> normalized;       // the NFC of a segment
+  Vec<uint32_t> codepoints;   // its code points while normalising
   pcre2_match_data* match_data = nullptr;
 };
 
@@ -391,6 +394,35 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
     unk_id_ = spec.unk_id;
     fuse_unk_ = spec.fuse_unk;
     decode_strip_ = spec.decode_strip;
+  }
+  if (spec.nfc) {
+    // The tables drive binary searches: sorted, strictly, and within Unicode.
+    if (spec.nfc_decompositions == nullptr || spec.num_nfc_decompositions == 0 || spec.nfc_compositions == nullptr ||
+        spec.nfc_classes == nullptr)
+      return Fail(error, kBad, "tokenizer: NFC without its Unicode tables");
+    for (size_t i = 0; i < spec.num_nfc_decompositions; ++i) {
+      const uint64_t e = spec.nfc_decompositions[i];
+      if ((e >> 42) > 0x10FFFF || ((e >> 21) & 0x1FFFFF) > 0x10FFFF || (e & 0x1FFFFF) > 0x10FFFF ||
+          ((e >> 21) & 0x1FFFFF) == 0 || (i > 0 && (e >> 42) <= (spec.nfc_decompositions[i - 1] >> 42)))
+        return Fail(error, kBad, "tokenizer: NFC decomposition %zu is malformed or out of order", i);
+    }
+    for (size_t i = 0; i < spec.num_nfc_compositions; ++i) {
+      const uint64_t e = spec.nfc_compositions[i];
+      if ((e >> 42) > 0x10FFFF || (e & 0x1FFFFF) > 0x10FFFF ||
+          (i > 0 && (e >> 21) <= (spec.nfc_compositions[i - 1] >> 21)))
+        return Fail(error, kBad, "tokenizer: NFC composition %zu is malformed or out of order", i);
+    }
+    for (size_t i = 0; i < spec.num_nfc_classes; ++i)
+      if ((spec.nfc_classes[i] >> 8) > 0x10FFFF || (spec.nfc_classes[i] & 0xFF) == 0 ||
+          (i > 0 && (spec.nfc_classes[i] >> 8) <= (spec.nfc_classes[i - 1] >> 8)))
+        return Fail(error, kBad, "tokenizer: NFC combining class %zu is malformed or out of order", i);
+    nfc_ = true;
+    nfc_decomp_ = spec.nfc_decompositions;
+    num_nfc_decomp_ = spec.num_nfc_decompositions;
+    nfc_comp_ = spec.nfc_compositions;
+    num_nfc_comp_ = spec.num_nfc_compositions;
+    nfc_classes_ = spec.nfc_classes;
+    num_nfc_classes_ = spec.num_nfc_classes;
   }
   vocab_ = spec.vocab;
   vocab_size_ = static_cast<int32_t>(spec.vocab_size);
@@ -706,9 +738,163 @@ kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_specia
 // successive leftmost matches (Python's `regex.findall`); empty matches make none.
 // Text that no alternative matches (never, with the two built-in patterns) becomes a
 // pre-token of its own, as with Hugging Face's Split(behavior="Isolated").
+uint8_t Tokenizer::CombiningClass(uint32_t cp) const {
+  if (cp < 0x300) return 0;
+  size_t lo = 0, hi = num_nfc_classes_;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    uint32_t key = nfc_classes_[mid] >> 8;
+    if (key == cp) return static_cast<uint8_t>(nfc_classes_[mid] & 0xFF);
+    if (key < cp) lo = mid + 1; else hi = mid;
+  }
+  return 0;
+}
+
+// Unicode NFC (UAX #15): full canonical decomposition (Hangul algorithmically),
+// canonical ordering of combining marks, then canonical composition of primary
+// composites (a mark is blocked from its starter by a mark of the same or a higher
+// class, or a starter, between them).
+bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) const {
+  constexpr uint32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
+  constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
+  Vec<uint32_t>& cps = scratch->codepoints;
+  cps.clear();
+  auto find_decomposition = [&](uint32_t cp) -> uint64_t {
+    size_t lo = 0, hi = num_nfc_decomp_;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      uint64_t key = nfc_decomp_[mid] >> 42;
+      if (key == cp) return nfc_decomp_[mid];
+      if (key < cp) lo = mid + 1; else hi = mid;
+    }
+    return 0;
+  };
+  // Decompose, with an explicit stack (mappings nest a few levels at most).
+  uint32_t stack[32];
+  for (size_t i = 0; i < length;) {
+    const auto* s = reinterpret_cast<const uint8_t*>(text);
+    uint32_t cp;
+    if (s[i] < 0x80) {
+      cp = s[i];
+      i += 1;
+    } else if (s[i] < 0xE0) {
+      cp = (static_cast<uint32_t>(s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F);
+      i += 2;
+    } else if (s[i] < 0xF0) {
+      cp = (static_cast<uint32_t>(s[i] & 0x0F) << 12) | (static_cast<uint32_t>(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+      i += 3;
+    } else {
+      cp = (static_cast<uint32_t>(s[i] & 0x07) << 18) | (static_cast<uint32_t>(s[i + 1] & 0x3F) << 12) |
+           (static_cast<uint32_t>(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+      i += 4;
+    }
+    int top = 0;
+    stack[top++] = cp;
+    while (top > 0) {
+      uint32_t c = stack[--top];
+      if (c >= kSBase && c < kSBase + kSCount) {
+        const uint32_t si = c - kSBase;
+        if (!cps.push_back(kLBase + si / kNCount) || !cps.push_back(kVBase + (si % kNCount) / kTCount)) return false;
+        if (si % kTCount != 0 && !cps.push_back(kTBase + si % kTCount)) return false;
+        continue;
+      }
+      const uint64_t d = c < 0xC0 ? 0 : find_decomposition(c);
+      if (d == 0 || top + 2 > 32) {
+        if (!cps.push_back(c)) return false;
+        continue;
+      }
+      const uint32_t first = static_cast<uint32_t>((d >> 21) & 0x1FFFFF), second = static_cast<uint32_t>(d & 0x1FFFFF);
+      if (second != 0) stack[top++] = second;  // popped after the first's expansion
+      stack[top++] = first;
+    }
+  }
+  // Canonical ordering: marks sorted by class within each run, stably.
+  const size_t n = cps.size();
+  for (size_t i = 1; i < n; ++i) {
+    const uint8_t c = CombiningClass(cps[i]);
+    if (c == 0) continue;
+    for (size_t j = i; j > 0; --j) {
+      const uint8_t p = CombiningClass(cps[j - 1]);
+      if (p <= c) break;
+      std::swap(cps[j - 1], cps[j]);
+    }
+  }
+  // Canonical composition.
+  auto compose = [&](uint32_t a, uint32_t b) -> uint32_t {
+    if (a >= kLBase && a < kLBase + kLCount && b >= kVBase && b < kVBase + kVCount)
+      return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
+    if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase && b < kTBase + kTCount)
+      return a + (b - kTBase);
+    const uint64_t key = (static_cast<uint64_t>(a) << 21) | b;
+    size_t lo = 0, hi = num_nfc_comp_;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      uint64_t k = nfc_comp_[mid] >> 21;
+      if (k == key) return static_cast<uint32_t>(nfc_comp_[mid] & 0x1FFFFF);
+      if (k < key) lo = mid + 1; else hi = mid;
+    }
+    return 0;
+  };
+  size_t kept = n;
+  if (n > 0) {
+    size_t starter = 0;
+    int last_class = CombiningClass(cps[0]) != 0 ? 256 : 0;
+    kept = 1;
+    bool have_starter = last_class == 0;
+    for (size_t i = 1; i < n; ++i) {
+      const uint32_t c = cps[i];
+      const int cls = CombiningClass(c);
+      const uint32_t composite = have_starter && (last_class < cls || last_class == 0) ? compose(cps[starter], c) : 0;
+      if (composite != 0) {
+        cps[starter] = composite;
+        continue;
+      }
+      if (cls == 0) {
+        starter = kept;
+        have_starter = true;
+      }
+      last_class = cls;
+      cps[kept++] = c;
+    }
+  }
+  Vec<char>& out = scratch->normalized;
+  if (!out.resize(4 * kept)) return false;
+  size_t m = 0;
+  for (size_t i = 0; i < kept; ++i) {
+    const uint32_t c = cps[i];
+    if (c < 0x80) {
+      out[m++] = static_cast<char>(c);
+    } else if (c < 0x800) {
+      out[m++] = static_cast<char>(0xC0 | (c >> 6));
+      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out[m++] = static_cast<char>(0xE0 | (c >> 12));
+      out[m++] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out[m++] = static_cast<char>(0xF0 | (c >> 18));
+      out[m++] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out[m++] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  (void)out.resize(m);  // shrinking never fails
+  return true;
+}
+
 kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                                        Vec<int32_t>* out, kiln_error_t* error) const {
   if (length == 0) return KILN_OK;
+  if (nfc_) {
+    bool ascii = true;
+    for (size_t i = 0; i < length && ascii; ++i) ascii = static_cast<uint8_t>(text[i]) < 0x80;
+    if (!ascii) {
+      if (!Nfc(text, length, scratch)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory (NFC)");
+      text = scratch->normalized.data();
+      length = scratch->normalized.size();
+      if (length == 0) return KILN_OK;
+    }
+  }
   if (metaspace_) return EncodeMetaspace(text, length, at_start, scratch, out, error);
   if (scratch->match_data == nullptr) {
     scratch->match_data = pcre2_match_data_create_from_pattern(pcre_code_, pcre_general_);

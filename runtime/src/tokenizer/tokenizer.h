@@ -62,6 +62,19 @@ struct TokenizerSpec {
   int32_t unk_id = -1;
   bool fuse_unk = false;
   int decode_strip = 0;
+
+  // The NFC normalizer (Qwen2), applied to each segment between added tokens before
+  // pre-tokenisation, with the artifact's Unicode tables (formats/kiln.fbs: packed
+  // canonical decompositions sorted by code point, primary composites sorted by pair,
+  // combining classes sorted by code point; Hangul is algorithmic). Must outlive the
+  // tokenizer.
+  bool nfc = false;
+  const uint64_t* nfc_decompositions = nullptr;
+  size_t num_nfc_decompositions = 0;
+  const uint64_t* nfc_compositions = nullptr;
+  size_t num_nfc_compositions = 0;
+  const uint32_t* nfc_classes = nullptr;
+  size_t num_nfc_classes = 0;
   // Used by kSplit only. Its \s and \S are read as Unicode White_Space, as in the
   // built-in patterns; text no alternative matches becomes a pre-token of its own (HF's
   // Split "Isolated"); a regex PCRE2 rejects is KILN_ERROR_ARTIFACT_TOKENIZER.
@@ -185,6 +198,9 @@ class Tokenizer {
   const AddedToken* MatchAdded(const char* text, size_t length, size_t pos) const;
   kiln_status_t EncodeSegment(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                               Vec<int32_t>* out, kiln_error_t* error) const;
+  // NFC of text (well-formed UTF-8) into scratch->normalized. False when out of memory.
+  bool Nfc(const char* text, size_t length, EncodeScratch* scratch) const;
+  uint8_t CombiningClass(uint32_t cp) const;
   kiln_status_t EncodeMetaspace(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                                 Vec<int32_t>* out, kiln_error_t* error) const;
   // BPE merges over scratch->symbols[0, n) (ids set), then their ids appended to *out.
@@ -210,6 +226,13 @@ class Tokenizer {
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
   int decode_strip_ = 0;
+  bool nfc_ = false;
+  const uint64_t* nfc_decomp_ = nullptr;
+  size_t num_nfc_decomp_ = 0;
+  const uint64_t* nfc_comp_ = nullptr;
+  size_t num_nfc_comp_ = 0;
+  const uint32_t* nfc_classes_ = nullptr;
+  size_t num_nfc_classes_ = 0;
 
   // Open addressing, linear probing, power-of-two capacities.
   Vec<int32_t> vocab_slots_;  // id, or -1 when free; keyed by vocab_[id]
