@@ -118,10 +118,12 @@ def test_json_schema_and_statistics(artifacts, tmp_path):
             for key, want in (("median", percentile(values, 50)), ("p10", percentile(values, 10)),
                               ("p90", percentile(values, 90)), ("min", min(values)), ("max", max(values)),
                               ("mean", sum(values) / 3)):
-                assert math.isclose(s[key], want, rel_tol=1e-5, abs_tol=1e-9), (metric, key, s[key], want)
+                assert math.isclose(s[key], want, rel_tol=1e-6, abs_tol=1e-9), (metric, key, s[key], want)
             mean = sum(values) / 3
             sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
-            assert math.isclose(s["stddev"], sd, rel_tol=1e-4, abs_tol=1e-9), (metric, s["stddev"], sd)
+            # The runs are printed to 9 digits: the deviations lose a little more.
+            scale = max(abs(v) for v in values)
+            assert math.isclose(s["stddev"], sd, rel_tol=1e-5, abs_tol=1e-7 * scale), (metric, s["stddev"], sd)
         for w in r["warnings"]:
             assert "varies by" in w or "page cache" in w
 
@@ -141,21 +143,22 @@ def test_rows_and_prompt_tokens(artifacts):
 
 def test_agrees_with_kiln_run(artifacts, tmp_path):
     """The same artifact, prompt, image and thread count through kiln-run: the same
-    token counts, and TTFT of the same order (timings on a shared machine vary)."""
+    token counts and memory, and a TTFT within an order of magnitude of kiln-bench's runs
+    (kiln-run's one answer pays first-run costs; timings on a shared machine vary)."""
     photo = tmp_path / "photo.png"
     from PIL import Image
     Image.new("RGB", (40, 30), (200, 30, 90)).save(photo)
     art = artifacts["tiny-llava"]
     out = tmp_path / "b.json"
-    bench(art, "--image", photo, "--prompt", "What is this?", "--threads", "1", "-r", "5", "--gen-tokens", "6",
-          "--output", "json", "-o", out)
+    bench(art, "--image", photo, "--prompt", "What is this?", "--threads", "1", "-r", "5", "--warmup", "0",
+          "--gen-tokens", "6", "--output", "json", "-o", out)
     b = json.loads(out.read_text())["results"][0]
     p = run([tool("kiln-run"), str(art), "--image", str(photo), "--prompt", "What is this?", "--threads", "1",
              "--max-new-tokens", "6", "--json"])
     k = json.loads(p.stdout.strip().splitlines()[-1])
     for key in ("prompt_tokens", "image_tokens", "generated_tokens", "kv_cache_bytes", "arena_bytes"):
         assert b["runs"][0][key] == k[key], key
-    assert b["stats"]["ttft_ms"]["median"] / 5 <= k["ttft_ms"] <= 5 * b["stats"]["ttft_ms"]["median"]
+    assert b["stats"]["ttft_ms"]["min"] / 10 <= k["ttft_ms"] <= 10 * b["stats"]["ttft_ms"]["max"]
 
 
 def test_compare(artifacts, tmp_path):

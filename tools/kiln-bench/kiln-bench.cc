@@ -21,6 +21,8 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
+#include "common/tensor_label.h"
+#include "common/text.h"
 #include "kiln-bench/json.h"
 #include "kiln-bench/stats.h"
 
@@ -62,32 +64,17 @@ double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+using kiln::tools::JsonEscape;
 std::string Q(const std::string& s) { return "\"" + JsonEscape(s) + "\""; }
-// A number for JSON and tables: integers (byte and token counts) in full, others to 6
-// significant digits.
+// A number for JSON and tables: integers (byte and token counts) in full, others to 9
+// significant digits (statistics recomputed from the runs agree).
 std::string Num(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[40];
   if (v == std::floor(v) && std::fabs(v) < 1e15)
     std::snprintf(buf, sizeof(buf), "%.0f", v);
   else
-    std::snprintf(buf, sizeof(buf), "%.6g", v);
+    std::snprintf(buf, sizeof(buf), "%.9g", v);
   return buf;
 }
 std::string BaseName(const std::string& path) {
@@ -231,14 +218,7 @@ struct ArtifactFacts {
   int32_t image_size = 0, image_tokens = 0;
   std::map<std::string, uint64_t> precision;  // encoding label -> stored bytes
 };
-std::string EncodingLabel(const fb::Tensor* t) {
-  const char* name = kiln::format::EncodingName(static_cast<uint8_t>(t->encoding()));
-  std::string s = name != nullptr ? name : "unknown";
-  if (t->encoding() == fb::Encoding::INT4) s += "_g" + std::to_string(t->group_size());
-  if (!t->symmetric()) s += "_asym";
-  if (t->activation() == fb::ActivationMode::Int8PerToken) s += "_a8";
-  return s;
-}
+using kiln::tools::EncodingLabel;
 std::string FeatureNames(uint64_t bits) {
   std::string s;
   for (uint64_t b = 1; b != 0; b <<= 1)

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
+#include "common/tensor_label.h"
 
 #include <cinttypes>
 #include <cmath>
@@ -64,15 +65,7 @@ const char* LayoutOf(const fb::Tensor* t) {
   return name ? name : "unknown";
 }
 
-// The compiler's label of a tensor's encoding: bf16, int8_a8, int4_g32_asym, ...
-std::string Label(const fb::Tensor* t) {
-  const char* name = kiln::format::EncodingName(static_cast<uint8_t>(t->encoding()));
-  std::string s = name != nullptr ? name : "unknown";
-  if (t->encoding() == fb::Encoding::INT4) s += "_g" + std::to_string(t->group_size());
-  if (!t->symmetric()) s += "_asym";
-  if (t->activation() == fb::ActivationMode::Int8PerToken) s += "_a8";
-  return s;
-}
+using kiln::tools::EncodingLabel;
 
 // JSON string escaping for names (printable ASCII in practice; escape the rest).
 std::string J(const char* s) {
@@ -194,7 +187,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     const fb::PrecisionEntry* e = m->precision()->Get(i);
     const fb::Tensor* tn = m->tensors()->Get(e->tensor());
     std::printf("  %-64s %-16s %-14s %-10s %14s %12" PRIu64 " %12" PRIu64 "%s\n", S(tn->name()),
-                fb::EnumNameStageKind(e->stage()), Label(tn).c_str(), LayoutOf(tn), Shape(tn->shape()).c_str(),
+                fb::EnumNameStageKind(e->stage()), EncodingLabel(tn).c_str(), LayoutOf(tn), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(),
                 std::isnan(e->sensitivity()) ? "" : ("  sensitivity " + Num(e->sensitivity())).c_str());
     src_total += e->source_bytes();
@@ -275,7 +268,7 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 "\"shape\": %s, \"source_bytes\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"offset\": %" PRIu64
                 ", \"sensitivity\": %s}%s\n",
                 J(S(tn->name())).c_str(), J(fb::EnumNameStageKind(e->stage())).c_str(),
-                J(Label(tn).c_str()).c_str(), tn->group_size(), J(LayoutOf(tn)).c_str(), Shape(tn->shape()).c_str(),
+                J(EncodingLabel(tn).c_str()).c_str(), tn->group_size(), J(LayoutOf(tn)).c_str(), Shape(tn->shape()).c_str(),
                 e->source_bytes(), e->bytes(), tn->offset(), Num(e->sensitivity()).c_str(),
                 i + 1 < m->precision()->size() ? "," : "");
   }

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
+#include "common/text.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -90,24 +91,7 @@ bool JsonString(const std::string& line, const std::string& key, std::string* ou
   return p < line.size();
 }
 
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
+using kiln::tools::JsonEscape;
 
 int AppendText(void* user, int32_t, const char* text, size_t length) {
   static_cast<std::string*>(user)->append(text, length);

@@ -738,16 +738,23 @@ kiln_status_t Tokenizer::Encode(const char* text, size_t length, bool add_specia
 // successive leftmost matches (Python's `regex.findall`); empty matches make none.
 // Text that no alternative matches (never, with the two built-in patterns) becomes a
 // pre-token of its own, as with Hugging Face's Split(behavior="Isolated").
-uint8_t Tokenizer::CombiningClass(uint32_t cp) const {
-  if (cp < 0x300) return 0;
-  size_t lo = 0, hi = num_nfc_classes_;
+namespace {
+// The entry of a table sorted by `entry >> shift` whose key is `key`, or 0 (no entry is 0).
+template <typename T>
+T FindPacked(const T* table, size_t count, uint64_t key, int shift) {
+  size_t lo = 0, hi = count;
   while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    uint32_t key = nfc_classes_[mid] >> 8;
-    if (key == cp) return static_cast<uint8_t>(nfc_classes_[mid] & 0xFF);
-    if (key < cp) lo = mid + 1; else hi = mid;
+    const size_t mid = (lo + hi) / 2;
+    const uint64_t k = static_cast<uint64_t>(table[mid]) >> shift;
+    if (k == key) return table[mid];
+    if (k < key) lo = mid + 1; else hi = mid;
   }
   return 0;
+}
+}  // namespace
+
+uint8_t Tokenizer::CombiningClass(uint32_t cp) const {
+  return cp < 0x300 ? 0 : static_cast<uint8_t>(FindPacked(nfc_classes_, num_nfc_classes_, cp, 8) & 0xFF);
 }
 
 // Unicode NFC (UAX #15): full canonical decomposition (Hangul algorithmically),
@@ -759,16 +766,6 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
   constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
   Vec<uint32_t>& cps = scratch->codepoints;
   cps.clear();
-  auto find_decomposition = [&](uint32_t cp) -> uint64_t {
-    size_t lo = 0, hi = num_nfc_decomp_;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      uint64_t key = nfc_decomp_[mid] >> 42;
-      if (key == cp) return nfc_decomp_[mid];
-      if (key < cp) lo = mid + 1; else hi = mid;
-    }
-    return 0;
-  };
   // Decompose, with an explicit stack (mappings nest a few levels at most).
   uint32_t stack[32];
   for (size_t i = 0; i < length;) {
@@ -798,7 +795,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
         if (si % kTCount != 0 && !cps.push_back(kTBase + si % kTCount)) return false;
         continue;
       }
-      const uint64_t d = c < 0xC0 ? 0 : find_decomposition(c);
+      const uint64_t d = c < 0xC0 ? 0 : FindPacked(nfc_decomp_, num_nfc_decomp_, c, 42);
       if (d == 0 || top + 2 > 32) {
         if (!cps.push_back(c)) return false;
         continue;
@@ -826,14 +823,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
     if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase && b < kTBase + kTCount)
       return a + (b - kTBase);
     const uint64_t key = (static_cast<uint64_t>(a) << 21) | b;
-    size_t lo = 0, hi = num_nfc_comp_;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      uint64_t k = nfc_comp_[mid] >> 21;
-      if (k == key) return static_cast<uint32_t>(nfc_comp_[mid] & 0x1FFFFF);
-      if (k < key) lo = mid + 1; else hi = mid;
-    }
-    return 0;
+    return static_cast<uint32_t>(FindPacked(nfc_comp_, num_nfc_comp_, key, 21) & 0x1FFFFF);
   };
   size_t kept = n;
   if (n > 0) {
