@@ -360,6 +360,7 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   }
   s->stats.decode_ms = Ms(NowSeconds() - decode_start);
   s->stats.generated_tokens = static_cast<int32_t>(s->output.size());
+  s->stats.decode_steps = decoded;
   s->stats.decode_tokens_per_s = decoded > 0 && s->stats.decode_ms > 0 ? decoded / (s->stats.decode_ms / 1000.0) : 0;
   s->stats.peak_allocated_bytes = s->allocator.peak_bytes();
   return st;

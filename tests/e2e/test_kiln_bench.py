@@ -156,7 +156,7 @@ def test_agrees_with_kiln_run(artifacts, tmp_path):
     p = run([tool("kiln-run"), str(art), "--image", str(photo), "--prompt", "What is this?", "--threads", "1",
              "--max-new-tokens", "6", "--json"])
     k = json.loads(p.stdout.strip().splitlines()[-1])
-    for key in ("prompt_tokens", "image_tokens", "generated_tokens", "kv_cache_bytes", "arena_bytes"):
+    for key in ("prompt_tokens", "image_tokens", "generated_tokens", "decode_steps", "kv_cache_bytes", "arena_bytes"):
         assert b["runs"][0][key] == k[key], key
     assert b["stats"]["ttft_ms"]["min"] / 10 <= k["ttft_ms"] <= 10 * b["stats"]["ttft_ms"]["max"]
 

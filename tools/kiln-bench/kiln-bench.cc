@@ -287,6 +287,7 @@ const char* const kMetrics[] = {"load_ms",        "session_ms",       "image_pre
                                 "ttft_ms",        "decode_ms",        "decode_tokens_per_s", "answer_ms",
                                 "cold_total_ms",  "peak_rss_bytes",   "peak_allocated_bytes", "kv_cache_bytes",
                                 "arena_bytes",    "prompt_tokens",    "image_tokens",         "generated_tokens",
+                                "decode_steps",
                                 "threads_used",   "cached_fraction_before"};
 
 // A deterministic test image: smooth gradients and a few blocks (8-bit RGB).
@@ -370,6 +371,7 @@ struct Bench {
     r["prompt_tokens"] = st.prompt_tokens;
     r["image_tokens"] = st.image_tokens;
     r["generated_tokens"] = st.generated_tokens;
+    r["decode_steps"] = st.decode_steps;
     r["threads_used"] = st.num_threads;
     return true;
   }

@@ -266,11 +266,11 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
                  "\"image_tokens\": %d, \"generated_tokens\": %d, \"image_preprocess_ms\": %.3f, "
                  "\"vision_encoder_ms\": %.3f, \"projector_ms\": %.3f, \"prefill_ms\": %.3f, "
                  "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
-                 "\"decode_tokens_per_s\": %.3f, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
+                 "\"decode_tokens_per_s\": %.3f, \"decode_steps\": %d, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
                  ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64 "}\n",
                  model.c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens,
                  s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms, s.prefill_ms, s.first_token_ms, s.ttft_ms,
-                 s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.arena_bytes, s.kv_cache_bytes,
+                 s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.decode_steps, s.arena_bytes, s.kv_cache_bytes,
                  s.peak_allocated_bytes, s.weight_bytes);
     return;
   }

@@ -384,7 +384,9 @@ typedef struct kiln_stats_t {
   double ttft_ms;             /* sum of the above */
   double first_decode_ms;     /* the decode step that produced the second token */
   double decode_ms;           /* all decode steps */
-  double decode_tokens_per_s; /* generated tokens after the first / decode_ms */
+  double decode_tokens_per_s; /* decode_steps / decode_ms: forward passes of decode per
+                                 second, the one that produced an end-of-sequence token
+                                 included (as llama-bench counts evaluated tokens) */
   int32_t prompt_tokens;      /* incl. image tokens */
   int32_t image_tokens;
   int32_t generated_tokens;
@@ -393,6 +395,8 @@ typedef struct kiln_stats_t {
   uint64_t kv_cache_bytes;    /* KV cache of the session */
   uint64_t peak_allocated_bytes; /* high-water mark of the session's allocations */
   uint64_t weight_bytes;      /* mapped weights (file-backed, shared, not allocated) */
+  int32_t decode_steps;       /* decode forward passes: generated_tokens - 1, plus 1 when an
+                                 end-of-sequence token ended the answer */
 } kiln_stats_t;
 
 /* KILN_ERROR_INVALID_ARGUMENT when out_stats->struct_size is not set. */

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -927,6 +928,49 @@ TEST(Sme2, GeneratedMatchesNeonArtifact) {
   }
   EXPECT_EQ(ran, 2);
 #endif
+}
+
+// Decode speed counts forward passes: decode_steps is generated_tokens - 1, plus one when
+// an end-of-sequence token (not part of the answer) ended it; decode_tokens_per_s is
+// decode_steps over decode_ms. An output struct of an older, smaller size gets only its
+// fields.
+TEST(Stats, DecodeStepsAndRate) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 1;
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  const int32_t ids[] = {1, 5, 9, 12};
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 6;
+  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  kiln_stats_t st = {};
+  st.struct_size = sizeof(st);
+  ASSERT_EQ(kiln_session_get_stats(s, &st), KILN_OK);
+  EXPECT_EQ(st.struct_size, sizeof(st));
+  EXPECT_GE(st.generated_tokens, 1);
+  EXPECT_TRUE(st.decode_steps == st.generated_tokens - 1 ||
+              (st.decode_steps == st.generated_tokens && st.generated_tokens < go.max_new_tokens))
+      << st.decode_steps << " steps, " << st.generated_tokens << " tokens";
+  if (st.decode_steps > 0) EXPECT_NEAR(st.decode_tokens_per_s, st.decode_steps / (st.decode_ms / 1000.0), 1e-6);
+  // A caller built against a struct that ended before decode_steps.
+  kiln_stats_t old = {};
+  old.struct_size = offsetof(kiln_stats_t, decode_steps);
+  old.decode_steps = -7;
+  ASSERT_EQ(kiln_session_get_stats(s, &old), KILN_OK);
+  EXPECT_EQ(old.struct_size, offsetof(kiln_stats_t, decode_steps));
+  EXPECT_EQ(old.decode_steps, -7);
+  EXPECT_EQ(old.generated_tokens, st.generated_tokens);
+  kiln_stats_t unset = {};
+  EXPECT_EQ(kiln_session_get_stats(s, &unset), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_session_release(s);
+  kiln_model_release(model);
 }
 
 // Sampling settings out of range are refused (they were read as "off" silently).
