@@ -8,6 +8,7 @@
 #include "model.h"
 #include "kiln/kiln_calibration.h"
 #include "support/error.h"
+#include "support/sized_struct.h"
 #include "verify.h"
 
 using namespace kiln::rt;
@@ -396,13 +397,7 @@ void kiln_model_release(kiln_model_t* model) {
 }
 
 kiln_status_t kiln_model_get_info(const kiln_model_t* model, kiln_model_info_t* out_info) {
-  if (model == nullptr || out_info == nullptr || out_info->struct_size < sizeof(uint32_t) ||
-      out_info->struct_size > 4096)
-    return KILN_ERROR_INVALID_ARGUMENT;
-  const size_t n = std::min<size_t>(out_info->struct_size, sizeof(kiln_model_info_t));
-  kiln_model_info_t info = model->info;
-  info.struct_size = static_cast<uint32_t>(n);
-  std::memcpy(out_info, &info, n);
+  if (model == nullptr || !kiln::rt::CopySizedOut(model->info, out_info)) return KILN_ERROR_INVALID_ARGUMENT;
   return KILN_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "kiln/kiln_calibration.h"
 #include "model.h"
 #include "support/error.h"
+#include "support/sized_struct.h"
 
 using namespace kiln::rt;
 namespace fb = kiln::fb;
@@ -746,13 +747,7 @@ kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_
 }
 
 kiln_status_t kiln_session_get_stats(const kiln_session_t* s, kiln_stats_t* out_stats) {
-  if (s == nullptr || out_stats == nullptr || out_stats->struct_size < sizeof(uint32_t) ||
-      out_stats->struct_size > 4096)
-    return KILN_ERROR_INVALID_ARGUMENT;
-  const size_t n = std::min<size_t>(out_stats->struct_size, sizeof(kiln_stats_t));
-  kiln_stats_t stats = s->stats;
-  stats.struct_size = static_cast<uint32_t>(n);
-  std::memcpy(out_stats, &stats, n);
+  if (s == nullptr || !kiln::rt::CopySizedOut(s->stats, out_stats)) return KILN_ERROR_INVALID_ARGUMENT;
   return KILN_OK;
 }
 
