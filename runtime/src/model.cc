@@ -60,27 +60,27 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   spec.pretokenizer = tok->pretokenizer() == fb::PreTokenizer::Gpt2        ? TokenizerSpec::PreTokenizer::kGpt2
                       : tok->pretokenizer() == fb::PreTokenizer::Metaspace ? TokenizerSpec::PreTokenizer::kMetaspace
                                                                            : TokenizerSpec::PreTokenizer::kSplit;
-  if (tok->prepend() != nullptr) spec.prepend = std::string_view(tok->prepend()->c_str(), tok->prepend()->size());
-  spec.prepend_scheme = tok->prepend_scheme() == fb::PrependScheme::First   ? TokenizerSpec::PrependScheme::kFirst
+  if (tok->prepend() != nullptr) spec.sentencepiece.prepend = std::string_view(tok->prepend()->c_str(), tok->prepend()->size());
+  spec.sentencepiece.prepend_scheme = tok->prepend_scheme() == fb::PrependScheme::First   ? TokenizerSpec::PrependScheme::kFirst
                         : tok->prepend_scheme() == fb::PrependScheme::Never ? TokenizerSpec::PrependScheme::kNever
                                                                             : TokenizerSpec::PrependScheme::kAlways;
-  spec.byte_fallback = tok->byte_fallback();
-  spec.unk_id = tok->unk_id();
-  spec.fuse_unk = tok->fuse_unk();
-  spec.decode_strip = tok->decode_strip();
+  spec.sentencepiece.byte_fallback = tok->byte_fallback();
+  spec.sentencepiece.unk_id = tok->unk_id();
+  spec.sentencepiece.fuse_unk = tok->fuse_unk();
+  spec.sentencepiece.decode_strip = tok->decode_strip();
   if (tok->normalizer() == fb::Normalizer::NFC) {
-    spec.nfc = true;
+    spec.nfc.enabled = true;
     if (tok->nfc_decompositions() != nullptr) {
-      spec.nfc_decompositions = tok->nfc_decompositions()->data();
-      spec.num_nfc_decompositions = tok->nfc_decompositions()->size();
+      spec.nfc.decompositions = tok->nfc_decompositions()->data();
+      spec.nfc.num_decompositions = tok->nfc_decompositions()->size();
     }
     if (tok->nfc_compositions() != nullptr) {
-      spec.nfc_compositions = tok->nfc_compositions()->data();
-      spec.num_nfc_compositions = tok->nfc_compositions()->size();
+      spec.nfc.compositions = tok->nfc_compositions()->data();
+      spec.nfc.num_compositions = tok->nfc_compositions()->size();
     }
     if (tok->nfc_combining_classes() != nullptr) {
-      spec.nfc_classes = tok->nfc_combining_classes()->data();
-      spec.num_nfc_classes = tok->nfc_combining_classes()->size();
+      spec.nfc.classes = tok->nfc_combining_classes()->data();
+      spec.nfc.num_classes = tok->nfc_combining_classes()->size();
     }
   }
   if (tok->pattern() != nullptr) spec.pattern = std::string_view(tok->pattern()->c_str(), tok->pattern()->size());

@@ -281,15 +281,15 @@ void FuzzJson(const uint8_t* data, size_t size) {
                       : tok.pretokenizer == kiln::TokenizerData::PreTokenizer::Metaspace
                           ? TokenizerSpec::PreTokenizer::kMetaspace
                           : TokenizerSpec::PreTokenizer::kGpt2;
-  spec.prepend = tok.prepend;
-  spec.prepend_scheme = tok.prependScheme == kiln::TokenizerData::PrependScheme::First ? TokenizerSpec::PrependScheme::kFirst
+  spec.sentencepiece.prepend = tok.prepend;
+  spec.sentencepiece.prepend_scheme = tok.prependScheme == kiln::TokenizerData::PrependScheme::First ? TokenizerSpec::PrependScheme::kFirst
                         : tok.prependScheme == kiln::TokenizerData::PrependScheme::Never
                             ? TokenizerSpec::PrependScheme::kNever
                             : TokenizerSpec::PrependScheme::kAlways;
-  spec.byte_fallback = tok.byteFallback;
-  spec.unk_id = tok.unkId;
-  spec.fuse_unk = tok.fuseUnk;
-  spec.decode_strip = tok.decodeStrip;
+  spec.sentencepiece.byte_fallback = tok.byteFallback;
+  spec.sentencepiece.unk_id = tok.unkId;
+  spec.sentencepiece.fuse_unk = tok.fuseUnk;
+  spec.sentencepiece.decode_strip = tok.decodeStrip;
   spec.pattern = tok.pattern;
   spec.vocab = views.data();
   spec.vocab_size = views.size();

@@ -380,49 +380,38 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
   metaspace_ = spec.pretokenizer == TokenizerSpec::PreTokenizer::kMetaspace;
   if (metaspace_) {
     size_t bad;
-    if (!IsValidUtf8(spec.prepend.data(), spec.prepend.size(), &bad))
+    if (!IsValidUtf8(spec.sentencepiece.prepend.data(), spec.sentencepiece.prepend.size(), &bad))
       return Fail(error, kBad, "tokenizer: the prepended text is not valid UTF-8");
-    if (spec.unk_id >= static_cast<int64_t>(spec.vocab_size))
-      return Fail(error, kBad, "tokenizer: unk id %d outside the vocabulary", spec.unk_id);
-    if (!spec.byte_fallback && spec.unk_id < 0)
+    if (spec.sentencepiece.unk_id >= static_cast<int64_t>(spec.vocab_size))
+      return Fail(error, kBad, "tokenizer: unk id %d outside the vocabulary", spec.sentencepiece.unk_id);
+    if (!spec.sentencepiece.byte_fallback && spec.sentencepiece.unk_id < 0)
       return Fail(error, kBad, "tokenizer: SentencePiece-style BPE needs byte_fallback or an unk id");
-    if (spec.decode_strip < 0 || spec.decode_strip > 8)
-      return Fail(error, kBad, "tokenizer: decode strip %d outside [0, 8]", spec.decode_strip);
-    prepend_ = spec.prepend;
-    prepend_scheme_ = spec.prepend_scheme;
-    byte_fallback_ = spec.byte_fallback;
-    unk_id_ = spec.unk_id;
-    fuse_unk_ = spec.fuse_unk;
-    decode_strip_ = spec.decode_strip;
+    if (spec.sentencepiece.decode_strip < 0 || spec.sentencepiece.decode_strip > 8)
+      return Fail(error, kBad, "tokenizer: decode strip %d outside [0, 8]", spec.sentencepiece.decode_strip);
+    sp_ = spec.sentencepiece;
   }
-  if (spec.nfc) {
+  if (spec.nfc.enabled) {
     // The tables drive binary searches: sorted, strictly, and within Unicode.
-    if (spec.nfc_decompositions == nullptr || spec.num_nfc_decompositions == 0 || spec.nfc_compositions == nullptr ||
-        spec.nfc_classes == nullptr)
+    if (spec.nfc.decompositions == nullptr || spec.nfc.num_decompositions == 0 || spec.nfc.compositions == nullptr ||
+        spec.nfc.classes == nullptr)
       return Fail(error, kBad, "tokenizer: NFC without its Unicode tables");
-    for (size_t i = 0; i < spec.num_nfc_decompositions; ++i) {
-      const uint64_t e = spec.nfc_decompositions[i];
+    for (size_t i = 0; i < spec.nfc.num_decompositions; ++i) {
+      const uint64_t e = spec.nfc.decompositions[i];
       if ((e >> 42) > 0x10FFFF || ((e >> 21) & 0x1FFFFF) > 0x10FFFF || (e & 0x1FFFFF) > 0x10FFFF ||
-          ((e >> 21) & 0x1FFFFF) == 0 || (i > 0 && (e >> 42) <= (spec.nfc_decompositions[i - 1] >> 42)))
+          ((e >> 21) & 0x1FFFFF) == 0 || (i > 0 && (e >> 42) <= (spec.nfc.decompositions[i - 1] >> 42)))
         return Fail(error, kBad, "tokenizer: NFC decomposition %zu is malformed or out of order", i);
     }
-    for (size_t i = 0; i < spec.num_nfc_compositions; ++i) {
-      const uint64_t e = spec.nfc_compositions[i];
+    for (size_t i = 0; i < spec.nfc.num_compositions; ++i) {
+      const uint64_t e = spec.nfc.compositions[i];
       if ((e >> 42) > 0x10FFFF || (e & 0x1FFFFF) > 0x10FFFF ||
-          (i > 0 && (e >> 21) <= (spec.nfc_compositions[i - 1] >> 21)))
+          (i > 0 && (e >> 21) <= (spec.nfc.compositions[i - 1] >> 21)))
         return Fail(error, kBad, "tokenizer: NFC composition %zu is malformed or out of order", i);
     }
-    for (size_t i = 0; i < spec.num_nfc_classes; ++i)
-      if ((spec.nfc_classes[i] >> 8) > 0x10FFFF || (spec.nfc_classes[i] & 0xFF) == 0 ||
-          (i > 0 && (spec.nfc_classes[i] >> 8) <= (spec.nfc_classes[i - 1] >> 8)))
+    for (size_t i = 0; i < spec.nfc.num_classes; ++i)
+      if ((spec.nfc.classes[i] >> 8) > 0x10FFFF || (spec.nfc.classes[i] & 0xFF) == 0 ||
+          (i > 0 && (spec.nfc.classes[i] >> 8) <= (spec.nfc.classes[i - 1] >> 8)))
         return Fail(error, kBad, "tokenizer: NFC combining class %zu is malformed or out of order", i);
-    nfc_ = true;
-    nfc_decomp_ = spec.nfc_decompositions;
-    num_nfc_decomp_ = spec.num_nfc_decompositions;
-    nfc_comp_ = spec.nfc_compositions;
-    num_nfc_comp_ = spec.num_nfc_compositions;
-    nfc_classes_ = spec.nfc_classes;
-    num_nfc_classes_ = spec.num_nfc_classes;
+    nfc_ = spec.nfc;
   }
   vocab_ = spec.vocab;
   vocab_size_ = static_cast<int32_t>(spec.vocab_size);
@@ -472,7 +461,7 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     byte_ids_[b] = FindVocab(name, 6);
-    if (byte_ids_[b] < 0 && byte_fallback_)
+    if (byte_ids_[b] < 0 && sp_.byte_fallback)
       return Fail(error, kBad, "tokenizer: byte_fallback without the byte token %s", name);
   }
   for (int b = 0; b < 256 && !metaspace_; ++b) {
@@ -754,7 +743,7 @@ T FindPacked(const T* table, size_t count, uint64_t key, int shift) {
 }  // namespace
 
 uint8_t Tokenizer::CombiningClass(uint32_t cp) const {
-  return cp < 0x300 ? 0 : static_cast<uint8_t>(FindPacked(nfc_classes_, num_nfc_classes_, cp, 8) & 0xFF);
+  return cp < 0x300 ? 0 : static_cast<uint8_t>(FindPacked(nfc_.classes, nfc_.num_classes, cp, 8) & 0xFF);
 }
 
 // Unicode NFC (UAX #15): full canonical decomposition (Hangul algorithmically),
@@ -795,7 +784,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
         if (si % kTCount != 0 && !cps.push_back(kTBase + si % kTCount)) return false;
         continue;
       }
-      const uint64_t d = c < 0xC0 ? 0 : FindPacked(nfc_decomp_, num_nfc_decomp_, c, 42);
+      const uint64_t d = c < 0xC0 ? 0 : FindPacked(nfc_.decompositions, nfc_.num_decompositions, c, 42);
       if (d == 0 || top + 2 > 32) {
         if (!cps.push_back(c)) return false;
         continue;
@@ -823,7 +812,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
     if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase && b < kTBase + kTCount)
       return a + (b - kTBase);
     const uint64_t key = (static_cast<uint64_t>(a) << 21) | b;
-    return static_cast<uint32_t>(FindPacked(nfc_comp_, num_nfc_comp_, key, 21) & 0x1FFFFF);
+    return static_cast<uint32_t>(FindPacked(nfc_.compositions, nfc_.num_compositions, key, 21) & 0x1FFFFF);
   };
   size_t kept = n;
   if (n > 0) {
@@ -875,7 +864,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
 kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, bool at_start, EncodeScratch* scratch,
                                        Vec<int32_t>* out, kiln_error_t* error) const {
   if (length == 0) return KILN_OK;
-  if (nfc_) {
+  if (nfc_.enabled) {
     bool ascii = true;
     for (size_t i = 0; i < length && ascii; ++i) ascii = static_cast<uint8_t>(text[i]) < 0x80;
     if (!ascii) {
@@ -984,14 +973,14 @@ kiln_status_t Tokenizer::EncodeMetaspace(const char* text, size_t length, bool a
                                          Vec<int32_t>* out, kiln_error_t* error) const {
   // Normalise: the prefix, then every space as U+2581 (3 bytes).
   Vec<char>& norm = scratch->chars;
-  const bool prefix = !prepend_.empty() && (prepend_scheme_ == TokenizerSpec::PrependScheme::kAlways ||
-                                            (prepend_scheme_ == TokenizerSpec::PrependScheme::kFirst && at_start));
-  if (length > SIZE_MAX / 4 || !norm.resize(prepend_.size() + 3 * length))
+  const bool prefix = !sp_.prepend.empty() && (sp_.prepend_scheme == TokenizerSpec::PrependScheme::kAlways ||
+                                                (sp_.prepend_scheme == TokenizerSpec::PrependScheme::kFirst && at_start));
+  if (length > SIZE_MAX / 4 || !norm.resize(sp_.prepend.size() + 3 * length))
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
   size_t m = 0;
   if (prefix) {
-    std::memcpy(norm.data(), prepend_.data(), prepend_.size());
-    m = prepend_.size();
+    std::memcpy(norm.data(), sp_.prepend.data(), sp_.prepend.size());
+    m = sp_.prepend.size();
   }
   for (size_t i = 0; i < length; ++i) {
     if (text[i] == ' ') {
@@ -1016,11 +1005,11 @@ kiln_status_t Tokenizer::EncodeMetaspace(const char* text, size_t length, bool a
     if (id >= 0) {
       sym[n++].id = id;
       last_unk = false;
-    } else if (byte_fallback_) {
+    } else if (sp_.byte_fallback) {
       for (size_t k = 0; k < len; ++k) sym[n++].id = byte_ids_[static_cast<uint8_t>(norm[i + k])];
       last_unk = false;
-    } else if (!(fuse_unk_ && last_unk)) {
-      sym[n++].id = unk_id_;
+    } else if (!(sp_.fuse_unk && last_unk)) {
+      sym[n++].id = sp_.unk_id;
       last_unk = true;
     }
     i += len;
@@ -1110,7 +1099,7 @@ kiln_status_t Tokenizer::AppendBytes(int32_t id, bool skip_special, Vec<char>* o
   if (metaspace_) {
     // <0xXX> byte tokens stand for their byte; any other token for its text with
     // U+2581 as a space.
-    if (byte_fallback_ && token.size() == 6 && token[0] == '<' && token[1] == '0' && token[2] == 'x' &&
+    if (sp_.byte_fallback && token.size() == 6 && token[0] == '<' && token[1] == '0' && token[2] == 'x' &&
         token[5] == '>' && std::isxdigit(static_cast<unsigned char>(token[3])) &&
         std::isxdigit(static_cast<unsigned char>(token[4]))) {
       const char hex[3] = {token[3], token[4], 0};
@@ -1192,7 +1181,7 @@ kiln_status_t Tokenizer::Decode(const int32_t* ids, size_t count, bool skip_spec
   }
   // The decoder's Strip: leading spaces of the text.
   size_t skip = 0;
-  while (skip < raw.size() && skip < static_cast<size_t>(decode_strip_) && raw[skip] == ' ') ++skip;
+  while (skip < raw.size() && skip < static_cast<size_t>(sp_.decode_strip) && raw[skip] == ' ') ++skip;
   if (!AppendUtf8Replacing(raw.data() + skip, raw.size() - skip, out_utf8))
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "decode: out of memory");
   return KILN_OK;

@@ -47,7 +47,7 @@ struct TokenizerSpec {
   // regex in `pattern` (a tokenizer.json Split pre-tokenizer, e.g. Qwen2's), then the
   // byte-level mapping; the pattern is compiled by PCRE2 and need not outlive Create.
   // kMetaspace: SentencePiece-style BPE (Llama-2, Mistral) instead of byte-level: no
-  // regex; each segment between added tokens gets `prepend` (per prepend_scheme) and
+  // regex; each segment between added tokens gets `sentencepiece.prepend` (per its scheme) and
   // its spaces become U+2581; its characters are the initial symbols (a character
   // outside the vocabulary becomes its UTF-8 bytes as <0xXX> tokens with
   // byte_fallback, else unk_id, consecutive ones fused with fuse_unk); then the merges.
@@ -56,25 +56,29 @@ struct TokenizerSpec {
   enum class PreTokenizer { kGpt2, kLlama3, kSplit, kMetaspace };
   PreTokenizer pretokenizer = PreTokenizer::kGpt2;
   enum class PrependScheme { kAlways, kFirst, kNever };
-  std::string_view prepend;
-  PrependScheme prepend_scheme = PrependScheme::kAlways;
-  bool byte_fallback = false;
-  int32_t unk_id = -1;
-  bool fuse_unk = false;
-  int decode_strip = 0;
+  struct SentencePiece {
+    std::string_view prepend;
+    PrependScheme prepend_scheme = PrependScheme::kAlways;
+    bool byte_fallback = false;
+    int32_t unk_id = -1;
+    bool fuse_unk = false;
+    int decode_strip = 0;
+  } sentencepiece;  // kMetaspace only
 
   // The NFC normalizer (Qwen2), applied to each segment between added tokens before
   // pre-tokenisation, with the artifact's Unicode tables (formats/kiln.fbs: packed
   // canonical decompositions sorted by code point, primary composites sorted by pair,
   // combining classes sorted by code point; Hangul is algorithmic). Must outlive the
   // tokenizer.
-  bool nfc = false;
-  const uint64_t* nfc_decompositions = nullptr;
-  size_t num_nfc_decompositions = 0;
-  const uint64_t* nfc_compositions = nullptr;
-  size_t num_nfc_compositions = 0;
-  const uint32_t* nfc_classes = nullptr;
-  size_t num_nfc_classes = 0;
+  struct NfcTables {
+    bool enabled = false;
+    const uint64_t* decompositions = nullptr;
+    size_t num_decompositions = 0;
+    const uint64_t* compositions = nullptr;
+    size_t num_compositions = 0;
+    const uint32_t* classes = nullptr;
+    size_t num_classes = 0;
+  } nfc;
   // Used by kSplit only. Its \s and \S are read as Unicode White_Space, as in the
   // built-in patterns; text no alternative matches becomes a pre-token of its own (HF's
   // Split "Isolated"); a regex PCRE2 rejects is KILN_ERROR_ARTIFACT_TOKENIZER.
@@ -164,7 +168,7 @@ class Tokenizer {
   int32_t vocab_size() const { return vocab_size_; }
   // Leading spaces a decoded text drops (SentencePiece-style decoders strip the space
   // the encoder prepended); streaming output drops them from the first token's text.
-  int decode_strip() const { return decode_strip_; }
+  int decode_strip() const { return sp_.decode_strip; }
   int32_t bos_id() const { return bos_id_; }
   bool adds_bos() const { return add_bos_; }
   // Whether the pre-tokenizer regex runs JIT-compiled code.
@@ -220,19 +224,8 @@ class Tokenizer {
   bool ignore_merges_ = false;
   bool jit_ = false;
   bool metaspace_ = false;
-  std::string_view prepend_;
-  TokenizerSpec::PrependScheme prepend_scheme_ = TokenizerSpec::PrependScheme::kAlways;
-  bool byte_fallback_ = false;
-  int32_t unk_id_ = -1;
-  bool fuse_unk_ = false;
-  int decode_strip_ = 0;
-  bool nfc_ = false;
-  const uint64_t* nfc_decomp_ = nullptr;
-  size_t num_nfc_decomp_ = 0;
-  const uint64_t* nfc_comp_ = nullptr;
-  size_t num_nfc_comp_ = 0;
-  const uint32_t* nfc_classes_ = nullptr;
-  size_t num_nfc_classes_ = 0;
+  TokenizerSpec::SentencePiece sp_;  // kMetaspace
+  TokenizerSpec::NfcTables nfc_;
 
   // Open addressing, linear probing, power-of-two capacities.
   Vec<int32_t> vocab_slots_;  // id, or -1 when free; keyed by vocab_[id]

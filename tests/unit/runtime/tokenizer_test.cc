@@ -1111,11 +1111,11 @@ std::unique_ptr<SpSpec> MakeSp(bool byte_fallback) {
   s->added = {{1, "<s>", true}};
   TokenizerSpec& spec = s->spec;
   spec.pretokenizer = TokenizerSpec::PreTokenizer::kMetaspace;
-  spec.prepend = kSp;
-  spec.byte_fallback = byte_fallback;
-  spec.unk_id = 0;
-  spec.fuse_unk = true;
-  spec.decode_strip = 1;
+  spec.sentencepiece.prepend = kSp;
+  spec.sentencepiece.byte_fallback = byte_fallback;
+  spec.sentencepiece.unk_id = 0;
+  spec.sentencepiece.fuse_unk = true;
+  spec.sentencepiece.decode_strip = 1;
   spec.vocab = s->views.data();
   spec.vocab_size = s->views.size();
   spec.merges = s->merges.data();
@@ -1159,7 +1159,7 @@ TEST(Tokenizer, SentencePieceStyleBpe) {
 TEST(Tokenizer, SentencePiecePrependSchemesAndUnknowns) {
   using metaspace::kSp;
   auto s = metaspace::MakeSp(false);  // no byte tokens: unknowns fuse into one <unk>
-  s->spec.prepend_scheme = TokenizerSpec::PrependScheme::kFirst;
+  s->spec.sentencepiece.prepend_scheme = TokenizerSpec::PrependScheme::kFirst;
   Allocator allocator;
   TokenizerPtr t = MakeTokenizer(s->spec, &allocator);
   ASSERT_NE(t, nullptr);
@@ -1167,17 +1167,17 @@ TEST(Tokenizer, SentencePiecePrependSchemesAndUnknowns) {
   EXPECT_EQ(EncodeOk(*t, "a<s>a"), (std::vector<int32_t>{spa, 1, a}));  // only the first segment
   EXPECT_EQ(EncodeOk(*t, "axyz"), (std::vector<int32_t>{spa, 0}));      // x, y, z fused
   EXPECT_EQ(EncodeOk(*t, "xaz"), (std::vector<int32_t>{s->Id(kSp), 0, a, 0}));
-  s->spec.prepend_scheme = TokenizerSpec::PrependScheme::kNever;
+  s->spec.sentencepiece.prepend_scheme = TokenizerSpec::PrependScheme::kNever;
   TokenizerPtr never = MakeTokenizer(s->spec, &allocator);
   EXPECT_EQ(EncodeOk(*never, "a a"), (std::vector<int32_t>{a, spa}));
   // Neither byte fallback nor an unknown id: refused.
-  s->spec.unk_id = -1;
+  s->spec.sentencepiece.unk_id = -1;
   std::string message;
   EXPECT_EQ(CreateStatus(s->spec, &message), KILN_ERROR_ARTIFACT_TOKENIZER);
   EXPECT_NE(message.find("byte_fallback or an unk id"), std::string::npos) << message;
   // byte_fallback without the byte tokens: refused.
-  s->spec.unk_id = 0;
-  s->spec.byte_fallback = true;
+  s->spec.sentencepiece.unk_id = 0;
+  s->spec.sentencepiece.byte_fallback = true;
   EXPECT_EQ(CreateStatus(s->spec, &message), KILN_ERROR_ARTIFACT_TOKENIZER);
   EXPECT_NE(message.find("<0x00>"), std::string::npos) << message;
 }
