@@ -14,8 +14,11 @@ namespace kiln::format {
 constexpr uint32_t kSchemaMajor = 1;
 // 1: code segment (Model.code, Op.symbol); 2: packed layouts; 3: int4_p16k8 and
 // int8_p16k4 (int4_p4k32 retired); 4: SentencePiece-style tokenizers
-// (PreTokenizer.Metaspace and its Tokenizer fields) and the NFC normalizer
-constexpr uint32_t kSchemaMinor = 4;
+// (PreTokenizer.Metaspace and its Tokenizer fields) and the NFC normalizer; 5: fused
+// ops (LinearParams, norm prologues, residual inputs, attention over one q|k|v input
+// with rope, Op.symbols and Op.fused), which older runtimes refuse by their arity or
+// parameter kind
+constexpr uint32_t kSchemaMinor = 5;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
@@ -93,7 +96,7 @@ struct OpInfo {
   const char* mlir_name;   // "kiln.linear"
   int inputs_min, inputs_max;
   int weights_min, weights_max;
-  bool in_place;
+  int in_place;  // the input the output may be written over (ops.def), -1: none
   uint64_t quantizable_weights;  // bit set of weight slots
   uint64_t int8_act_weights;     // bit set of weight slots
 };
@@ -102,7 +105,7 @@ struct OpInfo {
 inline const OpInfo* AllOps(size_t* count) {
   static const OpInfo kOps[] = {
 #define KILN_OP(kind, id, mlir, in_min, in_max, w_min, w_max, params, in_place, quant, act8) \
-  {id, #kind, mlir, in_min, in_max, w_min, w_max, in_place != 0, quant, act8},
+  {id, #kind, mlir, in_min, in_max, w_min, w_max, in_place - 1, quant, act8},
 #include "formats/ops.def"
 #undef KILN_OP
   };

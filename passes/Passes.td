@@ -97,7 +97,8 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "::mlir::ModuleOp"> {
     dimension of prefill), its lifetime in program order, and an offset in the
     stage's arena such that buffers alive at the same time never overlap. Buffers
     are 64-byte aligned and reused as soon as their last reader has run; element-wise
-    ops and normalisations write in place over an input that dies with them.
+    ops and normalisations write in place over an input that dies with them, and a
+    matmul with a fused residual over that residual.
 
     Results: `kiln.offset` on each op (byte offset in the arena) or `kiln.output`
     (the index of the stage result it is written to), `kiln.arena_bytes` on each
@@ -143,6 +144,90 @@ def KilnAssignPrecision : Pass<"kiln-assign-precision", "::mlir::ModuleOp"> {
     ListOption<"precision", "precision", "std::string",
                "REGEX=ENCODING overrides, e.g. 'vision_tower.*=bf16'">,
   ];
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion (passes/fusion): fewer, larger kernels per layer. Each reports every
+// fusion it makes or refuses, with the reason, as a remark.
+//===----------------------------------------------------------------------===//
+
+def KilnFuseQkv : Pass<"kiln-fuse-qkv", "::mlir::ModuleOp"> {
+  let summary = "Fuse the Q, K and V projections and their attention";
+  let description = [{
+    For every `kiln.attention` whose query, key and value are `kiln.linear`s of one
+    input (the query and key possibly through `kiln.rope`s at the attention's
+    positions), read by nothing else: one `kiln.linear` over a weight concatenating
+    the three (a `#kiln.concat` along rows, evaluated by the artifact writer, named
+    like the Q projection with `q_proj` -> `qkv_proj`; biases likewise), and one
+    `kiln.qkv_attention` that reads q, k and v side by side from its output and
+    rotates q and k itself. Refused, with a remark saying why, when the three
+    weights were assigned different encodings (the precision assignment is kept),
+    when only some have biases, or when another op reads a projection.
+
+    ```mlir
+    %q = kiln.linear %h, %wq ...   %k = kiln.linear %h, %wk ...   %v = kiln.linear %h, %wv ...
+    %qr = kiln.rope %q, %pos ...   %kr = kiln.rope %k, %pos ...
+    %a = kiln.attention %qr, %kr, %v positions(%pos) {...}
+    // ->
+    %qkv = kiln.linear %h, %wqkv : ... -> tensor<?x128xf32>
+    %a = kiln.qkv_attention %qkv positions(%pos) {..., rope = {num_heads = 6 : i64, ...}}
+    ```
+  }];
+}
+
+def KilnFuseNorm : Pass<"kiln-fuse-norm", "::mlir::ModuleOp"> {
+  let summary = "Fold a normalisation into the matmul that reads it";
+  let description = [{
+    A `kiln.rms_norm` or `kiln.layer_norm` whose only reader is a `kiln.linear` or
+    `kiln.gated_mlp` (input 0) becomes that op's prologue (`norm`, `norm_weight`,
+    `norm_bias`, `norm_epsilon`): the runtime normalises each row as it quantises
+    it for int8 activations (or into the op's scratch for float ones), once for the
+    gated MLP's gate and up. Run after `kiln-fuse-qkv`, which leaves the attention
+    norm one reader. A norm with several readers, or read by another op kind, stays.
+
+    ```mlir
+    %h = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : ...
+    %y = kiln.gated_mlp %h, %g, %u, %d {activation = #kiln.activation<silu>} : ...
+    // ->
+    %y = kiln.gated_mlp %x, %g, %u, %d norm(%n)
+        {activation = #kiln.activation<silu>, norm = "rms", norm_epsilon = 1.0e-05 : f32} : ...
+    ```
+  }];
+}
+
+def KilnFuseActivation : Pass<"kiln-fuse-activation", "::mlir::ModuleOp"> {
+  let summary = "Fold an activation into the linear that produces its input";
+  let description = [{
+    `kiln.activation` of a `kiln.linear` read only by it (a CLIP/SigLIP fc1, a gate
+    projection with a bias) becomes the linear's `activation` epilogue: applied to
+    each tile of the product while it is in cache. Runs before
+    `kiln-fuse-residual`, whose residual is then added after the activation.
+
+    ```mlir
+    %h = kiln.linear %x, %w1, %b1 : ...
+    %a = kiln.activation %h {kind = #kiln.activation<gelu_tanh>} : tensor<?x64xf32>
+    // ->
+    %a = kiln.linear %x, %w1, %b1 {activation = #kiln.activation<gelu_tanh>} : ...
+    ```
+  }];
+}
+
+def KilnFuseResidual : Pass<"kiln-fuse-residual", "::mlir::ModuleOp"> {
+  let summary = "Fold a residual addition into the matmul that produces its summand";
+  let description = [{
+    `kiln.add %r, %m` where `%m` is a `kiln.linear`, `kiln.gated_mlp` or `kiln.moe`
+    read only by the add becomes that op with `residual(%r)` (the epilogue): it
+    writes `r + m` tile by tile, over `r`'s buffer when `r` dies there
+    (kiln-plan-memory). Refused when the residual is also the matmul's input or is
+    computed after it.
+
+    ```mlir
+    %o = kiln.linear %a, %wo : ...
+    %x1 = kiln.add %x, %o : tensor<?x64xf32>
+    // ->
+    %x1 = kiln.linear %a, %wo residual(%x) : ...
+    ```
+  }];
 }
 
 //===----------------------------------------------------------------------===//

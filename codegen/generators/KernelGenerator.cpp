@@ -2761,11 +2761,31 @@ struct MatmulWeight {
 
 // The weights of `op`, in slot order (the last of a Linear's or PatchEmbed's two is
 // the bias).
+// The operands of a fused norm prologue (kiln-fuse-norm), which are no matmul weights.
+llvm::SmallVector<mlir::Value, 2> normOperands(mlir::Operation* op) {
+  llvm::SmallVector<mlir::Value, 2> out;
+  auto add = [&](mlir::Value v) {
+    if (v)
+      out.push_back(v);
+  };
+  if (auto l = llvm::dyn_cast<LinearOp>(op)) {
+    add(l.getNormWeight());
+    add(l.getNormBias());
+  } else if (auto g = llvm::dyn_cast<GatedMlpOp>(op)) {
+    add(g.getNormWeight());
+    add(g.getNormBias());
+  }
+  return out;
+}
+
 llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
   llvm::SmallVector<MatmulWeight> out;
   auto module = op->getParentOfType<mlir::ModuleOp>();
   const format::OpInfo* info = opInfo(op);
+  const llvm::SmallVector<mlir::Value, 2> norm = normOperands(op);
   for (mlir::Value operand : op->getOperands()) {
+    if (llvm::is_contained(norm, operand))
+      continue;
     auto ref = operand.getDefiningOp<WeightRefOp>();
     if (!ref)
       continue;
@@ -2782,6 +2802,41 @@ llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
   if (llvm::isa<LinearOp, PatchEmbedOp>(op) && out.size() == 2)
     out.back().bias = true;
   return out;
+}
+
+// The encodings of the weight (and layer norm bias) of a norm: a norm op's, or a
+// fused norm prologue's (none when `op` has neither).
+struct NormWeights {
+  bool layer = false;
+  uint8_t weight = format::kEncF32, bias = format::kEncF32;
+};
+std::optional<NormWeights> normWeights(mlir::Operation* op) {
+  auto module = op->getParentOfType<mlir::ModuleOp>();
+  auto encodingOf = [&](mlir::Value v) -> uint8_t {
+    auto ref = v ? v.getDefiningOp<WeightRefOp>() : WeightRefOp();
+    auto w = ref ? llvm::dyn_cast_or_null<WeightOp>(mlir::SymbolTable::lookupSymbolIn(module, ref.getNameAttr()))
+                 : WeightOp();
+    return w ? encodingSpec(w.getEncoding()).id : format::kEncF32;
+  };
+  NormWeights n;
+  if (auto r = llvm::dyn_cast<RmsNormOp>(op)) {
+    n.weight = encodingOf(r.getWeight());
+    return n;
+  }
+  if (auto l = llvm::dyn_cast<LayerNormOp>(op)) {
+    n.layer = true;
+    n.weight = encodingOf(l.getWeight());
+    n.bias = encodingOf(l.getBias());
+    return n;
+  }
+  llvm::SmallVector<mlir::Value, 2> operands = normOperands(op);
+  if (operands.empty())
+    return std::nullopt;
+  n.layer = operands.size() == 2;
+  n.weight = encodingOf(operands[0]);
+  if (n.layer)
+    n.bias = encodingOf(operands[1]);
+  return n;
 }
 
 // Whether the generated matmul reads weight `w` on `target`; when not, `why` says why.
@@ -2844,23 +2899,27 @@ bool generatorSupports(mlir::Operation* op, llvm::StringRef kernelName, const Ta
     }
     return true;
   }
-  if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
-    if (att.getNumHeads() <= 0 || att.getNumKvHeads() <= 0 || att.getHeadDim() <= 0 ||
-        att.getNumHeads() % att.getNumKvHeads() != 0) {
+  if (llvm::isa<AttentionOp, QkvAttentionOp>(op)) {
+    const int64_t heads = op->getAttrOfType<mlir::IntegerAttr>("num_heads").getInt(),
+                  kvHeads = op->getAttrOfType<mlir::IntegerAttr>("num_kv_heads").getInt(),
+                  hd = op->getAttrOfType<mlir::IntegerAttr>("head_dim").getInt();
+    if (heads <= 0 || kvHeads <= 0 || hd <= 0 || heads % kvHeads != 0) {
       *why = "no generated attention for these heads";
       return false;
     }
     return true;
   }
-  if (llvm::isa<RmsNormOp, LayerNormOp>(op)) {
-    for (const MatmulWeight& w : matmulWeights(op))
-      if (!(generatedMatmulEncodings(target) & format::EncodingBit(w.spec.id))) {
+  // A norm op, or a matmul's fused norm prologue.
+  if (std::optional<NormWeights> n = normWeights(op)) {
+    for (uint8_t e : {n->weight, n->bias})
+      if (!(generatedMatmulEncodings(target) & format::EncodingBit(e))) {
         *why = std::string("no generated normalisation for ") +
-               (format::EncodingName(w.spec.id) ? format::EncodingName(w.spec.id) : "this encoding") +
-               " weights on " + target.triple;
+               (format::EncodingName(e) ? format::EncodingName(e) : "this encoding") + " weights on " +
+               target.triple;
         return false;
       }
-    return true;
+    if (llvm::isa<RmsNormOp, LayerNormOp>(op))
+      return true;
   }
   if (isMatmulOp(op)) {
     const format::KernelInfo* info = kernelByName(kernelName);
@@ -2889,6 +2948,32 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
   const int64_t lanes = vectorLanes(target);
   std::map<std::string, bool> built;
   bool failed = false;
+  // The normalisation function for weights of these encodings (built once).
+  auto normKernel = [&](const NormWeights& n, mlir::Location loc) {
+    std::string name = std::string("kiln_uk_") + (n.layer ? "layernorm" : "rmsnorm") + "_f32_f32_w" +
+                       encodingTag(n.weight) + (n.layer ? std::string("_b") + encodingTag(n.bias) : std::string()) +
+                       "_gen_" + isa;
+    if (!built[name])
+      buildNorm(*kernels, name, n.layer, n.weight, n.bias, lanes, loc);
+    built[name] = true;
+    return name;
+  };
+  // The activation function `kind` (built once).
+  auto actKernel = [&](ActivationKind kind, mlir::Location loc) {
+    std::string name = "kiln_uk_act_" + stringifyActivationKind(kind).str() + "_f32_f32_gen_" + isa;
+    if (!built[name])
+      buildEltwise(*kernels, name, Eltwise::Act, static_cast<int32_t>(kind), lanes, loc);
+    built[name] = true;
+    return name;
+  };
+  // The rotary embedding of `heads` heads of `hd` (built once).
+  auto ropeKernel = [&](int64_t heads, int64_t hd, mlir::Location loc) {
+    std::string name = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
+    if (!built[name])
+      buildRope(*kernels, name, heads, hd, lanes, loc);
+    built[name] = true;
+    return name;
+  };
   model.walk([&](mlir::Operation* op) {
     auto kernelName = op->getAttrOfType<mlir::StringAttr>("kiln.kernel");
     if (!kernelName)
@@ -2903,6 +2988,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       return;
     }
     std::string symbol;
+    std::vector<std::string> extra;  // further functions of a fused op (kiln.symbols)
     if (auto rope = llvm::dyn_cast<RopeOp>(op)) {
       int64_t heads = rope.getNumHeads(), hd = rope.getHeadDim();
       if (hd <= 0 || hd % 2 != 0 || heads <= 0) {
@@ -2910,9 +2996,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         failed = true;
         return;
       }
-      symbol = "kiln_uk_rope_f32_f32_" + std::to_string(heads) + "x" + std::to_string(hd) + "_gen_" + isa;
-      if (!built[symbol])
-        buildRope(*kernels, symbol, heads, hd, lanes, op->getLoc());
+      symbol = ropeKernel(heads, hd, op->getLoc());
     } else if (llvm::isa<EmbeddingOp, PositionEmbeddingOp>(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {
@@ -2927,24 +3011,32 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
                (layout ? "_" + std::string(format::LayoutName(layout)) : std::string()) + "_gen_" + isa;
       if (!built[symbol])
         buildGather(*kernels, symbol, enc, layout, lanes, op->getLoc());
-    } else if (auto att = llvm::dyn_cast<AttentionOp>(op)) {
+    } else if (llvm::isa<AttentionOp, QkvAttentionOp>(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {
         op->emitOpError("cannot generate kernel ") << info->name << ": " << why;
         failed = true;
         return;
       }
-      const int64_t heads = att.getNumHeads(), kvHeads = att.getNumKvHeads(), hd = att.getHeadDim();
+      const int64_t heads = op->getAttrOfType<mlir::IntegerAttr>("num_heads").getInt(),
+                    kvHeads = op->getAttrOfType<mlir::IntegerAttr>("num_kv_heads").getInt(),
+                    hd = op->getAttrOfType<mlir::IntegerAttr>("head_dim").getInt();
+      // A fused attention rotates q and k (side by side) itself.
+      if (auto qkv = llvm::dyn_cast<QkvAttentionOp>(op); qkv && qkv.getRope()) {
+        if (hd % 2 != 0) {
+          op->emitOpError("cannot generate a rope kernel for head_dim ") << hd;
+          failed = true;
+          return;
+        }
+        extra.push_back(ropeKernel(heads + kvHeads, hd, op->getLoc()));
+      }
       symbol = "kiln_uk_attention_f32_f32_f32_" + std::to_string(heads) + "x" + std::to_string(kvHeads) + "x" +
                std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
         buildAttention(*kernels, symbol, heads, kvHeads, hd, lanes, vectorRegisters(target), op->getLoc());
     } else if (llvm::isa<AddOp, MulOp, ActivationOp>(op)) {
       if (auto act = llvm::dyn_cast<ActivationOp>(op)) {
-        const int32_t kind = static_cast<int32_t>(act.getKind());
-        symbol = "kiln_uk_act_" + stringifyActivationKind(act.getKind()).str() + "_f32_f32_gen_" + isa;
-        if (!built[symbol])
-          buildEltwise(*kernels, symbol, Eltwise::Act, kind, lanes, op->getLoc());
+        symbol = actKernel(act.getKind(), op->getLoc());
       } else {
         const bool add = llvm::isa<AddOp>(op);
         symbol = std::string("kiln_uk_") + (add ? "add" : "mul") + "_f32_f32_f32_gen_" + isa;
@@ -2958,14 +3050,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         failed = true;
         return;
       }
-      const bool layer = llvm::isa<LayerNormOp>(op);
-      llvm::SmallVector<MatmulWeight> ws = matmulWeights(op);
-      const uint8_t wEnc = ws.empty() ? format::kEncF32 : ws[0].spec.id;
-      const uint8_t bEnc = ws.size() > 1 ? ws[1].spec.id : format::kEncF32;
-      symbol = std::string("kiln_uk_") + (layer ? "layernorm" : "rmsnorm") + "_f32_f32_w" + encodingTag(wEnc) +
-               (layer ? std::string("_b") + encodingTag(bEnc) : std::string()) + "_gen_" + isa;
-      if (!built[symbol])
-        buildNorm(*kernels, symbol, layer, wEnc, bEnc, lanes, op->getLoc());
+      symbol = normKernel(*normWeights(op), op->getLoc());
     } else if (isMatmulOp(op)) {
       std::string why;
       if (!generatorSupports(op, info->name, target, &why)) {
@@ -3002,6 +3087,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
         if (panels & format::EncodingBit(e))
           add(std::string(encodingTag(e)) + "_" + format::LayoutName(format::kLayoutPanel16));
+      if (std::optional<NormWeights> n = normWeights(op))
+        extra.push_back(normKernel(*n, op->getLoc()));
+      if (auto l = llvm::dyn_cast<LinearOp>(op); l && l.getActivation())
+        extra.push_back(actKernel(*l.getActivation(), op->getLoc()));
       symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packedLayouts ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
         buildMatmul(*kernels, symbol, floats, ints, packedLayouts, panels, target, op->getLoc());
@@ -3012,6 +3101,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
     }
     built[symbol] = true;
     op->setAttr(kSymbolAttrName, top.getStringAttr(symbol));
+    if (!extra.empty()) {
+      llvm::SmallVector<mlir::Attribute> names;
+      for (const std::string& e : extra)
+        names.push_back(top.getStringAttr(e));
+      op->setAttr(kSymbolsAttrName, top.getArrayAttr(names));
+    }
   });
   if (failed)
     return nullptr;

@@ -38,6 +38,9 @@ llvm::Expected<Target> moduleTarget(mlir::ModuleOp module);
 
 /// The attribute naming an op's generated function.
 constexpr const char* kSymbolAttrName = "kiln.symbol";
+/// Further functions of a fused op (its norm prologue, its rotary embedding): an
+/// array of names, written to Op.symbols.
+constexpr const char* kSymbolsAttrName = "kiln.symbols";
 
 /// Whether the generator can emit code for `target` (its architecture is known to
 /// the LLVM this compiler links, and the target is not `portable`).

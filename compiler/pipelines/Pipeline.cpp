@@ -134,6 +134,14 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
 } // namespace
 
 void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
+  if (options.fuse) {
+    // The residual before the norm: add(x, mlp(norm(x))) has the residual x apart from
+    // the MLP's input until the norm is folded in.
+    pm.addPass(createKilnFuseQkv());
+    pm.addPass(createKilnFuseActivation());
+    pm.addPass(createKilnFuseResidual());
+    pm.addPass(createKilnFuseNorm());
+  }
   KilnSelectKernelsOptions select;
   select.target = options.target;
   select.cpuFeatures = options.cpuFeatures;
@@ -179,6 +187,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
       here.target = "";
       here.cpuFeatures = "";
       here.packWeights = false;
+      // Unfused: every weight its own op, whose inputs calibration observes.
+      here.fuse = false;
       buildLoweringPipeline(pm, here);
       if (mlir::failed(pm.run(*lowered)))
         return {};

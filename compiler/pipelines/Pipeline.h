@@ -25,6 +25,7 @@ struct CompileOptions {
   std::string allowPortableOps;  // regex over op names that may run portable kernels on a CPU target
   std::string kernels = "generated";  // generated | hand-written: which kernels rank first where both qualify
   bool packWeights = true;       // kiln-pack-weights: packed layouts for the kernels that read them
+  bool fuse = true;              // kiln-fuse-qkv, -activation, -residual, -norm (--no-fuse: none)
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;
 

@@ -430,8 +430,21 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       auto symbol = op.getAttrOfType<mlir::StringAttr>(kSymbolAttrName);
       if (llvm::StringRef(kernel->isa) == "generated" && !symbol)
         return op.emitOpError("is bound to generated kernel ") << kernel->name << " but no kernel was generated";
+      // A fused op's further generated functions and the layers folded into it.
+      auto strings = [&](llvm::StringRef attr) {
+        std::vector<flatbuffers::Offset<flatbuffers::String>> v;
+        if (auto a = op.getAttrOfType<mlir::ArrayAttr>(attr))
+          for (mlir::Attribute e : a)
+            if (auto str = llvm::dyn_cast<mlir::StringAttr>(e))
+              v.push_back(b.CreateString(str.getValue().str()));
+        return v;
+      };
+      std::vector<flatbuffers::Offset<flatbuffers::String>> extraSymbols = strings(kSymbolsAttrName);
+      std::vector<flatbuffers::Offset<flatbuffers::String>> fused = strings("kiln.fused");
       ops.push_back(fb::CreateOpDirect(b, *opKind, kernel->id, name.c_str(), &in, &w, out, params->type,
-                                       params->table, symbol ? symbol.getValue().str().c_str() : nullptr));
+                                       params->table, symbol ? symbol.getValue().str().c_str() : nullptr,
+                                       extraSymbols.empty() ? nullptr : &extraSymbols,
+                                       fused.empty() ? nullptr : &fused));
     }
     auto arena = fn->getAttrOfType<mlir::IntegerAttr>("kiln.arena_bytes");
     uint64_t arenaBytes = arena ? static_cast<uint64_t>(arena.getInt()) : 0;
@@ -764,7 +777,13 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
       }
     }
     if (format::IsQuantized(w.spec.id)) {
+      // A weight fused from others that read the same input (kiln-fuse-qkv) shares
+      // their Hessian: its rows are theirs, and GPTQ treats rows independently.
       auto h = options_.hessians.find(w.op.getSymName().str());
+      if (auto parts = w.op->getAttrOfType<mlir::ArrayAttr>("kiln.fused_from");
+          h == options_.hessians.end() && parts && !parts.empty())
+        if (auto first = llvm::dyn_cast<mlir::FlatSymbolRefAttr>(parts[0]))
+          h = options_.hessians.find(first.getValue().str());
       std::vector<uint8_t> q = h != options_.hessians.end() && h->second.size() == w.cols * w.cols
                                    ? quant::quantizeGptq(f32.data(), w.rows, w.cols, w.spec, h->second.data())
                                    : quant::quantizeRtn(f32.data(), w.rows, w.cols, w.spec);

@@ -38,28 +38,46 @@ std::optional<int64_t> enumValue(mlir::Attribute attr, const flatbuffers::TypeTa
 
 } // namespace
 
-mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op,
-                                                    fb::OpKind kind) {
-  SerializedParams out;
-  out.type = format::ParamsOf(kind);
-  if (out.type == fb::OpParams::NONE)
-    return out;
-  // The union's members in declaration order; member k (k >= 1) is its type_refs[k - 1].
-  const flatbuffers::TypeTable* unionTable = fb::OpParamsTypeTable();
-  const flatbuffers::TypeTable* table =
-      unionTable->type_refs[unionTable->type_codes[static_cast<size_t>(out.type)].sequence_ref]();
+namespace {
+
+// Writes one table of the schema from named attributes (`lookup` gives the attribute
+// of a field name, or null): scalars, enums, vectors of uint, and nested tables
+// from dictionary attributes (recursively).
+mlir::FailureOr<flatbuffers::Offset<void>>
+serializeTable(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op, const flatbuffers::TypeTable* table,
+               llvm::function_ref<mlir::Attribute(llvm::StringRef)> lookup, llvm::StringRef prefix) {
   auto bad = [&](const char* field, const llvm::Twine& what) {
-    return op->emitOpError("parameter '") << field << "' " << what;
+    return op->emitOpError("parameter '") << prefix << field << "' " << what;
   };
 
-  // Vectors are built before the table.
-  std::vector<flatbuffers::uoffset_t> vectors(table->num_elems, 0);
+  // Vectors and nested tables are built before the table.
+  std::vector<flatbuffers::uoffset_t> children(table->num_elems, 0);
   for (size_t i = 0; i < table->num_elems; ++i) {
     flatbuffers::TypeCode tc = table->type_codes[i];
-    if (!tc.is_repeating)
-      continue;
-    mlir::Attribute attr = op->getAttr(table->names[i]);
+    mlir::Attribute attr = lookup(table->names[i]);
     if (!attr)
+      continue;
+    if (tc.base_type == flatbuffers::ET_SEQUENCE && !tc.is_repeating) {
+      auto dict = llvm::dyn_cast<mlir::DictionaryAttr>(attr);
+      if (!dict)
+        return bad(table->names[i], "must be a dictionary of its table's fields");
+      const flatbuffers::TypeTable* sub = table->type_refs[tc.sequence_ref]();
+      for (mlir::NamedAttribute a : dict) {
+        bool known = false;
+        for (size_t k = 0; k < sub->num_elems; ++k)
+          known |= a.getName().getValue() == sub->names[k];
+        if (!known)
+          return bad(table->names[i], "has no field '" + a.getName().getValue() + "'");
+      }
+      mlir::FailureOr<flatbuffers::Offset<void>> nested = serializeTable(
+          b, op, sub, [&](llvm::StringRef name) { return dict.get(name); },
+          (prefix + table->names[i] + ".").str());
+      if (mlir::failed(nested))
+        return mlir::failure();
+      children[i] = nested->o;
+      continue;
+    }
+    if (!tc.is_repeating)
       continue;
     auto array = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(attr);
     if (!array || tc.base_type != flatbuffers::ET_UINT)
@@ -70,7 +88,7 @@ mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuild
         return bad(table->names[i], "has an element out of the 32-bit unsigned range: " + llvm::Twine(v));
       values.push_back(static_cast<uint32_t>(v));
     }
-    vectors[i] = b.CreateVector(values).o;
+    children[i] = b.CreateVector(values).o;
   }
 
   flatbuffers::uoffset_t start = b.StartTable();
@@ -78,14 +96,19 @@ mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuild
     const char* name = table->names[i];
     flatbuffers::TypeCode tc = table->type_codes[i];
     const flatbuffers::voffset_t field = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(i));
-    if (tc.is_repeating) {
-      if (vectors[i])
-        b.AddOffset(field, flatbuffers::Offset<void>(vectors[i]));
+    if (tc.is_repeating || tc.base_type == flatbuffers::ET_SEQUENCE) {
+      if (children[i])
+        b.AddOffset(field, flatbuffers::Offset<void>(children[i]));
       continue;
     }
-    mlir::Attribute attr = op->getAttr(name);
+    mlir::Attribute attr = lookup(name);
     if (tc.base_type == flatbuffers::ET_BOOL) {
-      // A UnitAttr's presence is true; a BoolAttr its value; absent: false.
+      // A UnitAttr's presence is true; a BoolAttr its value; absent: false. A field
+      // has_X is true when attribute X is present (an optional parameter's flag).
+      if (!attr && llvm::StringRef(name).starts_with("has_")) {
+        b.AddElement<uint8_t>(field, lookup(llvm::StringRef(name).drop_front(4)) ? 1 : 0, 0);
+        continue;
+      }
       bool v = attr && (!llvm::isa<mlir::BoolAttr>(attr) || llvm::cast<mlir::BoolAttr>(attr).getValue());
       b.AddElement<uint8_t>(field, v ? 1 : 0, 0);
       continue;
@@ -131,7 +154,26 @@ mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuild
       return bad(name, "has a type kiln.fbs stores differently");
     }
   }
-  out.table = flatbuffers::Offset<void>(b.EndTable(start));
+  return flatbuffers::Offset<void>(b.EndTable(start));
+}
+
+} // namespace
+
+mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op,
+                                                    fb::OpKind kind) {
+  SerializedParams out;
+  out.type = format::ParamsOf(kind);
+  if (out.type == fb::OpParams::NONE)
+    return out;
+  // The union's members in declaration order; member k (k >= 1) is its type_refs[k - 1].
+  const flatbuffers::TypeTable* unionTable = fb::OpParamsTypeTable();
+  const flatbuffers::TypeTable* table =
+      unionTable->type_refs[unionTable->type_codes[static_cast<size_t>(out.type)].sequence_ref]();
+  mlir::FailureOr<flatbuffers::Offset<void>> t =
+      serializeTable(b, op, table, [&](llvm::StringRef name) { return op->getAttr(name); }, "");
+  if (mlir::failed(t))
+    return mlir::failure();
+  out.table = *t;
   return out;
 }
 

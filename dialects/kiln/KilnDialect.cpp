@@ -70,7 +70,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
            << attr.getName().getValue()
            << "' (kiln.* attributes: architecture, checkpoint, prompt_template, text, image, "
               "preprocessor, generation, tokenizer, max_prefill_tokens, target, stage, arena_bytes, "
-              "kernel, symbol, offset, output, sensitivity)";
+              "kernel, symbol, symbols, fused, offset, output, sensitivity, fused_from)";
   };
   if (!name.consume_front("kiln."))
     return unknown();
@@ -126,6 +126,23 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     return failure(failed(requireStageOp(op, attr)) || failed(requireInt(op, attr, 0, 64)));
   if (name == "output")
     return failure(failed(requireStageOp(op, attr)) || failed(requireInt(op, attr, 0)));
+  // Fusion: a fused op's further generated functions and the layers folded into it
+  // (arrays of strings); a fused weight's parts (symbol references).
+  if (name == "symbols" || name == "fused") {
+    if (failed(requireStageOp(op, attr)))
+      return failure();
+    auto array = llvm::dyn_cast<ArrayAttr>(attr.getValue());
+    if (!array || !llvm::all_of(array, [](Attribute a) { return llvm::isa<StringAttr>(a); }))
+      return op->emitOpError("attribute 'kiln.") << name << "' must be an array of strings";
+    return success();
+  }
+  if (name == "fused_from") {
+    auto array = llvm::dyn_cast<ArrayAttr>(attr.getValue());
+    if (!llvm::isa<WeightOp>(op) || !array ||
+        !llvm::all_of(array, [](Attribute a) { return llvm::isa<FlatSymbolRefAttr>(a); }))
+      return op->emitOpError("attribute 'kiln.fused_from' must be an array of weight symbols on a kiln.weight");
+    return success();
+  }
   if (name == "sensitivity") {
     if (!llvm::isa<WeightOp>(op))
       return op->emitOpError("attribute 'kiln.sensitivity' belongs on a kiln.weight");

@@ -247,7 +247,40 @@ static LogicalResult verifyMatmul(Operation* op, Value input, Value weight, Valu
   return expectResultShape(op, {in.getDimSize(0), w.getDimSize(0)});
 }
 
-LogicalResult LinearOp::verify() { return verifyMatmul(*this, getInput(), getWeight(), getBias()); }
+static LogicalResult verifyNormParam(Operation* op, StringRef what, Value input, Value param);
+
+// The fusions of a matmul op (kiln-fuse-*): a norm prologue over `input` (its kind,
+// weight, layer-norm bias and epsilon) and a residual of the result's shape.
+static LogicalResult verifyFusions(Operation* op, Value input, std::optional<StringRef> norm, Value normWeight,
+                                   Value normBias, std::optional<APFloat> epsilon, Value residual) {
+  if (residual && tensorOf(residual) != llvm::cast<RankedTensorType>(op->getResult(0).getType()))
+    return op->emitOpError("residual type ") << residual.getType() << " differs from the result type "
+                                             << op->getResult(0).getType();
+  if (!norm) {
+    if (normWeight || normBias || epsilon)
+      return op->emitOpError("norm_weight, norm_bias and norm_epsilon need a norm (\"rms\" or \"layer\")");
+    return success();
+  }
+  if (*norm != "rms" && *norm != "layer")
+    return op->emitOpError("norm must be \"rms\" or \"layer\", got \"") << *norm << "\"";
+  if (!normWeight || !epsilon)
+    return op->emitOpError("a ") << *norm << " norm prologue needs norm_weight and norm_epsilon";
+  if ((*norm == "layer") != static_cast<bool>(normBias))
+    return op->emitOpError(*norm == "layer" ? "a layer norm prologue needs norm_bias"
+                                            : "an rms norm prologue has no norm_bias");
+  if (failed(verifyNormParam(op, "norm_weight", input, normWeight)) ||
+      (normBias && failed(verifyNormParam(op, "norm_bias", input, normBias))))
+    return failure();
+  if (!(epsilon->convertToFloat() > 0.0f))
+    return op->emitOpError("norm_epsilon must be positive");
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  if (failed(verifyMatmul(*this, getInput(), getWeight(), getBias())))
+    return failure();
+  return verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual());
+}
 
 LogicalResult LmHeadOp::verify() { return verifyMatmul(*this, getInput(), getWeight(), Value()); }
 
@@ -275,9 +308,10 @@ static LogicalResult verifyGatedMlp(Operation* op, Value input, Value gate, Valu
 }
 
 LogicalResult GatedMlpOp::verify() {
-  if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")))
+  if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")) ||
+      failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
     return failure();
-  return expectResultShape(*this, tensorOf(getInput()).getShape());
+  return verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual());
 }
 
 LogicalResult MoeOp::verify() {
@@ -309,7 +343,9 @@ LogicalResult MoeOp::verify() {
     if (failed(verifyGatedMlp(*this, getInput(), getGate()[e], getUp()[e], getDown()[e],
                               ("expert " + std::to_string(ids[e]) + " ").c_str())))
       return failure();
-  return expectResultShape(*this, tensorOf(getInput()).getShape());
+  if (failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
+    return failure();
+  return verifyFusions(*this, getInput(), std::nullopt, Value(), Value(), std::nullopt, getResidual());
 }
 
 //===----------------------------------------------------------------------===//
@@ -351,6 +387,24 @@ LogicalResult LayerNormOp::verify() {
 // Attention
 //===----------------------------------------------------------------------===//
 
+// The rotary parameters of kiln.rope (and of a fused kiln.qkv_attention's `rope`).
+static LogicalResult verifyRopeScaling(Operation* op, double theta, StringRef ropeType,
+                                       std::optional<APFloat> factor, std::optional<APFloat> low,
+                                       std::optional<APFloat> high, bool hasOriginalMax) {
+  if (!(theta > 0.0))
+    return op->emitOpError("theta must be positive");
+  if (ropeType == "llama3") {
+    if (!factor || !low || !high || !hasOriginalMax)
+      return op->emitOpError("rope_type \"llama3\" needs factor, low_freq_factor, "
+                             "high_freq_factor and original_max_position_embeddings");
+    if (!(low->convertToDouble() < high->convertToDouble()))
+      return op->emitOpError("llama3 rope scaling needs low_freq_factor < high_freq_factor");
+  } else if (ropeType != "default") {
+    return op->emitOpError("unsupported rope_type \"") << ropeType << "\" (supported: default, llama3)";
+  }
+  return success();
+}
+
 LogicalResult RopeOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 2)) ||
       failed(expectRank(*this, "positions", getPositions(), 1)))
@@ -364,19 +418,9 @@ LogicalResult RopeOp::verify() {
       failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0),
                        "token count", in.getDimSize(0))))
     return failure();
-  if (!(getTheta().convertToDouble() > 0.0))
-    return emitOpError("theta must be positive");
-  if (getRopeType() == "llama3") {
-    if (!getFactor() || !getLowFreqFactor() || !getHighFreqFactor() ||
-        !getOriginalMaxPositionEmbeddings())
-      return emitOpError("rope_type \"llama3\" needs factor, low_freq_factor, "
-                         "high_freq_factor and original_max_position_embeddings");
-    if (!(getLowFreqFactor()->convertToDouble() < getHighFreqFactor()->convertToDouble()))
-      return emitOpError("llama3 rope scaling needs low_freq_factor < high_freq_factor");
-  } else if (getRopeType() != "default") {
-    return emitOpError("unsupported rope_type \"") << getRopeType()
-                                                   << "\" (supported: default, llama3)";
-  }
+  if (failed(verifyRopeScaling(*this, getTheta().convertToDouble(), getRopeType(), getFactor(), getLowFreqFactor(),
+                               getHighFreqFactor(), getOriginalMaxPositionEmbeddings().has_value())))
+    return failure();
   return expectResultShape(*this, in.getShape());
 }
 
@@ -418,6 +462,57 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("positions are only meaningful with a cache_layer");
   }
   return expectResultShape(*this, {q.getDimSize(0), heads * headDim});
+}
+
+LogicalResult QkvAttentionOp::verify() {
+  if (failed(expectRank(*this, "qkv", getQkv(), 2)))
+    return failure();
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
+  if (heads < 1 || kvHeads < 1 || headDim < 1)
+    return emitOpError("num_heads, num_kv_heads and head_dim must be positive");
+  if (heads % kvHeads != 0)
+    return emitOpError("num_heads (") << heads << ") must be a multiple of num_kv_heads (" << kvHeads << ")";
+  auto qkv = tensorOf(getQkv());
+  if (failed(expectDim(*this, "qkv width", qkv.getDimSize(1), "(num_heads + 2 num_kv_heads) * head_dim",
+                       (heads + 2 * kvHeads) * headDim)))
+    return failure();
+  if (!(getScale().convertToDouble() > 0.0))
+    return emitOpError("scale must be positive");
+  if (getCacheLayer() && (*getCacheLayer() < 0 || !getCausal()))
+    return emitOpError("a KV-cache attention (cache_layer) must be causal with a non-negative layer");
+  if (static_cast<bool>(getPositions()) != (getCacheLayer().has_value() || getRope().has_value()))
+    return emitOpError("positions are needed by, and only by, a cache_layer or a rope");
+  if (getPositions() && failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0),
+                                         "qkv rows", qkv.getDimSize(0))))
+    return failure();
+  if (auto rope = getRope()) {
+    if (headDim % 2 != 0)
+      return emitOpError("rope needs an even head_dim, got ") << headDim;
+    for (mlir::NamedAttribute a : *rope)
+      if (!llvm::is_contained({"num_heads", "head_dim", "theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                               "original_max_position_embeddings"},
+                              a.getName().getValue()))
+        return emitOpError("rope has an unknown parameter '") << a.getName().getValue() << "'";
+    // The rotation covers q and k, side by side.
+    auto ropeHeads = rope->getAs<IntegerAttr>("num_heads"), ropeDim = rope->getAs<IntegerAttr>("head_dim");
+    if (!ropeHeads || !ropeDim || ropeHeads.getInt() != heads + kvHeads || ropeDim.getInt() != headDim)
+      return emitOpError("rope must rotate num_heads + num_kv_heads = ")
+             << heads + kvHeads << " heads of head_dim " << headDim << " (its num_heads and head_dim)";
+    auto f = [&](StringRef name) -> std::optional<APFloat> {
+      if (auto v = rope->getAs<FloatAttr>(name))
+        return v.getValue();
+      return std::nullopt;
+    };
+    auto type = rope->getAs<StringAttr>("rope_type");
+    std::optional<APFloat> theta = f("theta");
+    if (!theta)
+      return emitOpError("rope needs a float theta");
+    if (failed(verifyRopeScaling(*this, theta->convertToDouble(), type ? type.getValue() : "default", f("factor"),
+                                 f("low_freq_factor"), f("high_freq_factor"),
+                                 static_cast<bool>(rope->getAs<IntegerAttr>("original_max_position_embeddings")))))
+      return failure();
+  }
+  return expectResultShape(*this, {qkv.getDimSize(0), heads * headDim});
 }
 
 //===----------------------------------------------------------------------===//

@@ -157,26 +157,49 @@ def Kiln_MergeImageTokensOp : Kiln_Op<"merge_image_tokens", [Pure]> {
 // Linear algebra and element-wise ops
 //===----------------------------------------------------------------------===//
 
-def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure, AttrSizedOperandSegments]> {
   let summary = "Fully connected layer: y = x W^T + b";
   let description = [{
     `input` is [rows, in_features]; `weight` is [out_features, in_features] in the
     PyTorch `nn.Linear` layout of the checkpoint; the optional `bias` is
     [out_features]. The result is [rows, out_features] in f32.
 
+    Fusions (the `kiln-fuse-*` passes make them): with `norm` ("rms" or "layer") the
+    input is normalised inside the op first, with `norm_weight` (and the layer
+    norm's `norm_bias`) and `norm_epsilon` (the prologue); with `residual`
+    ([rows, out_features]) the result is `residual + x W^T + b`, and with
+    `activation` `act(x W^T + b)` (`residual + act(...)` with both): the epilogue.
+
     ```mlir
     %q = kiln.linear %x, %wq : tensor<?x576xf32>, tensor<576x576xbf16> -> tensor<?x576xf32>
     %k = kiln.linear %x, %wk, %bk
         : tensor<?x896xf32>, tensor<128x896xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
+    %h = kiln.linear %a, %wo residual(%x) : tensor<?x576xf32>, tensor<576x576xbf16>
+        residual tensor<?x576xf32> -> tensor<?x576xf32>
+    %qkv = kiln.linear %x, %wqkv norm(%wn) {norm = "rms", norm_epsilon = 1.0e-05 : f32}
+        : tensor<?x576xf32>, tensor<960x576xbf16> norm tensor<576xbf16> -> tensor<?x960xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight,
-                       Optional<Kiln_Weight>:$bias);
+                       Optional<Kiln_Weight>:$bias, Optional<Kiln_Activation>:$residual,
+                       Optional<Kiln_Weight>:$norm_weight, Optional<Kiln_Weight>:$norm_bias,
+                       OptionalAttr<StrAttr>:$norm, OptionalAttr<F32Attr>:$norm_epsilon,
+                       OptionalAttr<Kiln_ActivationAttr>:$activation);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,` type($weight)
-    (`,` type($bias)^)? `->` type($result)
+    $input `,` $weight (`,` $bias^)? (`residual` `(` $residual^ `)`)?
+    (`norm` `(` $norm_weight^ `)`)? (`norm_bias` `(` $norm_bias^ `)`)? attr-dict `:`
+    type($input) `,` type($weight) (`,` type($bias)^)? (`residual` type($residual)^)?
+    (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)? `->` type($result)
   }];
+  let builders = [
+    // Unfused (the importer's).
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input, "::mlir::Value":$weight,
+                   "::mlir::Value":$bias), [{
+      build($_builder, $_state, result, input, weight, bias, ::mlir::Value(), ::mlir::Value(),
+            ::mlir::Value(), ::mlir::StringAttr(), ::mlir::FloatAttr(), ActivationKindAttr());
+    }]>
+  ];
   let hasVerifier = 1;
 }
 
@@ -238,11 +261,13 @@ def Kiln_ActivationOp : Kiln_Op<"activation", [Pure, SameOperandsAndResultType]>
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def Kiln_GatedMlpOp : Kiln_Op<"gated_mlp", [Pure]> {
+def Kiln_GatedMlpOp : Kiln_Op<"gated_mlp", [Pure, AttrSizedOperandSegments]> {
   let summary = "Gated MLP: down(act(gate(x)) * up(x))";
   let description = [{
     The feed-forward block of Llama, Qwen2 and each Mixtral expert. `gate` and `up`
     are [intermediate, hidden], `down` is [hidden, intermediate]; no biases.
+    Fusions as `kiln.linear`'s: a `norm` prologue (normalising the input once for
+    gate and up) and a `residual` added to the result.
 
     ```mlir
     %y = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>}
@@ -251,12 +276,24 @@ def Kiln_GatedMlpOp : Kiln_Op<"gated_mlp", [Pure]> {
     ```
   }];
   let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$gate, Kiln_Weight:$up,
-                       Kiln_Weight:$down, Kiln_ActivationAttr:$activation);
+                       Kiln_Weight:$down, Optional<Kiln_Activation>:$residual,
+                       Optional<Kiln_Weight>:$norm_weight, Optional<Kiln_Weight>:$norm_bias,
+                       Kiln_ActivationAttr:$activation,
+                       OptionalAttr<StrAttr>:$norm, OptionalAttr<F32Attr>:$norm_epsilon);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $gate `,` $up `,` $down attr-dict `:` type($input) `,` type($gate) `,`
-    type($up) `,` type($down) `->` type($result)
+    $input `,` $gate `,` $up `,` $down (`residual` `(` $residual^ `)`)?
+    (`norm` `(` $norm_weight^ `)`)? (`norm_bias` `(` $norm_bias^ `)`)? attr-dict `:`
+    type($input) `,` type($gate) `,` type($up) `,` type($down) (`residual` type($residual)^)?
+    (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)? `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input, "::mlir::Value":$gate,
+                   "::mlir::Value":$up, "::mlir::Value":$down, "ActivationKindAttr":$activation), [{
+      build($_builder, $_state, result, input, gate, up, down, ::mlir::Value(), ::mlir::Value(),
+            ::mlir::Value(), activation, ::mlir::StringAttr(), ::mlir::FloatAttr());
+    }]>
+  ];
   let hasVerifier = 1;
 }
 
@@ -268,7 +305,8 @@ def Kiln_MoeOp : Kiln_Op<"moe", [Pure, AttrSizedOperandSegments]> {
     chosen and, with `normalize_top_k`, their probabilities renormalised to sum to 1
     (equivalently, a softmax over the chosen logits). Each chosen expert is a gated
     MLP (`gate`/`up`/`down`, one weight of each per expert); the outputs are summed
-    with the routing weights.
+    with the routing weights. A fused `residual` (kiln-fuse-residual) is added to the
+    sum.
 
     `expert_ids` gives each remaining expert's index in the source checkpoint, so
     that experts pruned at compile time leave a readable trace. With
@@ -284,7 +322,8 @@ def Kiln_MoeOp : Kiln_Op<"moe", [Pure, AttrSizedOperandSegments]> {
           -> tensor<?x64xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$router,
+  let arguments = (ins Kiln_Activation:$input, Optional<Kiln_Activation>:$residual,
+                       Kiln_Weight:$router,
                        Variadic<Kiln_Weight>:$gate, Variadic<Kiln_Weight>:$up,
                        Variadic<Kiln_Weight>:$down,
                        I64Attr:$top_k, BoolAttr:$normalize_top_k,
@@ -292,10 +331,20 @@ def Kiln_MoeOp : Kiln_Op<"moe", [Pure, AttrSizedOperandSegments]> {
                        DenseI64ArrayAttr:$expert_ids);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $router `gate` `(` $gate `)` `up` `(` $up `)` `down` `(` $down `)`
-    attr-dict `:` type($input) `,` type($router) `,` `(` type($gate) `)` `,`
-    `(` type($up) `)` `,` `(` type($down) `)` `->` type($result)
+    $input (`residual` `(` $residual^ `)`)? `,` $router `gate` `(` $gate `)` `up` `(` $up `)`
+    `down` `(` $down `)` attr-dict `:` type($input) (`residual` type($residual)^)? `,`
+    type($router) `,` `(` type($gate) `)` `,` `(` type($up) `)` `,` `(` type($down) `)`
+    `->` type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input, "::mlir::Value":$router,
+                   "::mlir::ValueRange":$gate, "::mlir::ValueRange":$up, "::mlir::ValueRange":$down,
+                   "::mlir::IntegerAttr":$top_k, "::mlir::BoolAttr":$normalize_top_k,
+                   "ActivationKindAttr":$activation, "::mlir::DenseI64ArrayAttr":$expert_ids), [{
+      build($_builder, $_state, result, input, ::mlir::Value(), router, gate, up, down, top_k,
+            normalize_top_k, activation, expert_ids);
+    }]>
+  ];
   let hasVerifier = 1;
 }
 
@@ -419,6 +468,39 @@ def Kiln_AttentionOp : Kiln_Op<"attention"> {
   let assemblyFormat = [{
     $query `,` $key `,` $value (`positions` `(` $positions^ `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) (`,` type($positions)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_QkvAttentionOp : Kiln_Op<"qkv_attention"> {
+  let summary = "Attention over one input holding q, k and v side by side (fused)";
+  let description = [{
+    Made by `kiln-fuse-qkv` from the Q/K/V projections fused into one `kiln.linear`:
+    `qkv` is [tokens, (num_heads + 2 num_kv_heads) * head_dim], the query heads, then
+    the key heads, then the value heads of each token. With `rope` (the rotary
+    parameters of `kiln.rope`: `theta`, `rope_type`, and for llama3 `factor`,
+    `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`) q and
+    k are rotated at `positions` inside the op (its `num_heads` is num_heads +
+    num_kv_heads: q and k side by side). Otherwise as `kiln.attention`: with
+    `cache_layer` the keys and values are written into the session's KV cache.
+
+    ```mlir
+    %o = kiln.qkv_attention %qkv positions(%pos)
+        {num_heads = 9 : i64, num_kv_heads = 3 : i64, head_dim = 64 : i64,
+         scale = 1.250000e-01 : f64, causal, cache_layer = 0 : i64,
+         rope = {num_heads = 12 : i64, head_dim = 64 : i64, theta = 1.000000e+04 : f64,
+                 rope_type = "default"}}
+        : tensor<?x960xf32>, tensor<?xi32> -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$qkv, Optional<Kiln_Ids>:$positions,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
+                       F64Attr:$scale, UnitAttr:$causal,
+                       OptionalAttr<I64Attr>:$cache_layer, OptionalAttr<DictionaryAttr>:$rope);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $qkv (`positions` `(` $positions^ `)`)? attr-dict `:` type($qkv) (`,` type($positions)^)?
+    `->` type($result)
   }];
   let hasVerifier = 1;
 }

@@ -30,10 +30,25 @@ struct Buffer {
   llvm::SmallVector<mlir::Operation*> writers;
 };
 
-// Ops whose kernel may write its result over its first operand (formats/ops.def).
-bool canRunInPlace(mlir::Operation* op) {
+// The operand an op's kernel may write its result over (formats/ops.def: an input,
+// counted among the operands that are not weights), or null. Never one the op also
+// reads as another operand (a residual that is also a linear's input), except for the
+// gated MLP, which has read all of its input (gate and up) before it writes.
+mlir::Value inPlaceOperand(mlir::Operation* op) {
   const format::OpInfo* info = opInfo(op);
-  return info && info->in_place;
+  if (!info || info->in_place < 0)
+    return nullptr;
+  int input = 0;
+  mlir::Value found;
+  for (mlir::Value v : op->getOperands()) {
+    if (v.getDefiningOp<WeightRefOp>())
+      continue;
+    if (input++ == info->in_place)
+      found = v;
+  }
+  if (found && !llvm::isa<GatedMlpOp>(op) && llvm::count(op->getOperands(), found) > 1)
+    return nullptr;
+  return found;
 }
 
 struct PlanMemoryPass : impl::KilnPlanMemoryBase<PlanMemoryPass> {
@@ -92,9 +107,9 @@ struct PlanMemoryPass : impl::KilnPlanMemoryBase<PlanMemoryPass> {
       int64_t here = index[op];
       int64_t last = lastUse(result);
 
-      // Run in place over the first operand when it dies here and is the same size.
-      if (canRunInPlace(op) && op->getNumOperands() > 0) {
-        mlir::Value in = op->getOperand(0);
+      // Run in place over the operand ops.def allows when it dies here and is the
+      // same size.
+      if (mlir::Value in = inPlaceOperand(op)) {
         auto it = bufferOf.find(in);
         if (it != bufferOf.end() && buffers[it->second].end == here &&
             buffers[it->second].size == bytes) {

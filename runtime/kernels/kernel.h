@@ -125,6 +125,12 @@ struct KernelEntry {
 // Puts generated function `fn` into the family of `set` that ops of `kind` run
 // (RoPE: set->rope). False when the kind has no generated family.
 bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set);
+
+// Puts a further generated function of a fused op (Op.symbols) into the family its
+// name's prefix names (kiln_uk_rmsnorm_ -> rms_norm, ...), when ops of `kind` may
+// call that family (a norm prologue of Linear and GatedMlp, a Linear's activation;
+// the rope of QkvAttention). False otherwise. With `fn` null only checks.
+bool BindFusedUkernel(fb::OpKind kind, const char* symbol, void* fn, UkernelSet* set);
 // The name prefix of the generated functions an op kind calls (the compiler names each
 // function after its family, kiln_uk_<family>_...: one calling convention each), or
 // null for kinds without generated kernels. The verifier checks an op's symbol against

@@ -1,6 +1,7 @@
 // The kernel table: every kernel id of formats/kernels.def this runtime implements,
 // with the runner of its op kind (runtime/src/ops, one per row of formats/ops.def)
 // and its micro-kernels.
+#include <cstring>
 #include "formats/kiln_format.h"
 #include "kernels/kernel.h"
 #include "ops/ops.h"
@@ -106,7 +107,8 @@ const char* GeneratedSymbolPrefix(fb::OpKind kind) {
     case fb::OpKind::Mul: return "kiln_uk_mul_";
     case fb::OpKind::Embedding:
     case fb::OpKind::PositionEmbedding: return "kiln_uk_gather_";
-    case fb::OpKind::Attention: return "kiln_uk_attention_";
+    case fb::OpKind::Attention:
+    case fb::OpKind::QkvAttention: return "kiln_uk_attention_";
     case fb::OpKind::Activation: return "kiln_uk_act_";
     case fb::OpKind::Linear:
     case fb::OpKind::LmHead:
@@ -139,6 +141,7 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
       set->gather = reinterpret_cast<void (*)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*)>(fn);
       return true;
     case fb::OpKind::Attention:
+    case fb::OpKind::QkvAttention:
       set->attention =
           reinterpret_cast<void (*)(const kiln_uk_attention_params_t*, int64_t, int64_t, float*)>(fn);
       return true;
@@ -157,6 +160,33 @@ bool BindGeneratedUkernel(fb::OpKind kind, void* fn, UkernelSet* set) {
     default:
       return false;
   }
+}
+
+namespace {
+
+bool StartsWith(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
+
+}  // namespace
+
+bool BindFusedUkernel(fb::OpKind kind, const char* symbol, void* fn, UkernelSet* set) {
+  const bool matmul = kind == fb::OpKind::Linear || kind == fb::OpKind::GatedMlp;
+  if (matmul && StartsWith(symbol, "kiln_uk_rmsnorm_")) {
+    if (fn) set->rms_norm = reinterpret_cast<void (*)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*)>(fn);
+    return true;
+  }
+  if (matmul && StartsWith(symbol, "kiln_uk_layernorm_")) {
+    if (fn) set->layer_norm = reinterpret_cast<void (*)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*)>(fn);
+    return true;
+  }
+  if (kind == fb::OpKind::Linear && StartsWith(symbol, "kiln_uk_act_")) {
+    if (fn) set->act = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
+    return true;
+  }
+  if (kind == fb::OpKind::QkvAttention && StartsWith(symbol, "kiln_uk_rope_")) {
+    if (fn) set->rope = reinterpret_cast<void (*)(const kiln_uk_rope_params_t*, int64_t, int64_t)>(fn);
+    return true;
+  }
+  return false;
 }
 
 const KernelEntry* AllKernels(size_t* count) {

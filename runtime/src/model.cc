@@ -205,6 +205,16 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
       if (!BindGeneratedUkernel(op->kind(), fn, &set))
         return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': %s ops cannot run generated kernels", Str(op->name()),
                     fb::EnumNameOpKind(op->kind()));
+      if (op->symbols() != nullptr)
+        for (const flatbuffers::String* extra : *op->symbols()) {
+          void* f = find(extra->c_str());
+          if (f == nullptr)
+            return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': the %s defines no function '%s'",
+                        Str(op->name()), code->library() ? "kernel library" : "code segment", extra->c_str());
+          if (!BindFusedUkernel(op->kind(), extra->c_str(), f, &set))
+            return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': %s ops cannot call '%s'", Str(op->name()),
+                        fb::EnumNameOpKind(op->kind()), extra->c_str());
+        }
       table[i] = &set;
     }
     kiln::rt::Vec<const UkernelSet*>& loaded = m->op_uk_loaded[static_cast<int>(s->kind())];

@@ -607,8 +607,11 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   int nw = op->weights() ? static_cast<int>(op->weights()->size()) : 0;
   if (ni < a.inputs_min || ni > a.inputs_max || nw < a.weights_min || nw > a.weights_max)
     return OpBad(op, "wrong number of inputs or weights");
-  if (op->params_type() != a.params) return OpBad(op, "parameters of the wrong kind");
-  if (a.params != fb::OpParams::NONE && op->params() == nullptr) return OpBad(op, "parameters missing");
+  // Linear had no parameters before schema 1.5.
+  const bool optional_params = op->kind() == fb::OpKind::Linear && op->params_type() == fb::OpParams::NONE;
+  if (op->params_type() != a.params && !optional_params) return OpBad(op, "parameters of the wrong kind");
+  if (a.params != fb::OpParams::NONE && op->params() == nullptr && !optional_params)
+    return OpBad(op, "parameters missing");
   for (int i = 0; i < ni; ++i) {
     uint32_t v = op->inputs()->Get(i);
     if (v >= num_values_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': input %u out of range", OpName(op), v);
@@ -629,6 +632,24 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
       return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s cannot read weight '%s' in layout %s",
                  OpName(op), kernel->name, t->name() ? t->name()->c_str() : "<unnamed>",
                  format::LayoutName(static_cast<uint8_t>(t->layout())));
+  }
+  // A fused op's further functions: listed in the code segment, of a family its kind
+  // may call. Only generated kernels have them.
+  if (op->symbols() != nullptr) {
+    if (!kernel->generated || op->symbols()->size() > 4)
+      return OpBad(op, "further generated functions (symbols) without a generated kernel, or too many");
+    for (const flatbuffers::String* extra : *op->symbols()) {
+      bool listed = false;
+      if (extra != nullptr && model_->code() != nullptr)
+        for (const flatbuffers::String* sym : *model_->code()->symbols())
+          listed = listed || (sym->size() == extra->size() && memcmp(sym->c_str(), extra->c_str(), sym->size()) == 0);
+      if (!listed)
+        return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': further function '%s' is not in the code segment", OpName(op),
+                   extra != nullptr ? extra->c_str() : "(null)");
+      if (!BindFusedUkernel(op->kind(), extra->c_str(), nullptr, nullptr))
+        return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': %s ops cannot call '%s'", OpName(op),
+                   fb::EnumNameOpKind(op->kind()), extra->c_str());
+    }
   }
   uint32_t out = op->output();
   if (out >= num_values_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "op '%s': output out of range", OpName(op));

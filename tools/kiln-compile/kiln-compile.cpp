@@ -94,6 +94,11 @@ static cl::opt<bool> noPackWeights(
     cl::desc("Store every weight row major, also those the bound kernels read packed (larger inner loops; for "
              "comparisons)"),
     cl::init(false), cl::cat(kilnCategory));
+static cl::opt<bool> noFuse(
+    "no-fuse",
+    cl::desc("Run no fusion pass (kiln-fuse-qkv, -activation, -residual, -norm): one kernel per imported op, "
+             "for comparisons and debugging"),
+    cl::init(false), cl::cat(kilnCategory));
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
     cl::init(512), cl::cat(kilnCategory));
@@ -319,6 +324,7 @@ int main(int argc, char** argv) {
   options.allowPortableOps = allowPortableOps;
   options.kernels = kernelsChoice;
   options.packWeights = !noPackWeights;
+  options.fuse = !noFuse;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
   options.memoryBudget = memoryBudget;

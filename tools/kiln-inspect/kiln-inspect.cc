@@ -5,6 +5,9 @@
 //
 // The artifact is verified by the runtime first: a corrupt file is reported, not
 // printed.
+#include <vector>
+#include <cstring>
+#include <algorithm>
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
@@ -26,6 +29,35 @@
 namespace fb = kiln::fb;
 
 namespace {
+
+// Ops of a stage before fusion (Op.fused lists every op of the unfused model a fused
+// op computes) and the most
+// ops of one layer (ops named <...>.layers.<n>.<...>, by their prefix).
+struct FusionCount {
+  uint32_t before = 0;
+  uint32_t max_per_layer = 0;
+  uint32_t layers = 0;
+};
+FusionCount CountFusion(const fb::Stage* s) {
+  FusionCount f;
+  std::vector<std::pair<std::string, uint32_t>> per_layer;
+  for (const fb::Op* op : *s->ops()) {
+    f.before += op->fused() && op->fused()->size() > 1 ? op->fused()->size() : 1;
+    const std::string name = op->name() ? op->name()->str() : "";
+    const size_t at = name.find(".layers.");
+    if (at == std::string::npos) continue;
+    size_t end = at + 8;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end == at + 8) continue;
+    const std::string layer = name.substr(0, end);
+    auto it = std::find_if(per_layer.begin(), per_layer.end(), [&](const auto& e) { return e.first == layer; });
+    if (it == per_layer.end()) per_layer.push_back({layer, 1});
+    else ++it->second;
+  }
+  for (const auto& e : per_layer) f.max_per_layer = std::max(f.max_per_layer, e.second);
+  f.layers = static_cast<uint32_t>(per_layer.size());
+  return f;
+}
 
 std::string Shape(const flatbuffers::Vector<int64_t>* shape) {
   std::string s = "[";
@@ -170,14 +202,27 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   for (const fb::Stage* s : *m->stages()) {
     std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
                 s->arena_bytes() / 1e3);
+    const FusionCount fc = CountFusion(s);
     std::printf("  in:");
     for (uint32_t v : *s->inputs()) std::printf(" %s%s", S(m->values()->Get(v)->name()), Shape(m->values()->Get(v)->shape()).c_str());
     uint32_t o = s->outputs()->Get(0);
     std::printf("  out: %s%s\n", S(m->values()->Get(o)->name()), Shape(m->values()->Get(o)->shape()).c_str());
+    if (fc.before != s->ops()->size() || fc.layers > 0)
+      std::printf("  %-16s %5u ops before fusion%s\n", "", fc.before,
+                  fc.layers ? (", at most " + std::to_string(fc.max_per_layer) + " per layer (" +
+                               std::to_string(fc.layers) + " layers)")
+                                  .c_str()
+                            : "");
     if (ops)
-      for (const fb::Op* op : *s->ops())
-        std::printf("    %-18s %-44s %-11s %s%s%s\n", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()),
+      for (const fb::Op* op : *s->ops()) {
+        std::printf("    %-18s %-44s %-11s %s%s%s", fb::EnumNameOpKind(op->kind()), KernelName(op->kernel()),
                     KernelIsa(op->kernel()), S(op->name()), op->symbol() ? "  -> " : "", S(op->symbol()));
+        for (uint32_t i = 0; op->symbols() && i < op->symbols()->size(); ++i)
+          std::printf(", %s", S(op->symbols()->Get(i)));
+        for (uint32_t i = 0; op->fused() && i < op->fused()->size(); ++i)
+          std::printf("%s%s", i ? ", " : "  fused: ", S(op->fused()->Get(i)));
+        std::printf("\n");
+      }
   }
   std::printf("\nprecision (%u tensors)\n", m->precision() ? m->precision()->size() : 0);
   std::printf("  %-64s %-16s %-14s %-10s %14s %12s %12s\n", "tensor", "stage", "encoding", "layout", "shape", "source",
@@ -241,8 +286,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
     const fb::Stage* s = m->stages()->Get(i);
-    std::printf("    {\"kind\": %s, \"ops\": %u, \"arena_bytes\": %" PRIu64, J(fb::EnumNameStageKind(s->kind())).c_str(),
-                s->ops()->size(), s->arena_bytes());
+    const FusionCount fc = CountFusion(s);
+    std::printf("    {\"kind\": %s, \"ops\": %u, \"ops_before_fusion\": %u, \"layers\": %u, "
+                "\"max_ops_per_layer\": %u, \"arena_bytes\": %" PRIu64,
+                J(fb::EnumNameStageKind(s->kind())).c_str(), s->ops()->size(), fc.before, fc.layers,
+                fc.max_per_layer, s->arena_bytes());
     if (ops) {
       std::printf(", \"op_list\": [");
       for (uint32_t j = 0; j < s->ops()->size(); ++j) {
@@ -254,6 +302,13 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                     J(KernelName(op->kernel())).c_str(), J(isa.c_str()).c_str(), isa == "portable" ? "true" : "false",
                     J(S(op->name())).c_str());
         if (op->symbol()) std::printf(", \"symbol\": %s", J(S(op->symbol())).c_str());
+        for (const char* field : {"symbols", "fused"}) {
+          const auto* list = std::strcmp(field, "symbols") == 0 ? op->symbols() : op->fused();
+          if (list == nullptr) continue;
+          std::printf(", \"%s\": [", field);
+          for (uint32_t k = 0; k < list->size(); ++k) std::printf("%s%s", k ? ", " : "", J(S(list->Get(k))).c_str());
+          std::printf("]");
+        }
         std::printf("}");
       }
       std::printf("]");

@@ -24,16 +24,44 @@ inline size_t QuantAreaFloats(int64_t rows, int64_t k) {
   return static_cast<size_t>(((rows * k + 63) / 64) * 16 + rows + 16);
 }
 
-// Scratch of MatMul for `rows` rows of `k` values on `threads` threads.
-inline size_t MatMulScratch(const UkernelSet* uk, int64_t rows, int64_t k, int threads) {
-  return QuantAreaFloats(rows, k) + static_cast<size_t>(threads) * uk->matmul_scratch(k);
+// The fusions of a matmul op (kiln-fuse-norm, kiln-fuse-residual): the input's
+// normalisation (its weight, the layer norm's bias) and a residual added to the
+// product, which may be the output's own buffer.
+struct MatMulFusion {
+  fb::NormKind norm = fb::NormKind::None;
+  float epsilon = 0;
+  const WeightView* norm_weight = nullptr;
+  const WeightView* norm_bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ldr = 0;
+  int32_t activation = -1;  // kiln_uk_activation_t applied to the product (before the residual), -1: none
+};
+
+// Output channels of one residual tile (a multiple of every runner grain): each is
+// added to the residual right after its product, while it is in cache.
+constexpr int64_t kResidualTile = 64;
+
+// Scratch of MatMul for `rows` rows of `k` values on `threads` threads, with the
+// fusions: `norm` (a prologue) and a residual epilogue over `residual_n` output
+// channels (0: none).
+inline size_t MatMulScratch(const UkernelSet* uk, int64_t rows, int64_t k, int threads, bool norm = false,
+                            int64_t residual_n = 0) {
+  size_t floats = QuantAreaFloats(rows, k) + static_cast<size_t>(threads) * uk->matmul_scratch(k);
+  // The normalised rows (float activations) and, per thread, a row and the norm
+  // kernel's scratch (int8 activations: normalised and quantised row by row).
+  if (norm) floats += static_cast<size_t>(rows * k) + static_cast<size_t>(threads) * 3 * static_cast<size_t>(k);
+  // The products before the residual is added ([rows, N], each thread its channels).
+  floats += static_cast<size_t>(rows * residual_n);
+  return floats;
 }
 
 // y[r, :] = x[r, :] W^T (+ bias) for r < rows, through the kernel's matmul
 // micro-kernels; `weight` is the op's weight slot (the observer's tensor index and
 // whether int8 activations may apply come from it). Parallel over output channels.
+// With `fusion`, x is normalised first (row by row as it is quantised, for int8
+// activations) and y = residual + x W^T (+ bias), tile by tile.
 kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows, int64_t ldx, const WeightView* bias,
-                     float* y, int64_t ldy, float* scratch);
+                     float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr);
 
 }  // namespace kiln::rt::ops
 

@@ -117,60 +117,109 @@ size_t ScratchRope(const fb::Op* op, const WeightView*, int, int64_t, int64_t, i
   return op->params_as_RopeParams()->head_dim() / 2;
 }
 
-kiln_status_t RunAttention(const OpContext& c) {
-  const fb::AttentionParams* ap = c.op->params_as_AttentionParams();
-  const ActView &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
-  const int64_t heads = ap->num_heads(), kv_heads = ap->num_kv_heads(), hd = ap->head_dim(), rows = q.rows;
-  // Defence in depth behind the verifier: q, k, v (and positions) of one row count.
-  if (k.rows != rows || v.rows != rows || (c.num_inputs > 3 && c.inputs[3].rows < rows) || c.output.rows != rows ||
-      q.cols < heads * hd || k.cols < kv_heads * hd || v.cols < kv_heads * hd || c.output.cols < heads * hd)
-    return Bad(c, "q, k, v and output rows or widths differ");
+namespace {
+
+// softmax(q k^T * scale) v for `rows` query rows (row stride ldq) over keys and
+// values of row stride ldkv: within them (no KV cache), or written into the KV cache
+// at `pos` first. `scratch` is the attention's part of the op's scratch.
+kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const float* q, int64_t ldq, const float* k,
+                     const float* v, int64_t ldkv, int64_t rows, const int32_t* pos, float* scratch) {
+  const int64_t heads = ap->num_heads();
   kiln_uk_attention_params_t p = {};
-  p.q = q.f32();
-  p.ldq = q.cols;
+  p.q = q;
+  p.ldq = ldq;
   p.y = c.output.f32();
   p.ldy = c.output.cols;
   p.heads = heads;
-  p.kv_heads = kv_heads;
-  p.head_dim = hd;
+  p.kv_heads = ap->num_kv_heads();
+  p.head_dim = ap->head_dim();
   p.scale = ap->scale();
   size_t per_thread;
   if (ap->cache_layer() < 0) {
     // Within the inputs: every row attends to every row (or the earlier ones).
-    p.k = k.f32();
-    p.v = v.f32();
-    p.ldkv = k.cols;
-    p.n_keys = k.rows;
+    p.k = k;
+    p.v = v;
+    p.ldkv = ldkv;
+    p.n_keys = rows;
     p.causal = ap->causal() ? 1 : 0;
-    per_thread = KILN_UK_ATTENTION_SCRATCH(k.rows, hd, 0);
+    per_thread = KILN_UK_ATTENTION_SCRATCH(rows, p.head_dim, 0);
   } else {
     // Over the KV cache: write the new keys and values at their positions, then
     // each new row attends causally to every cached position up to its own.
     KvCache* kv = c.kv;
-    const int32_t* pos = c.inputs[3].i32();
     const int64_t layer = ap->cache_layer();
     for (int64_t t = 0; t < rows; ++t) {
       if (pos[t] < 0 || pos[t] >= kv->context)
         return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
                     static_cast<long long>(kv->context));
-      std::memcpy(kv->K(layer, pos[t]), k.f32() + t * k.cols, static_cast<size_t>(kv->width) * 4);
-      std::memcpy(kv->V(layer, pos[t]), v.f32() + t * v.cols, static_cast<size_t>(kv->width) * 4);
+      std::memcpy(kv->K(layer, pos[t]), k + t * ldkv, static_cast<size_t>(kv->width) * 4);
+      std::memcpy(kv->V(layer, pos[t]), v + t * ldkv, static_cast<size_t>(kv->width) * 4);
     }
     p.k = kv->K(layer, 0);
     p.v = kv->V(layer, 0);
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = pos;
-    per_thread = KILN_UK_ATTENTION_SCRATCH(kv->context, hd, 1);
+    per_thread = KILN_UK_ATTENTION_SCRATCH(kv->context, p.head_dim, 1);
   }
   const UkernelSet* uk = c.uk;
-  Rows(c, rows * heads, 1, per_thread, [&](int64_t b, int64_t e, float* s) { uk->attention(&p, b, e, s); });
+  c.pool->For(rows * heads, 1,
+              [&](int64_t b, int64_t e, int t) { uk->attention(&p, b, e, scratch + t * per_thread); });
   return KILN_OK;
 }
-size_t ScratchAttention(const fb::Op* op, const WeightView*, int, int64_t rows, int64_t context, int threads) {
-  const fb::AttentionParams* p = op->params_as_AttentionParams();
+
+size_t AttentionScratch(const fb::AttentionParams* p, int64_t rows, int64_t context, int threads) {
   const bool cached = p->cache_layer() >= 0;
   return static_cast<size_t>(threads) * KILN_UK_ATTENTION_SCRATCH(cached ? context : rows, p->head_dim(), cached);
+}
+
+// Floats before the attention's scratch in a fused attention's: the rope's inverse
+// frequencies, 64-byte aligned.
+size_t RopeAreaFloats(const fb::AttentionParams* p) { return (p->head_dim() / 2 + 15) / 16 * 16; }
+
+}  // namespace
+
+kiln_status_t RunAttention(const OpContext& c) {
+  const fb::AttentionParams* ap = c.op->params_as_AttentionParams();
+  const ActView &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
+  const int64_t heads = ap->num_heads(), kv_heads = ap->num_kv_heads(), hd = ap->head_dim(), rows = q.rows;
+  // Defence in depth behind the verifier: q, k, v (and positions) of one row count.
+  if (k.rows != rows || v.rows != rows || (c.num_inputs > 3 && c.inputs[3].rows < rows) || c.output.rows != rows ||
+      q.cols < heads * hd || k.cols < kv_heads * hd || v.cols != k.cols || c.output.cols < heads * hd ||
+      (ap->cache_layer() >= 0 && c.num_inputs < 4))
+    return Bad(c, "q, k, v and output rows or widths differ");
+  return Attend(c, ap, q.f32(), q.cols, k.f32(), v.f32(), k.cols, rows,
+                ap->cache_layer() >= 0 ? c.inputs[3].i32() : nullptr, c.scratch);
+}
+size_t ScratchAttention(const fb::Op* op, const WeightView*, int, int64_t rows, int64_t context, int threads) {
+  return AttentionScratch(op->params_as_AttentionParams(), rows, context, threads);
+}
+
+// Attention over one [T, (heads + 2 kv_heads) * head_dim] input (kiln-fuse-qkv): q
+// and k rotated in place first when the op has a rope, then attention reading q, k
+// and v from their columns.
+kiln_status_t RunQkvAttention(const OpContext& c) {
+  const fb::AttentionParams* ap = c.op->params_as_AttentionParams();
+  const ActView& qkv = c.inputs[0];
+  const int64_t heads = ap->num_heads(), kv_heads = ap->num_kv_heads(), hd = ap->head_dim(), rows = qkv.rows;
+  const int32_t* pos = c.num_inputs > 1 ? c.inputs[1].i32() : nullptr;
+  if (qkv.cols != (heads + 2 * kv_heads) * hd || c.output.rows != rows || c.output.cols != heads * hd ||
+      (c.num_inputs > 1 && c.inputs[1].rows < rows) || ((ap->cache_layer() >= 0 || ap->rope()) && pos == nullptr))
+    return Bad(c, "q|k|v, positions and output rows or widths differ");
+  float* q = qkv.f32();
+  if (const fb::RopeParams* rp = ap->rope()) {
+    float* inv_freq = c.scratch;
+    InverseFrequencies(rp, inv_freq);
+    kiln_uk_rope_params_t p = {q, q, qkv.cols, pos, inv_freq, heads + kv_heads, hd};
+    const UkernelSet* uk = c.uk;
+    c.pool->For(rows, 1, [&](int64_t b, int64_t e, int) { uk->rope(&p, b, e); });
+  }
+  return Attend(c, ap, q, qkv.cols, q + heads * hd, q + (heads + kv_heads) * hd, qkv.cols, rows, pos,
+                c.scratch + RopeAreaFloats(ap));
+}
+size_t ScratchQkvAttention(const fb::Op* op, const WeightView*, int, int64_t rows, int64_t context, int threads) {
+  const fb::AttentionParams* p = op->params_as_AttentionParams();
+  return RopeAreaFloats(p) + AttentionScratch(p, rows, context, threads);
 }
 
 kiln_status_t RunPositionEmbedding(const OpContext& c) {

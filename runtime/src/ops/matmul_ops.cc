@@ -8,14 +8,45 @@
 namespace kiln::rt::ops {
 
 kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows, int64_t ldx, const WeightView* bias,
-                     float* y, int64_t ldy, float* scratch) {
+                     float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion) {
   const WeightView& w = c.weights[slot];
   const int64_t n = w.rows, k = w.cols;
-  if (c.observer != nullptr) c.observer(c.observer_user, c.op->weights()->Get(slot), x, rows, ldx, k);
-  if (rows == 0) return KILN_OK;
   const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
   const bool a8 = w.int8_activations && info != nullptr &&
                   format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+  const UkernelSet* uk = c.uk;
+  const int threads = c.pool->num_threads();
+  // Scratch: the int8 activations, the kernels' per-thread scratch, then the fusions'
+  // (MatMulScratch).
+  float* per_thread = scratch + QuantAreaFloats(rows, k);
+  const size_t stride = uk->matmul_scratch(k);
+  bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
+  float* normed = per_thread + static_cast<size_t>(threads) * stride;
+  float* norm_rows = normed + (norm ? rows * k : 0);
+  float* products = norm_rows + (norm ? static_cast<int64_t>(threads) * 3 * k : 0);
+
+  // Prologue: the input's normalisation.
+  kiln_uk_norm_params_t np = {};
+  void (*norm_fn)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) = nullptr;
+  if (norm) {
+    if (ldx != k) return Bad(c, "a normalised input must be contiguous");
+    np.x = x;
+    np.cols = k;
+    np.epsilon = fusion->epsilon;
+    np.weight = fusion->norm_weight->uk();
+    if (fusion->norm_bias != nullptr) np.bias = fusion->norm_bias->uk();
+    norm_fn = fusion->norm == fb::NormKind::Layer ? uk->layer_norm : uk->rms_norm;
+    // Float activations (and an observer, which sees what is multiplied): the
+    // normalised rows first. Int8 activations: row by row as they are quantised.
+    if (!a8 || c.observer != nullptr) {
+      np.y = normed;
+      c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { norm_fn(&np, b, e, norm_rows + t * 3 * k); });
+      x = normed;
+      norm = false;
+    }
+  }
+  if (c.observer != nullptr) c.observer(c.observer_user, c.op->weights()->Get(slot), x, rows, ldx, k);
+  if (rows == 0) return KILN_OK;
   kiln_uk_matmul_params_t p = {};
   p.x = x;
   p.ldx = ldx;
@@ -30,23 +61,70 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   }
   p.y = y;
   p.ldy = ldy;
-  float* per_thread = scratch + QuantAreaFloats(rows, k);
-  const size_t stride = c.uk->matmul_scratch(k);
-  const UkernelSet* uk = c.uk;
+
+  // Epilogue, 64 channels at a time while they are in cache: the activation of the
+  // product, then y = residual + product (the products in their own buffer, since y
+  // may be the residual's).
+  const float* residual = fusion != nullptr ? fusion->residual : nullptr;
+  const int32_t act = fusion != nullptr ? fusion->activation : -1;
+  kiln_uk_matmul_params_t pr = p;
+  if (residual != nullptr) {
+    pr.y = products;
+    pr.ldy = n;
+  }
+  auto run = [&](kiln_uk_matmul_fn fn, int64_t n0, int64_t n1, int t) {
+    float* s = per_thread + t * stride;
+    if (residual == nullptr && act < 0) {
+      fn(&p, n0, n1, s);
+      return;
+    }
+    for (int64_t c0 = n0; c0 < n1; c0 += kResidualTile) {
+      const int64_t c1 = std::min(n1, c0 + kResidualTile);
+      fn(&pr, c0, c1, s);
+      for (int64_t m = 0; m < rows; ++m) {
+        float* prod = pr.y + m * pr.ldy;
+        if (act >= 0) {
+          kiln_uk_eltwise_params_t e = {prod + c0, nullptr, prod + c0, act};
+          uk->act(&e, 0, c1 - c0);
+        }
+        if (residual == nullptr) continue;
+        const float* r = residual + m * fusion->ldr;
+        float* out = y + m * ldy;
+        for (int64_t j = c0; j < c1; ++j) out[j] = r[j] + prod[j];
+      }
+    }
+  };
+
   if (a8) {
     int8_t* xq = reinterpret_cast<int8_t*>(scratch);
     float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
-    kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
-    c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
-    p.xq = xq;
-    p.xs = xs;
+    if (norm) {
+      // Each row normalised into the thread's row buffer, then quantised from there:
+      // the normalised activations never go to memory in f32.
+      c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int t) {
+        float* row = norm_rows + t * 3 * k;
+        for (int64_t r = r0; r < r1; ++r) {
+          kiln_uk_norm_params_t one = np;
+          one.x = x + r * ldx;
+          one.y = row;
+          norm_fn(&one, 0, 1, row + k);
+          kiln_uk_quant_rows_params_t q = {row, k, k, xq + r * k, xs + r};
+          uk->quant_rows(&q, 0, 1);
+        }
+      });
+    } else {
+      kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
+      c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
+    }
+    p.xq = pr.xq = xq;
+    p.xs = pr.xs = xs;
     // Ranges of whole 16-channel panels (the generated W4A8 kernels' int4_p16k8).
-    c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { uk->matmul_a8(&p, n0, n1, per_thread + t * stride); });
+    c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
     return KILN_OK;
   }
   constexpr int64_t kBlock = 16;
   c.pool->For((n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1, int t) {
-    uk->matmul_f32(&p, b0 * kBlock, std::min(n, b1 * kBlock), per_thread + t * stride);
+    run(uk->matmul_f32, b0 * kBlock, std::min(n, b1 * kBlock), t);
   });
   return KILN_OK;
 }
@@ -55,23 +133,60 @@ namespace {
 
 bool MatIn(const OpContext& c, int64_t k) { return c.inputs[0].cols == k && c.output.rows == c.inputs[0].rows; }
 
+int NormWeights(fb::NormKind norm) { return norm == fb::NormKind::Rms ? 1 : norm == fb::NormKind::Layer ? 2 : 0; }
+
+// The fusions of a matmul op: the norm prologue of its parameters, whose weights are
+// the op's last, and a residual (input 1). False when the operands do not fit them.
+bool FusionOf(const OpContext& c, fb::NormKind norm, float epsilon, MatMulFusion* f) {
+  const int nw = NormWeights(norm);
+  if (nw > 0) {
+    if (c.num_weights < nw + 1) return false;
+    f->norm = norm;
+    f->epsilon = epsilon;
+    f->norm_weight = &c.weights[c.num_weights - nw];
+    f->norm_bias = nw == 2 ? &c.weights[c.num_weights - 1] : nullptr;
+    if (f->norm_weight->rows != c.inputs[0].cols) return false;
+  }
+  if (c.num_inputs > 1) {
+    const ActView& r = c.inputs[1];
+    if (r.rows != c.output.rows || r.cols != c.output.cols) return false;
+    f->residual = r.f32();
+    f->ldr = r.cols;
+  }
+  return true;
+}
+
 }  // namespace
 
 kiln_status_t RunLinear(const OpContext& c) {
   const ActView& x = c.inputs[0];
-  if (!MatIn(c, c.weights[0].cols) || c.output.cols != c.weights[0].rows) return Bad(c, "operands do not fit");
-  return MatMul(c, 0, x.f32(), x.rows, x.cols, c.num_weights > 1 ? &c.weights[1] : nullptr, c.output.f32(),
-                c.output.cols, c.scratch);
+  const fb::LinearParams* lp = c.op->params_as_LinearParams();
+  const fb::NormKind norm = lp != nullptr ? lp->norm() : fb::NormKind::None;
+  MatMulFusion f;
+  if (!FusionOf(c, norm, lp != nullptr ? lp->norm_epsilon() : 0.0f, &f) || !MatIn(c, c.weights[0].cols) ||
+      c.output.cols != c.weights[0].rows)
+    return Bad(c, "operands do not fit");
+  if (lp != nullptr && lp->has_activation()) f.activation = static_cast<int32_t>(lp->activation());
+  const bool has_bias = c.num_weights - NormWeights(norm) > 1;
+  return MatMul(c, 0, x.f32(), x.rows, x.cols, has_bias ? &c.weights[1] : nullptr, c.output.f32(), c.output.cols,
+                c.scratch, &f);
 }
 
 size_t ScratchLinear(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
-  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads);
+  const fb::LinearParams* lp = op->params_as_LinearParams();
+  const bool norm = lp != nullptr && lp->norm() != fb::NormKind::None;
+  const bool residual = op->inputs() != nullptr && op->inputs()->size() > 1;
+  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads, norm, residual ? w[0].rows : 0);
 }
 
-kiln_status_t RunLmHead(const OpContext& c) { return RunLinear(c); }
+kiln_status_t RunLmHead(const OpContext& c) {
+  const ActView& x = c.inputs[0];
+  if (!MatIn(c, c.weights[0].cols) || c.output.cols != c.weights[0].rows) return Bad(c, "operands do not fit");
+  return MatMul(c, 0, x.f32(), x.rows, x.cols, nullptr, c.output.f32(), c.output.cols, c.scratch);
+}
 
-size_t ScratchLmHead(const fb::Op* op, const WeightView* w, int nw, int64_t rows, int64_t context, int threads) {
-  return ScratchLinear(op, w, nw, rows, context, threads);
+size_t ScratchLmHead(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
+  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads);
 }
 
 namespace {
@@ -82,35 +197,79 @@ fb::ActivationKind ActivationOf(const fb::Op* op) {
 }
 
 // down(act(gate(x)) * up(x)) for `rows` rows of x into y, the weights in slots
-// gate, gate + stride, gate + 2 * stride. Scratch: 2 * rows * I floats, then MatMul's.
+// gate, gate + stride, gate + 2 * stride; with `fusion`, x normalised first (once,
+// for gate and up) and the residual added by the down projection. Scratch: the
+// normalised rows, 2 * rows * I floats, then MatMul's.
 kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float* x, int64_t rows, int64_t ldx,
-                           float* y, int64_t ldy, float* scratch) {
+                           float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr) {
   const int64_t inter = c.weights[gate].rows;
-  float* g = scratch;
+  const int64_t hidden = c.weights[gate].cols;
+  float* xn = scratch;
+  float* g = xn + (fusion != nullptr && fusion->norm != fb::NormKind::None ? rows * hidden : 0);
   float* u = g + rows * inter;
   float* mm = u + rows * inter;
-  if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm); st != KILN_OK) return st;
-  if (kiln_status_t st = MatMul(c, gate + stride, x, rows, ldx, nullptr, u, inter, mm); st != KILN_OK) return st;
+  MatMulFusion in, out;
+  if (fusion != nullptr) {
+    in.norm = fusion->norm;
+    in.epsilon = fusion->epsilon;
+    in.norm_weight = fusion->norm_weight;
+    in.norm_bias = fusion->norm_bias;
+    out.residual = fusion->residual;
+    out.ldr = fusion->ldr;
+  }
+  if (in.norm != fb::NormKind::None) {
+    // Gate and up read the same normalised rows: normalise them once.
+    const WeightView& gw = c.weights[gate];
+    const WeightView& uw = c.weights[gate + stride];
+    const bool shared = gw.int8_activations == uw.int8_activations;
+    if (shared && !gw.int8_activations) {
+      kiln_uk_norm_params_t np = {};
+      np.x = x;
+      np.y = xn;
+      np.cols = hidden;
+      np.epsilon = in.epsilon;
+      np.weight = in.norm_weight->uk();
+      if (in.norm_bias != nullptr) np.bias = in.norm_bias->uk();
+      auto fn = in.norm == fb::NormKind::Layer ? c.uk->layer_norm : c.uk->rms_norm;
+      float* s = mm;  // 2 * hidden floats per thread, before MatMul uses it
+      c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, s + t * 2 * hidden); });
+      x = xn;
+      ldx = hidden;
+      in = MatMulFusion();
+    }
+  }
+  if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm, &in); st != KILN_OK) return st;
+  if (kiln_status_t st = MatMul(c, gate + stride, x, rows, ldx, nullptr, u, inter, mm, &in); st != KILN_OK)
+    return st;
   kiln_uk_eltwise_params_t p = {g, u, g, static_cast<int32_t>(ActivationOf(c.op))};
   const UkernelSet* uk = c.uk;
   c.pool->For(rows * inter, 4096, [&](int64_t b, int64_t e, int) { uk->gated_act(&p, b, e); });
-  return MatMul(c, gate + 2 * stride, g, rows, inter, nullptr, y, ldy, mm);
+  return MatMul(c, gate + 2 * stride, g, rows, inter, nullptr, y, ldy, mm, &out);
 }
 
-size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads) {
-  return static_cast<size_t>(2 * rows * inter) + MatMulScratch(uk, rows, std::max(hidden, inter), threads);
+size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
+                             bool norm = false, bool residual = false) {
+  return static_cast<size_t>((norm ? rows * hidden : 0) + 2 * rows * inter) +
+         std::max(MatMulScratch(uk, rows, std::max(hidden, inter), threads, norm, residual ? hidden : 0),
+                  static_cast<size_t>(threads) * 2 * static_cast<size_t>(hidden));
 }
 
 }  // namespace
 
 kiln_status_t RunGatedMlp(const OpContext& c) {
   const ActView& x = c.inputs[0];
-  if (!MatIn(c, c.weights[0].cols) || c.output.cols != x.cols) return Bad(c, "operands do not fit");
-  return GatedMlpRows(c, 0, 1, x.f32(), x.rows, x.cols, c.output.f32(), c.output.cols, c.scratch);
+  const fb::GatedMlpParams* gp = c.op->params_as_GatedMlpParams();
+  MatMulFusion f;
+  if (!FusionOf(c, gp->norm(), gp->norm_epsilon(), &f) || !MatIn(c, c.weights[0].cols) || c.output.cols != x.cols)
+    return Bad(c, "operands do not fit");
+  return GatedMlpRows(c, 0, 1, x.f32(), x.rows, x.cols, c.output.f32(), c.output.cols, c.scratch, &f);
 }
 
 size_t ScratchGatedMlp(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
-  return GatedMlpScratchFloats(FindKernel(op->kernel())->uk, rows, w[0].cols, w[0].rows, threads);
+  const fb::GatedMlpParams* gp = op->params_as_GatedMlpParams();
+  return GatedMlpScratchFloats(FindKernel(op->kernel())->uk, rows, w[0].cols, w[0].rows, threads,
+                               gp->norm() != fb::NormKind::None,
+                               op->inputs() != nullptr && op->inputs()->size() > 1);
 }
 
 // Mixtral's sparse MoE block: softmax over the router logits, top-k, renormalise,
@@ -156,8 +315,15 @@ kiln_status_t RunMoe(const OpContext& c) {
     if (p->normalize_top_k())
       for (int64_t j = 0; j < k; ++j) route_w[r * k + j] /= chosen_sum;
   }
+  // The sum starts from the fused residual (input 1; possibly y's own buffer), else 0.
   float* y = c.output.f32();
-  std::memset(y, 0, static_cast<size_t>(rows * hidden) * 4);
+  if (c.num_inputs > 1) {
+    const ActView& r = c.inputs[1];
+    if (r.rows != rows || r.cols != hidden) return Bad(c, "operands do not fit");
+    if (r.f32() != y) std::memcpy(y, r.f32(), static_cast<size_t>(rows * hidden) * 4);
+  } else {
+    std::memset(y, 0, static_cast<size_t>(rows * hidden) * 4);
+  }
   for (int64_t e = 0; e < experts; ++e) {
     int64_t n = 0;
     for (int64_t r = 0; r < rows; ++r)

@@ -35,16 +35,50 @@ kiln_status_t ShapeMergeImageTokens(const ShapeCheck &c) {
   return KILN_OK;
 }
 
+namespace {
+
+// The fusions of a matmul op (schema 1.5): a norm prologue whose weights are the op's
+// last `norm_weights` (each [K]), and a residual (input 1) of the output's shape.
+kiln_status_t ShapeFusions(const ShapeCheck &c, fb::NormKind norm, float epsilon, int *norm_weights) {
+  *norm_weights = norm == fb::NormKind::Rms ? 1 : norm == fb::NormKind::Layer ? 2 : 0;
+  if (norm > fb::NormKind::MAX) return c.OpBad("unknown norm kind");
+  if (*norm_weights > 0) {
+    if (!(epsilon > 0.0f) || !std::isfinite(epsilon)) return c.OpBad("norm_epsilon must be positive");
+    if (c.nw < *norm_weights + 1) return c.OpBad("missing norm weights");
+    for (int i = c.nw - *norm_weights; i < c.nw; ++i)
+      if (c.w(i).rank != 1 || c.w(i).d[0] != c.in(0).d[1]) return c.ShapeBad("norm weight and bias must be [K]");
+  }
+  if (c.ni > 1 && (!c.mat(c.in(1)) || !c.f32in(1) || !c.rows_eq(c.in(1), c.out) || c.in(1).d[1] != c.out.d[1]))
+    return c.ShapeBad("the residual must have the output's shape");
+  return KILN_OK;
+}
+
+}  // namespace
+
 kiln_status_t ShapeLinear(const ShapeCheck &c) {
   Dims wt = c.w(0);
   if (!c.mat(c.in(0)) || !c.f32in(0) || wt.rank != 2 || c.in(0).d[1] != wt.d[1] || !c.mat(c.out) ||
       !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != wt.d[0])
     return c.ShapeBad("expects input [R, K], weight [N, K] and output [R, N]");
-  if (c.nw == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [N]");
+  const fb::LinearParams *lp = c.op->params_as_LinearParams();
+  if (lp && lp->has_activation() && lp->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
+  int norm_weights = 0;
+  if (kiln_status_t st = ShapeFusions(c, lp ? lp->norm() : fb::NormKind::None, lp ? lp->norm_epsilon() : 0.0f,
+                                      &norm_weights);
+      st != KILN_OK)
+    return st;
+  const int own = c.nw - norm_weights;
+  if (own < 1 || own > 2) return c.OpBad("expects a weight, an optional bias and the norm's weights");
+  if (own == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [N]");
   return KILN_OK;
 }
-
-kiln_status_t ShapeLmHead(const ShapeCheck &c) { return ShapeLinear(c); }
+kiln_status_t ShapeLmHead(const ShapeCheck &c) {
+  Dims wt = c.w(0);
+  if (!c.mat(c.in(0)) || !c.f32in(0) || wt.rank != 2 || c.in(0).d[1] != wt.d[1] || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != wt.d[0])
+    return c.ShapeBad("expects input [R, K], weight [N, K] and output [R, N]");
+  return KILN_OK;
+}
 
 kiln_status_t ShapeAdd(const ShapeCheck &c) {
   if (!c.mat(c.in(0)) || !c.f32in(0) || !c.f32in(1) || c.in(1).rank != 2 || !c.rows_eq(c.in(0), c.in(1)) ||
@@ -76,6 +110,12 @@ kiln_status_t ShapeGatedMlp(const ShapeCheck &c) {
       u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) ||
       c.out.d[1] != h)
     return c.ShapeBad("expects gate/up [I, H], down [H, I] and output [R, H]");
+  int norm_weights = 0;
+  if (kiln_status_t st = ShapeFusions(c, c.op->params_as_GatedMlpParams()->norm(),
+                                      c.op->params_as_GatedMlpParams()->norm_epsilon(), &norm_weights);
+      st != KILN_OK)
+    return st;
+  if (c.nw != 3 + norm_weights) return c.OpBad("expects gate, up, down and the norm's weights");
   return KILN_OK;
 }
 
@@ -97,7 +137,8 @@ kiln_status_t ShapeMoe(const ShapeCheck &c) {
         d.d[1] != g.d[0])
       return c.ShapeBad("an expert's gate/up/down weights do not fit");
   }
-  return KILN_OK;
+  int norm_weights = 0;
+  return ShapeFusions(c, fb::NormKind::None, 0.0f, &norm_weights);
 }
 
 kiln_status_t ShapeRmsNorm(const ShapeCheck &c) {
@@ -143,6 +184,32 @@ kiln_status_t ShapeAttention(const ShapeCheck &c) {
       !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != nh * hd)
     return c.ShapeBad("q [T, heads * head_dim], k/v [T, kv_heads * head_dim]");
   if (cached && (c.in(3).rank != 1 || c.indt(3) != fb::DType::I32 || !c.rows_eq(c.in(3), c.in(0))))
+    return c.ShapeBad("positions must be [T]");
+  return KILN_OK;
+}
+
+kiln_status_t ShapeQkvAttention(const ShapeCheck &c) {
+  const fb::AttentionParams *p = c.op->params_as_AttentionParams();
+  int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
+  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
+    return c.OpBad("invalid attention parameters");
+  const bool cached = p->cache_layer() >= 0;
+  if (cached && (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal()))
+    return c.OpBad("KV-cache binding does not match the text config");
+  if (const fb::RopeParams *r = p->rope()) {
+    if (r->num_heads() != nh + nkv || r->head_dim() != hd || hd % 2 != 0 || !(r->theta() > 0.0) ||
+        !std::isfinite(r->theta()) || r->rope_type() > fb::RopeType::MAX)
+      return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
+    if (r->rope_type() == fb::RopeType::Llama3 &&
+        (!(r->factor() > 0.0) || !(r->low_freq_factor() > 0.0) || !(r->high_freq_factor() > r->low_freq_factor()) ||
+         r->original_max_position_embeddings() < 1))
+      return c.OpBad("invalid llama3 rope scaling");
+  }
+  if (c.ni != ((cached || p->rope() != nullptr) ? 2 : 1)) return c.OpBad("positions needed by, and only by, a KV cache or a rope");
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).d[1] != (nh + 2 * nkv) * hd || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != nh * hd)
+    return c.ShapeBad("q|k|v [T, (heads + 2 kv_heads) * head_dim], output [T, heads * head_dim]");
+  if (c.ni == 2 && (c.in(1).rank != 1 || c.indt(1) != fb::DType::I32 || !c.rows_eq(c.in(1), c.in(0))))
     return c.ShapeBad("positions must be [T]");
   return KILN_OK;
 }

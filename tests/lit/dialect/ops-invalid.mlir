@@ -307,3 +307,68 @@ func.func @f(%a: tensor<4x8xf32>, %b: tensor<5x8xf32>) {
   %y = kiln.concat %a, %b : tensor<4x8xf32>, tensor<5x8xf32> -> tensor<4x16xf32>
   return
 }
+
+// -----
+
+// Fusions (kiln-fuse-*): a norm prologue needs its weight and epsilon.
+func.func @norm_without_weight(%x: tensor<?x16xf32>, %w: tensor<32x16xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.linear' op a rms norm prologue needs norm_weight and norm_epsilon}}
+  %y = kiln.linear %x, %w {norm = "rms"} : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @norm_kind(%x: tensor<?x16xf32>, %w: tensor<32x16xf32>, %n: tensor<16xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.linear' op norm must be "rms" or "layer", got "batch"}}
+  %y = kiln.linear %x, %w norm(%n) {norm = "batch", norm_epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<32x16xf32> norm tensor<16xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @layer_norm_without_bias(%x: tensor<?x16xf32>, %g: tensor<24x16xf32>, %d: tensor<16x24xf32>, %n: tensor<16xf32>) -> tensor<?x16xf32> {
+  // expected-error @+1 {{'kiln.gated_mlp' op a layer norm prologue needs norm_bias}}
+  %y = kiln.gated_mlp %x, %g, %g, %d norm(%n) {activation = #kiln.activation<silu>, norm = "layer", norm_epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<24x16xf32>, tensor<24x16xf32>, tensor<16x24xf32> norm tensor<16xf32> -> tensor<?x16xf32>
+  return %y : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @norm_weight_length(%x: tensor<?x16xf32>, %w: tensor<32x16xf32>, %n: tensor<8xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.linear' op norm_weight length (8) does not match the last dimension of the input (16)}}
+  %y = kiln.linear %x, %w norm(%n) {norm = "rms", norm_epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<32x16xf32> norm tensor<8xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @residual_shape(%x: tensor<?x16xf32>, %w: tensor<32x16xf32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.linear' op residual type 'tensor<?x16xf32>' differs from the result type 'tensor<?x32xf32>'}}
+  %y = kiln.linear %x, %w residual(%x) : tensor<?x16xf32>, tensor<32x16xf32> residual tensor<?x16xf32> -> tensor<?x32xf32>
+  return %y : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @qkv_width(%qkv: tensor<?x48xf32>, %pos: tensor<?xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.qkv_attention' op qkv width (48) does not match (num_heads + 2 num_kv_heads) * head_dim (64)}}
+  %o = kiln.qkv_attention %qkv positions(%pos) {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35 : f64, causal, cache_layer = 0 : i64} : tensor<?x48xf32>, tensor<?xi32> -> tensor<?x32xf32>
+  return %o : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @qkv_rope_heads(%qkv: tensor<?x64xf32>, %pos: tensor<?xi32>) -> tensor<?x32xf32> {
+  // expected-error @+1 {{'kiln.qkv_attention' op rope must rotate num_heads + num_kv_heads = 6 heads of head_dim 8}}
+  %o = kiln.qkv_attention %qkv positions(%pos) {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35 : f64, causal, cache_layer = 0 : i64, rope = {num_heads = 4 : i64, head_dim = 8 : i64, theta = 1.0e4 : f64}} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x32xf32>
+  return %o : tensor<?x32xf32>
+}
+
+// -----
+
+func.func @qkv_positions(%qkv: tensor<5x48xf32>, %pos: tensor<5xi32>) -> tensor<5x16xf32> {
+  // expected-error @+1 {{'kiln.qkv_attention' op positions are needed by, and only by, a cache_layer or a rope}}
+  %o = kiln.qkv_attention %qkv positions(%pos) {num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35 : f64} : tensor<5x48xf32>, tensor<5xi32> -> tensor<5x16xf32>
+  return %o : tensor<5x16xf32>
+}

@@ -330,7 +330,7 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
        [](fb::ModelT& m) {
          for (auto& s : m.stages)
            for (auto& op : s->ops)
-             if (op->kind == fb::OpKind::Attention) {
+             if (op->kind == fb::OpKind::Attention || op->kind == fb::OpKind::QkvAttention) {
                op->params.Set(fb::PatchEmbedParamsT());
                return;
              }
@@ -370,7 +370,54 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
              if (auto* p = op->params.AsRopeParams()) {
                p->head_dim += 1;
                return;
+             } else if (auto* a = op->params.AsAttentionParams(); a && a->rope) {
+               a->rope->head_dim += 1;  // fused into the attention (kiln-fuse-qkv)
+               return;
              }
+       }},
+      // Fusions (schema 1.5).
+      {"fused norm without its weight", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops) {
+             const auto* l = op->params.AsLinearParams();
+             const auto* g = op->params.AsGatedMlpParams();
+             const fb::NormKind norm = l ? l->norm : g ? g->norm : fb::NormKind::None;
+             if (norm != fb::NormKind::None) {
+               op->weights.pop_back();  // the norm's weight (and the layer norm's bias)
+               if (norm == fb::NormKind::Layer) op->weights.pop_back();
+               return;
+             }
+           }
+       }},
+      {"residual that is not an activation", KILN_ERROR_ARTIFACT_SHAPE,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if ((op->kind == fb::OpKind::Linear || op->kind == fb::OpKind::GatedMlp) && op->inputs.size() == 2 &&
+                 m.values[s->inputs[0]]->dtype == fb::DType::I32) {
+               op->inputs[1] = s->inputs[0];  // the token ids
+               return;
+             }
+       }},
+      {"fused rope of other heads", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* a = op->params.AsAttentionParams(); a && a->rope) {
+               a->rope->num_heads += 1;
+               return;
+             }
+       }},
+      {"further function of a family the op does not call", KILN_OK,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (!op->symbols.empty()) {
+               op->symbols[0] = op->symbol;  // listed, but a matmul's or an attention's
+               return;
+             }
+         m.stages[0]->ops[0]->symbols.push_back("kiln_uk_rope_f32_f32_1x2_gen_x86_64");
        }},
       {"vocab too large", KILN_ERROR_ARTIFACT_MALFORMED, [](fb::ModelT& m) { m.text->vocab_size = 1u << 30; }},
       {"eos outside the vocab", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,

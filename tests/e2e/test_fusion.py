@@ -1,0 +1,155 @@
+"""Operator fusion (kiln-fuse-qkv, kiln-fuse-norm, kiln-fuse-residual) end to end.
+
+For every supported layer kind (Llama, Qwen2 with Q/K/V biases, Mixtral's MoE, a
+CLIP vision tower, a SigLIP one with the Idefics3 connector):
+  - the fused artifact's outputs equal its --no-fuse twin's (fp32 within 1e-5 of the
+    largest logit, W8A8 and W4A8 within 1e-3: the same kernels run the same products,
+    only their order of dispatch and the buffers between them change) and the
+    greedy tokens agree; the fp32 artifacts' agreement with PyTorch is
+    test_reference_match.py's, which compiles with fusion on;
+  - kiln-inspect counts at most 5 kernels per decoder layer (decode and prefill) and
+    per vision encoder layer, fewer than unfused;
+  - kiln-compile --remarks names every fusion made.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import MODELS, run, tool
+
+PRESETS = [
+    ("tiny-llama", False),
+    ("tiny-qwen2", False),
+    ("tiny-mixtral", False),
+    ("tiny-llava", True),
+    ("tiny-idefics3", True),
+]
+ENCODINGS = [
+    ("fp32", [], 1e-5),
+    ("w8a8", ["--precision=.*layers.*=int8_a8"], 1e-3),
+    ("w4a8", ["--precision=.*layers.*=int4_g32_a8"], 1e-3),
+]
+MAX_LAYER_KERNELS = 5
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_dir):
+    """Each preset's checkpoint and its prompt as token ids (and pixels), from the
+    PyTorch reference's processor (golden.py)."""
+    rng = np.random.default_rng(3)
+    photo = tiny_dir / "fusion-photo.png"
+    Image.fromarray(rng.integers(0, 255, (40, 52, 3), dtype=np.uint8)).save(photo)
+    out = {}
+    for preset, vlm in PRESETS:
+        ckpt = tiny_dir / f"fusion-{preset}"
+        golden = tiny_dir / f"fusion-{preset}-golden"
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
+        args = ["/usr/bin/python3", os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
+                "--prompt", "How do I install this part?", "--max-new-tokens", "1"]
+        if vlm:
+            args += ["--image", photo]
+        run(args)
+        inputs = ["--input-ids", golden / "input_ids.npy"]
+        if vlm:
+            px = np.load(golden / "pixel_values.npy").astype(np.float32)
+            np.save(tiny_dir / f"fusion-{preset}-px.npy", px.reshape(px.shape[-3:]))
+            inputs += ["--pixel-values", tiny_dir / f"fusion-{preset}-px.npy"]
+        out[preset] = (ckpt, inputs)
+    return out
+
+
+def _compile(ckpt, out, *args):
+    return run([tool("kiln-compile"), ckpt, "-o", out, *args])
+
+
+def _answer(artifact, logits, inputs):
+    """The logits of every prompt position and the greedy continuation."""
+    cmd = [tool("kiln-run"), artifact, *inputs, "--max-new-tokens", "8", "--temperature", "0", "--threads", "2",
+           "--dump-logits", logits]
+    out = run(cmd).stdout
+    line = [l for l in out.splitlines() if l.startswith("tokens:")][-1]
+    return np.load(logits), line
+
+
+def _inspect(artifact):
+    return json.loads(run([tool("kiln-inspect"), artifact, "--json", "--ops"]).stdout)
+
+
+@pytest.mark.parametrize("encoding,flags,bound", ENCODINGS, ids=[e for e, _, _ in ENCODINGS])
+@pytest.mark.parametrize("preset,vlm", PRESETS, ids=[p for p, _ in PRESETS])
+def test_fused_equals_unfused(preset, vlm, encoding, flags, bound, checkpoints, tiny_dir):
+    ckpt, inputs = checkpoints[preset]
+    fused, unfused = tiny_dir / f"fused-{preset}-{encoding}.kiln", tiny_dir / f"unfused-{preset}-{encoding}.kiln"
+    _compile(ckpt, fused, *flags)
+    _compile(ckpt, unfused, "--no-fuse", *flags)
+    a, tokens_a = _answer(fused, tiny_dir / f"fused-{preset}-{encoding}.npy", inputs)
+    b, tokens_b = _answer(unfused, tiny_dir / f"unfused-{preset}-{encoding}.npy", inputs)
+    assert a.shape == b.shape
+    err, scale = float(np.abs(a - b).max()), float(np.abs(b).max())
+    assert err <= bound * scale, f"{preset} {encoding}: fused vs unfused max |diff| {err} > {bound} * {scale}"
+    assert tokens_a == tokens_b
+
+    # Fewer kernels, at most 5 per layer, in every stage that has layers.
+    f, u = _inspect(fused), _inspect(unfused)
+    for fs, us in zip(f["stages"], u["stages"]):
+        assert fs["kind"] == us["kind"]
+        assert fs["ops_before_fusion"] == us["ops"], fs["kind"]
+        if fs["layers"]:
+            assert fs["max_ops_per_layer"] <= MAX_LAYER_KERNELS, (preset, fs["kind"], fs["max_ops_per_layer"])
+            assert fs["ops"] < us["ops"], (preset, fs["kind"])
+
+
+def test_decoder_layer_is_four_kernels(checkpoints, tiny_dir):
+    """A Llama layer: norm+QKV, attention (with RoPE and the KV write), o_proj+residual,
+    norm+gated MLP+residual."""
+    artifact = tiny_dir / "layer-kernels.kiln"
+    _compile(checkpoints["tiny-llama"][0], artifact)
+    stages = {s["kind"]: s for s in _inspect(artifact)["stages"]}
+    for kind in ("DecoderPrefill", "DecoderDecode"):
+        layer0 = [op for op in stages[kind]["op_list"] if op["name"].startswith("model.layers.0.")]
+        assert [op["kind"] for op in layer0] == ["Linear", "QkvAttention", "Linear", "GatedMlp"], layer0
+        assert layer0[0]["name"] == "model.layers.0.self_attn.qkv_proj"
+        assert layer0[0]["fused"] == ["model.layers.0.input_layernorm", "model.layers.0.self_attn.q_proj",
+                                      "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]
+        assert layer0[1]["fused"] == ["model.layers.0.self_attn", "model.layers.0.self_attn.rotary_q",
+                                      "model.layers.0.self_attn.rotary_k"]
+        assert any(s.startswith("kiln_uk_rope_") for s in layer0[1]["symbols"])
+        assert layer0[2]["fused"] == ["model.layers.0.self_attn.o_proj", "model.layers.0.residual1"]
+        assert layer0[3]["fused"] == ["model.layers.0.post_attention_layernorm", "model.layers.0.mlp",
+                                      "model.layers.0.residual2"]
+        assert any(s.startswith("kiln_uk_rmsnorm_") for s in layer0[3]["symbols"])
+    text = run([tool("kiln-inspect"), artifact]).stdout
+    assert "ops before fusion, at most 4 per layer (2 layers)" in text
+
+
+def test_remarks_name_every_fusion(checkpoints, tiny_dir):
+    p = run([tool("kiln-compile"), checkpoints["tiny-qwen2"][0], "-o", tiny_dir / "remarks.kiln", "--remarks"])
+    text = p.stdout + p.stderr
+    for what in ("kiln-fuse-qkv: model.layers.0.self_attn.q_proj, model.layers.0.self_attn.k_proj and "
+                 "model.layers.0.self_attn.v_proj fused into one",
+                 "kiln-fuse-norm: model.layers.0.input_layernorm (RMSNorm) fused as the prologue of "
+                 "model.layers.0.self_attn.qkv_proj",
+                 "kiln-fuse-residual: model.layers.0.residual1 fused as the epilogue of model.layers.0.self_attn.o_proj",
+                 "model.norm: kiln-fuse-norm: not fused: its result is the output of stage decoder_prefill"):
+        assert what in text, what
+
+
+def test_mixed_encodings_are_kept_apart(checkpoints, tiny_dir):
+    """Q in int4 and K/V in int8: the projections stay three, the remark says why,
+    and the outputs still equal the unfused artifact's."""
+    ckpt, inputs = checkpoints["tiny-llama"]
+    flags = ["--precision=.*q_proj.*=int4_g32_a8", "--precision=.*layers.*=int8_a8"]
+    fused, unfused = tiny_dir / "mixed.kiln", tiny_dir / "mixed-unfused.kiln"
+    p = _compile(ckpt, fused, "--remarks", *flags)
+    assert "kept apart to honour the precision assignment" in p.stdout + p.stderr
+    _compile(ckpt, unfused, "--no-fuse", *flags)
+    stages = {s["kind"]: s for s in _inspect(fused)["stages"]}
+    kinds = [op["kind"] for op in stages["DecoderDecode"]["op_list"] if op["name"].startswith("model.layers.0.")]
+    assert kinds.count("Linear") == 4 and "Attention" in kinds, kinds
+    a, ta = _answer(fused, tiny_dir / "mixed.npy", inputs)
+    b, tb = _answer(unfused, tiny_dir / "mixed-unfused.npy", inputs)
+    assert float(np.abs(a - b).max()) <= 1e-3 * float(np.abs(b).max()) and ta == tb

@@ -1,0 +1,56 @@
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-residual | FileCheck %s
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-residual -verify-diagnostics > /dev/null
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-residual --kiln-plan-memory | FileCheck %s --check-prefix=PLAN
+
+// The residual adds after o_proj and after the MLP become the epilogues of the
+// matmuls; each writes over its residual, which dies there (kiln-plan-memory).
+// CHECK-LABEL: func.func @layer
+// CHECK: %[[X2:.*]] = kiln.rms_norm
+// CHECK: %[[O:.*]] = kiln.linear %arg1, %{{.*}} residual(%[[X2]]) {kiln.fused = ["kiln.linear", "l.residual1"]} : tensor<?x16xf32>, tensor<16x16xf32> residual tensor<?x16xf32> -> tensor<?x16xf32>
+// CHECK: kiln.gated_mlp %[[N:.*]], %{{.*}}, %{{.*}}, %{{.*}} residual(%[[O]]) {activation = #kiln.activation<silu>, kiln.fused = ["kiln.gated_mlp", "l.residual2"]}
+// CHECK-NOT: kiln.add
+// PLAN-LABEL: func.func @layer
+// PLAN: kiln.rms_norm {{.*}}kiln.offset = [[X:[0-9]+]] : i64
+// PLAN: kiln.linear {{.*}}kiln.offset = [[X]] : i64
+// PLAN: kiln.rms_norm {{.*}}kiln.offset = [[H:[0-9]+]] : i64
+// PLAN: kiln.gated_mlp {{.*}}kiln.offset = [[X]] : i64
+kiln.weight @n : tensor<16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 64, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @w : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 64, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @g : tensor<24x16xf32> from #kiln.source<"m.safetensors", offset = 1088, size = 1536, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @d : tensor<16x24xf32> from #kiln.source<"m.safetensors", offset = 2624, size = 1536, dtype = "F32"> as #kiln.encoding<f32>
+func.func @layer(%x: tensor<?x16xf32>, %a: tensor<?x16xf32>) -> tensor<?x16xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
+  %n = kiln.weight_ref @n : tensor<16xf32>
+  %w = kiln.weight_ref @w : tensor<16x16xf32>
+  %g = kiln.weight_ref @g : tensor<24x16xf32>
+  %d = kiln.weight_ref @d : tensor<16x24xf32>
+  %x2 = kiln.rms_norm %x, %n {epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<16xf32> -> tensor<?x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: l.residual1 fused as the epilogue of}}
+  %o = kiln.linear %a, %w : tensor<?x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
+  %x1 = kiln.add %x2, %o : tensor<?x16xf32> loc("l.residual1")
+  %h = kiln.rms_norm %x1, %n {epsilon = 1.0e-05 : f32} : tensor<?x16xf32>, tensor<16xf32> -> tensor<?x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: l.residual2 fused as the epilogue of}}
+  %m = kiln.gated_mlp %h, %g, %g, %d {activation = #kiln.activation<silu>} : tensor<?x16xf32>, tensor<24x16xf32>, tensor<24x16xf32>, tensor<16x24xf32> -> tensor<?x16xf32>
+  %x3 = kiln.add %x1, %m : tensor<?x16xf32> loc("l.residual2")
+  %r = kiln.activation %x3 {kind = #kiln.activation<silu>} : tensor<?x16xf32>
+  return %r : tensor<?x16xf32>
+}
+
+// -----
+
+// No-op: the product is read by another op too; the residual is the linear's own
+// input; neither operand is a matmul.
+// CHECK-LABEL: func.func @kept
+// CHECK-COUNT-3: kiln.add
+kiln.weight @w : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+func.func @kept(%x: tensor<?x16xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>) attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
+  %w = kiln.weight_ref @w : tensor<16x16xf32>
+  %o = kiln.linear %x, %w : tensor<?x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32> loc("l.o_proj")
+  // expected-remark @+1 {{kiln-fuse-residual: not fused: the residual is also an operand of l.o_proj}}
+  %s = kiln.add %x, %o : tensor<?x16xf32>
+  %p = kiln.linear %s, %w : tensor<?x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32> loc("l.p")
+  // expected-remark @+1 {{kiln-fuse-residual: not fused: l.p is also read by other ops}}
+  %t = kiln.add %x, %p : tensor<?x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: not fused: neither operand is a matmul}}
+  %u = kiln.add %t, %t : tensor<?x16xf32>
+  return %s, %t, %u, %p : tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>
+}
