@@ -50,8 +50,9 @@ def compiled(request, tmp_path_factory):
         + gen_args)
     planned = d / "planned.mlir"
     split = d / "split.mlir"
-    # Locations name the ops: keep them so that the artifacts are complete.
-    planned.write_text(run([tool("kiln-compile"), ckpt, "--emit=planned-ir", "--mlir-print-debuginfo"]
+    # Locations name the ops: keep them so that the artifacts are complete. Unfused, so
+    # that every weight is one plain source the test pass can split.
+    planned.write_text(run([tool("kiln-compile"), ckpt, "--emit=planned-ir", "--mlir-print-debuginfo", "--no-fuse"]
                            + precision).stdout)
     split.write_text(run([tool("kiln-opt"), planned, "--kiln-test-split-weights",
                           "--mlir-print-debuginfo"]).stdout)
@@ -124,8 +125,16 @@ def test_from_ir_equals_direct_compile(compiled):
     if compiled["precision"]:
         pytest.skip("one case suffices")
     direct = compiled["dir"] / "direct.kiln"
-    run([tool("kiln-compile"), compiled["ckpt"], "-o", direct])
+    run([tool("kiln-compile"), compiled["ckpt"], "-o", direct, "--no-fuse"])
     assert direct.read_bytes() == compiled["plain"].read_bytes()
+    # Fused (the default): the concatenated weights and fused ops print and read back.
+    fused_ir, from_ir, fused = (compiled["dir"] / n for n in ("fused.mlir", "fused-from-ir.kiln", "fused.kiln"))
+    fused_ir.write_text(run([tool("kiln-compile"), compiled["ckpt"], "--emit=planned-ir",
+                             "--mlir-print-debuginfo"]).stdout)
+    assert "kiln.qkv_attention" in fused_ir.read_text()
+    run([tool("kiln-compile"), "--from-ir", fused_ir, "-o", from_ir])
+    run([tool("kiln-compile"), compiled["ckpt"], "-o", fused])
+    assert from_ir.read_bytes() == fused.read_bytes()
 
 
 def test_from_ir_rejects_checkpoint_options(compiled, tmp_path):

@@ -30,6 +30,25 @@ namespace fb = kiln::fb;
 
 namespace {
 
+// Bytes of f32 activations an op reads and writes (its inputs and output as planned,
+// the token dimension counted as 1 row): its activation traffic per token, or per
+// image in a vision stage. Scratch and the KV cache are not counted.
+uint64_t ActivationBytes(const fb::Model* m, const fb::Op* op) {
+  auto bytes = [&](uint32_t v) -> uint64_t {
+    const fb::Value* val = m->values()->Get(v);
+    if (val->dtype() != fb::DType::F32 || val->shape() == nullptr) return 0;
+    uint64_t n = 4;
+    for (uint32_t k = 0; k < val->shape()->size(); ++k) {
+      const int64_t d = val->shape()->Get(k);
+      n *= d < 0 ? 1 : static_cast<uint64_t>(d);
+    }
+    return n;
+  };
+  uint64_t total = bytes(op->output());
+  for (uint32_t i = 0; op->inputs() && i < op->inputs()->size(); ++i) total += bytes(op->inputs()->Get(i));
+  return total;
+}
+
 // Ops of a stage before fusion (Op.fused lists every op of the unfused model a fused
 // op computes) and the most
 // ops of one layer (ops named <...>.layers.<n>.<...>, by their prefix).
@@ -301,6 +320,7 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                     j ? ", " : "", J(fb::EnumNameOpKind(op->kind())).c_str(), op->kernel(),
                     J(KernelName(op->kernel())).c_str(), J(isa.c_str()).c_str(), isa == "portable" ? "true" : "false",
                     J(S(op->name())).c_str());
+        std::printf(", \"activation_bytes\": %" PRIu64, ActivationBytes(m, op));
         if (op->symbol()) std::printf(", \"symbol\": %s", J(S(op->symbol())).c_str());
         for (const char* field : {"symbols", "fused"}) {
           const auto* list = std::strcmp(field, "symbols") == 0 ? op->symbols() : op->fused();

@@ -35,6 +35,10 @@ struct MatMulFusion {
   const float* residual = nullptr;
   int64_t ldr = 0;
   int32_t activation = -1;  // kiln_uk_activation_t applied to the product (before the residual), -1: none
+  // Int8 activations already made (normalised, when the norm is set) for another
+  // product of the same rows: used instead of quantising again.
+  const int8_t* xq = nullptr;
+  const float* xs = nullptr;
 };
 
 // Output channels of one residual tile (a multiple of every runner grain): each is

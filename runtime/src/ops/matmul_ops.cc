@@ -7,6 +7,47 @@
 
 namespace kiln::rt::ops {
 
+namespace {
+
+// Int8 activations of `rows` rows of x ([rows, k], row stride ldx) into xq/xs: each
+// row normalised first when `norm_fn` is given (into the thread's 3 k floats of
+// `norm_rows`, then quantised from there: the normalised activations never go to
+// memory in f32).
+void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int64_t k,
+              void (*norm_fn)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*), const kiln_uk_norm_params_t& np,
+              int8_t* xq, float* xs, float* norm_rows) {
+  const UkernelSet* uk = c.uk;
+  if (norm_fn == nullptr) {
+    kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
+    c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
+    return;
+  }
+  c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int t) {
+    float* row = norm_rows + t * 3 * k;
+    for (int64_t r = r0; r < r1; ++r) {
+      kiln_uk_norm_params_t one = np;
+      one.x = x + r * ldx;
+      one.y = row;
+      norm_fn(&one, 0, 1, row + k);
+      kiln_uk_quant_rows_params_t q = {row, k, k, xq + r * k, xs + r};
+      uk->quant_rows(&q, 0, 1);
+    }
+  });
+}
+
+// The normalisation of a fusion as micro-kernel parameters (and its function).
+void (*NormOf(const OpContext& c, const MatMulFusion& f, int64_t k,
+              kiln_uk_norm_params_t* np))(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) {
+  *np = {};
+  np->cols = k;
+  np->epsilon = f.epsilon;
+  np->weight = f.norm_weight->uk();
+  if (f.norm_bias != nullptr) np->bias = f.norm_bias->uk();
+  return f.norm == fb::NormKind::Layer ? c.uk->layer_norm : c.uk->rms_norm;
+}
+
+}  // namespace
+
 kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows, int64_t ldx, const WeightView* bias,
                      float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion) {
   const WeightView& w = c.weights[slot];
@@ -20,7 +61,9 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   // (MatMulScratch).
   float* per_thread = scratch + QuantAreaFloats(rows, k);
   const size_t stride = uk->matmul_scratch(k);
-  bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
+  // Activations made for another product of these rows already hold the norm.
+  const bool shared = a8 && fusion != nullptr && fusion->xq != nullptr;
+  bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None && !shared;
   float* normed = per_thread + static_cast<size_t>(threads) * stride;
   float* norm_rows = normed + (norm ? rows * k : 0);
   float* products = norm_rows + (norm ? static_cast<int64_t>(threads) * 3 * k : 0);
@@ -30,12 +73,8 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   void (*norm_fn)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) = nullptr;
   if (norm) {
     if (ldx != k) return Bad(c, "a normalised input must be contiguous");
+    norm_fn = NormOf(c, *fusion, k, &np);
     np.x = x;
-    np.cols = k;
-    np.epsilon = fusion->epsilon;
-    np.weight = fusion->norm_weight->uk();
-    if (fusion->norm_bias != nullptr) np.bias = fusion->norm_bias->uk();
-    norm_fn = fusion->norm == fb::NormKind::Layer ? uk->layer_norm : uk->rms_norm;
     // Float activations (and an observer, which sees what is multiplied): the
     // normalised rows first. Int8 activations: row by row as they are quantised.
     if (!a8 || c.observer != nullptr) {
@@ -96,28 +135,16 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   };
 
   if (a8) {
-    int8_t* xq = reinterpret_cast<int8_t*>(scratch);
-    float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
-    if (norm) {
-      // Each row normalised into the thread's row buffer, then quantised from there:
-      // the normalised activations never go to memory in f32.
-      c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int t) {
-        float* row = norm_rows + t * 3 * k;
-        for (int64_t r = r0; r < r1; ++r) {
-          kiln_uk_norm_params_t one = np;
-          one.x = x + r * ldx;
-          one.y = row;
-          norm_fn(&one, 0, 1, row + k);
-          kiln_uk_quant_rows_params_t q = {row, k, k, xq + r * k, xs + r};
-          uk->quant_rows(&q, 0, 1);
-        }
-      });
+    if (shared) {
+      p.xq = pr.xq = fusion->xq;
+      p.xs = pr.xs = fusion->xs;
     } else {
-      kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
-      c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
+      int8_t* xq = reinterpret_cast<int8_t*>(scratch);
+      float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
+      Quantize(c, x, rows, ldx, k, norm ? norm_fn : nullptr, np, xq, xs, norm_rows);
+      p.xq = pr.xq = xq;
+      p.xs = pr.xs = xs;
     }
-    p.xq = pr.xq = xq;
-    p.xs = pr.xs = xs;
     // Ranges of whole 16-channel panels (the generated W4A8 kernels' int4_p16k8).
     c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
     return KILN_OK;
@@ -204,8 +231,11 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
                            float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr) {
   const int64_t inter = c.weights[gate].rows;
   const int64_t hidden = c.weights[gate].cols;
+  const bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
   float* xn = scratch;
-  float* g = xn + (fusion != nullptr && fusion->norm != fb::NormKind::None ? rows * hidden : 0);
+  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm ? rows * hidden : 0));
+  float* xs = reinterpret_cast<float*>(xq + ((rows * hidden + 63) / 64) * 64);
+  float* g = reinterpret_cast<float*>(xq) + QuantAreaFloats(rows, hidden);
   float* u = g + rows * inter;
   float* mm = u + rows * inter;
   MatMulFusion in, out;
@@ -217,26 +247,29 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     out.residual = fusion->residual;
     out.ldr = fusion->ldr;
   }
-  if (in.norm != fb::NormKind::None) {
-    // Gate and up read the same normalised rows: normalise them once.
-    const WeightView& gw = c.weights[gate];
-    const WeightView& uw = c.weights[gate + stride];
-    const bool shared = gw.int8_activations == uw.int8_activations;
-    if (shared && !gw.int8_activations) {
-      kiln_uk_norm_params_t np = {};
-      np.x = x;
-      np.y = xn;
-      np.cols = hidden;
-      np.epsilon = in.epsilon;
-      np.weight = in.norm_weight->uk();
-      if (in.norm_bias != nullptr) np.bias = in.norm_bias->uk();
-      auto fn = in.norm == fb::NormKind::Layer ? c.uk->layer_norm : c.uk->rms_norm;
-      float* s = mm;  // 2 * hidden floats per thread, before MatMul uses it
-      c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, s + t * 2 * hidden); });
-      x = xn;
-      ldx = hidden;
-      in = MatMulFusion();
-    }
+  // Gate and up read the same rows: normalise (and quantise) them once.
+  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
+  auto a8 = [&](int slot) {
+    return c.weights[slot].int8_activations && info != nullptr &&
+           format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+  };
+  const bool gate_a8 = a8(gate), up_a8 = a8(gate + stride);
+  if (gate_a8 && up_a8 && c.observer == nullptr) {
+    kiln_uk_norm_params_t np = {};
+    auto fn = norm ? NormOf(c, in, hidden, &np) : nullptr;
+    Quantize(c, x, rows, ldx, hidden, fn, np, xq, xs, mm);
+    in.xq = xq;
+    in.xs = xs;
+  } else if (norm && !gate_a8 && !up_a8) {
+    kiln_uk_norm_params_t np = {};
+    auto fn = NormOf(c, in, hidden, &np);
+    np.x = x;
+    np.y = xn;
+    if (ldx != hidden) return Bad(c, "a normalised input must be contiguous");
+    c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, mm + t * 2 * hidden); });
+    x = xn;
+    ldx = hidden;
+    in = MatMulFusion();
   }
   if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm, &in); st != KILN_OK) return st;
   if (kiln_status_t st = MatMul(c, gate + stride, x, rows, ldx, nullptr, u, inter, mm, &in); st != KILN_OK)
@@ -249,9 +282,9 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
 
 size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
                              bool norm = false, bool residual = false) {
-  return static_cast<size_t>((norm ? rows * hidden : 0) + 2 * rows * inter) +
+  return static_cast<size_t>((norm ? rows * hidden : 0) + 2 * rows * inter) + QuantAreaFloats(rows, hidden) +
          std::max(MatMulScratch(uk, rows, std::max(hidden, inter), threads, norm, residual ? hidden : 0),
-                  static_cast<size_t>(threads) * 2 * static_cast<size_t>(hidden));
+                  static_cast<size_t>(threads) * 3 * static_cast<size_t>(hidden));
 }
 
 }  // namespace
