@@ -112,8 +112,6 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
   // The weight concatenating `parts` along rows (made once per module, by name).
   WeightOp concatWeight(mlir::ModuleOp module, llvm::StringRef name, llvm::SmallVector<WeightOp, 3> parts) {
     mlir::SymbolTable symbols(module);
-    if (auto existing = symbols.lookup<WeightOp>(name))
-      return existing;
     mlir::MLIRContext* ctx = module.getContext();
     llvm::SmallVector<mlir::Attribute> operands;
     llvm::SmallVector<mlir::Attribute> from;
@@ -123,12 +121,23 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
       from.push_back(mlir::FlatSymbolRefAttr::get(w.getSymNameAttr()));
       rows += w.getTensorType().getDimSize(0);
     }
+    // The same parts fused for another stage: that weight; a name the checkpoint
+    // already uses for something else: another name.
+    std::string unique = name.str();
+    for (int i = 1;; ++i) {
+      WeightOp existing = symbols.lookup<WeightOp>(unique);
+      if (!existing)
+        break;
+      if (existing->getAttr("kiln.fused_from") == mlir::ArrayAttr::get(ctx, from))
+        return existing;
+      unique = (name + ".fused" + llvm::Twine(i)).str();
+    }
     mlir::RankedTensorType t0 = parts[0].getTensorType();
     llvm::SmallVector<int64_t> shape(t0.getShape());
     shape[0] = rows;
     mlir::OpBuilder b(ctx);
     b.setInsertionPoint(parts[0]);
-    auto w = b.create<WeightOp>(parts[0].getLoc(), b.getStringAttr(name),
+    auto w = b.create<WeightOp>(parts[0].getLoc(), b.getStringAttr(unique),
                                 mlir::TypeAttr::get(mlir::RankedTensorType::get(shape, t0.getElementType())),
                                 llvm::cast<WeightExprAttrInterface>(ConcatAttr::get(ctx, 0, operands)),
                                 parts[0].getEncoding());

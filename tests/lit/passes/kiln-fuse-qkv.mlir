@@ -96,3 +96,29 @@ func.func @shared(%x: tensor<5x16xf32>) -> tensor<5x16xf32> attributes {kiln.sta
   %s = kiln.add %a, %k : tensor<5x16xf32>
   return %s : tensor<5x16xf32>
 }
+
+// -----
+
+// The checkpoint already has a weight of the fused name (read by another op): the
+// fused weight gets another name instead of taking it over.
+// CHECK-LABEL: kiln.weight @l.qkv_proj.weight : tensor<4x16xf32>
+// CHECK: kiln.weight @l.qkv_proj.weight.fused1 : tensor<48x16xf32> from #kiln.concat
+// CHECK-LABEL: func.func @collision
+// CHECK: kiln.weight_ref @l.qkv_proj.weight.fused1
+kiln.weight @l.qkv_proj.weight : tensor<4x16xf32> from #kiln.source<"m.safetensors", offset = 4096, size = 256, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @l.q_proj.weight : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @l.k_proj.weight : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 1024, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @l.v_proj.weight : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+func.func @collision(%x: tensor<5x16xf32>) -> (tensor<5x16xf32>, tensor<5x4xf32>) attributes {kiln.stage = #kiln.stage<vision_encoder>} {
+  %wq = kiln.weight_ref @l.q_proj.weight : tensor<16x16xf32>
+  %wk = kiln.weight_ref @l.k_proj.weight : tensor<16x16xf32>
+  %wv = kiln.weight_ref @l.v_proj.weight : tensor<16x16xf32>
+  %wo = kiln.weight_ref @l.qkv_proj.weight : tensor<4x16xf32>
+  %q = kiln.linear %x, %wq : tensor<5x16xf32>, tensor<16x16xf32> -> tensor<5x16xf32>
+  %k = kiln.linear %x, %wk : tensor<5x16xf32>, tensor<16x16xf32> -> tensor<5x16xf32>
+  %v = kiln.linear %x, %wv : tensor<5x16xf32>, tensor<16x16xf32> -> tensor<5x16xf32>
+  // expected-remark @+1 {{fused into one 48-wide projection}}
+  %a = kiln.attention %q, %k, %v {num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339 : f64} : tensor<5x16xf32>, tensor<5x16xf32>, tensor<5x16xf32> -> tensor<5x16xf32>
+  %o = kiln.linear %x, %wo : tensor<5x16xf32>, tensor<4x16xf32> -> tensor<5x4xf32>
+  return %a, %o : tensor<5x16xf32>, tensor<5x4xf32>
+}
