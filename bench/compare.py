@@ -10,6 +10,10 @@
     # time to first token: a Kiln artifact against another (e.g. the same model --target=portable)
     /usr/bin/python3 bench/compare.py ttft --kiln VLM.kiln --baseline VLM-portable.kiln --image photo.png \
         [--threads 2] [--reps 5] [--json out.json]
+    # two Kiln artifacts of one model (e.g. fused vs --no-fuse): text prefill and decode
+    # tokens/s, and with --image the vision encoder and time to first token
+    /usr/bin/python3 bench/compare.py ab --kiln A.kiln --baseline B.kiln [--image photo.png] \
+        [--threads 2] [--prefill 128,512] [--decode 64] [--reps 5] [--json out.json]
     # memory bandwidth (streaming read) of this machine, the decode roofline
     /usr/bin/python3 bench/compare.py membw [--threads 1,2] [--reps 5]
 
@@ -136,7 +140,7 @@ def table(rows: list[tuple]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["llm", "vision", "ttft", "membw"])
+    ap.add_argument("mode", choices=["llm", "vision", "ttft", "membw", "ab"])
     ap.add_argument("--baseline")
     ap.add_argument("--kiln")
     ap.add_argument("--gguf")
@@ -190,6 +194,41 @@ def main() -> None:
         for t in threads:
             print(f"Kiln decode effective weight bandwidth, {t} thread(s): "
                   f"{result[f'kiln_decode_weight_gb_s_{t}t']:.1f} GB/s ({wbytes / 1e6:.1f} MB x tokens/s)")
+    elif a.mode == "ab":
+        if not (a.kiln and a.baseline):
+            ap.error("ab needs --kiln and --baseline")
+        prefill = [int(n) for n in a.prefill.split(",") if n]
+        vocab = kiln_vocab(a.kiln)
+        result.update(kiln=a.kiln, baseline=a.baseline)
+
+        def measure(artifact: str, t: int) -> dict:
+            m = kiln_llm(artifact, t, prefill, a.decode, vocab)
+            if a.image:
+                s = kiln_json([artifact, "--image", a.image, "--prompt", "How do I install this?",
+                               "--max-new-tokens", "1", "--threads", str(t)])
+                m["vision_encoder_ms"] = s["vision_encoder_ms"]
+                m["ttft_ms"] = s["ttft_ms"]
+            return m
+
+        for t in threads:
+            ks: dict[str, list[float]] = {}
+            bs: dict[str, list[float]] = {}
+            for r in range(a.reps):
+                # Alternate which artifact runs first, so that neither always follows the other.
+                order = [(a.kiln, ks), (a.baseline, bs)] if r % 2 == 0 else [(a.baseline, bs), (a.kiln, ks)]
+                for artifact, into in order:
+                    result["loadavg"].append(loadavg())
+                    for k, v in measure(artifact, t).items():
+                        into.setdefault(k, []).append(v)
+            for k in ks:
+                kk, bb = summary(ks[k]), summary(bs[k])
+                result[f"kiln_{k}_{t}t"] = kk
+                result[f"baseline_{k}_{t}t"] = bb
+                unit = "ms" if k.endswith("_ms") else "tokens/s"
+                # Speed-up: higher tokens/s or lower ms is better.
+                ratio = bb["median"] / kk["median"] if unit == "ms" else kk["median"] / bb["median"]
+                rows.append((f"{a.label} {k} ({unit})", t, kk, bb, ratio))
+        print(table(rows).replace("Kiln / peer", "speed-up over baseline").replace("peer (", "baseline ("))
     elif a.mode == "ttft":
         if not (a.kiln and a.baseline and a.image):
             ap.error("ttft needs --kiln, --baseline and --image")

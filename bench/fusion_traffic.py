@@ -7,8 +7,8 @@ image). Typically a fused artifact beside its `kiln-compile --no-fuse` twin:
     bench/fusion_traffic.py fused.kiln unfused.kiln [--json out.json]
 
 Prints, per artifact and stage, the ops of its first layer, their count and the bytes
-they read and write. Scratch the runners keep in cache (a fused op's normalised rows
-and 64-channel product tiles) and the KV cache are not counted."""
+they read and write. The runners' scratch (a fused op's normalised rows, its products
+before the residual is added) and the KV cache are not counted."""
 
 import argparse
 import json

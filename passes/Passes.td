@@ -200,7 +200,7 @@ def KilnFuseActivation : Pass<"kiln-fuse-activation", "::mlir::ModuleOp"> {
   let description = [{
     `kiln.activation` of a `kiln.linear` read only by it (a CLIP/SigLIP fc1, a gate
     projection with a bias) becomes the linear's `activation` epilogue: applied to
-    each tile of the product while it is in cache. Runs before
+    each thread's range of the product right after it is computed. Runs before
     `kiln-fuse-residual`, whose residual is then added after the activation.
 
     ```mlir
@@ -217,7 +217,7 @@ def KilnFuseResidual : Pass<"kiln-fuse-residual", "::mlir::ModuleOp"> {
   let description = [{
     `kiln.add %r, %m` where `%m` is a `kiln.linear`, `kiln.gated_mlp` or `kiln.moe`
     read only by the add becomes that op with `residual(%r)` (the epilogue): it
-    writes `r + m` tile by tile, over `r`'s buffer when `r` dies there
+    writes `r + m` range by range, over `r`'s buffer when `r` dies there
     (kiln-plan-memory). Refused when the residual is also the matmul's input or is
     computed after it.
 

@@ -41,10 +41,6 @@ struct MatMulFusion {
   const float* xs = nullptr;
 };
 
-// Output channels of one residual tile (a multiple of every runner grain): each is
-// added to the residual right after its product, while it is in cache.
-constexpr int64_t kResidualTile = 64;
-
 // Scratch of MatMul for `rows` rows of `k` values on `threads` threads, with the
 // fusions: `norm` (a prologue) and a residual epilogue over `residual_n` output
 // channels (0: none).
@@ -63,7 +59,8 @@ inline size_t MatMulScratch(const UkernelSet* uk, int64_t rows, int64_t k, int t
 // micro-kernels; `weight` is the op's weight slot (the observer's tensor index and
 // whether int8 activations may apply come from it). Parallel over output channels.
 // With `fusion`, x is normalised first (row by row as it is quantised, for int8
-// activations) and y = residual + x W^T (+ bias), tile by tile.
+// activations) and y = residual + act(x W^T (+ bias)), each thread's channels right
+// after their product.
 kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows, int64_t ldx, const WeightView* bias,
                      float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr);
 

@@ -101,9 +101,10 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   p.y = y;
   p.ldy = ldy;
 
-  // Epilogue, 64 channels at a time while they are in cache: the activation of the
-  // product, then y = residual + product (the products in their own buffer, since y
-  // may be the residual's).
+  // Epilogue, by the thread that computed the product of its channel range, right
+  // after it: the activation of the product, then y = residual + product (the products
+  // in their own buffer, since y may be the residual's). One call of the micro-kernel
+  // per range, as without an epilogue: smaller ranges would re-read the activations.
   const float* residual = fusion != nullptr ? fusion->residual : nullptr;
   const int32_t act = fusion != nullptr ? fusion->activation : -1;
   kiln_uk_matmul_params_t pr = p;
@@ -112,25 +113,18 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     pr.ldy = n;
   }
   auto run = [&](kiln_uk_matmul_fn fn, int64_t n0, int64_t n1, int t) {
-    float* s = per_thread + t * stride;
-    if (residual == nullptr && act < 0) {
-      fn(&p, n0, n1, s);
-      return;
-    }
-    for (int64_t c0 = n0; c0 < n1; c0 += kResidualTile) {
-      const int64_t c1 = std::min(n1, c0 + kResidualTile);
-      fn(&pr, c0, c1, s);
-      for (int64_t m = 0; m < rows; ++m) {
-        float* prod = pr.y + m * pr.ldy;
-        if (act >= 0) {
-          kiln_uk_eltwise_params_t e = {prod + c0, nullptr, prod + c0, act};
-          uk->act(&e, 0, c1 - c0);
-        }
-        if (residual == nullptr) continue;
-        const float* r = residual + m * fusion->ldr;
-        float* out = y + m * ldy;
-        for (int64_t j = c0; j < c1; ++j) out[j] = r[j] + prod[j];
+    fn(&pr, n0, n1, per_thread + t * stride);
+    if (residual == nullptr && act < 0) return;
+    for (int64_t m = 0; m < rows; ++m) {
+      float* prod = pr.y + m * pr.ldy;
+      if (act >= 0) {
+        kiln_uk_eltwise_params_t e = {prod + n0, nullptr, prod + n0, act};
+        uk->act(&e, 0, n1 - n0);
       }
+      if (residual == nullptr) continue;
+      const float* r = residual + m * fusion->ldr;
+      float* out = y + m * ldy;
+      for (int64_t j = n0; j < n1; ++j) out[j] = r[j] + prod[j];
     }
   };
 
