@@ -152,7 +152,7 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
     if (q.getInput() != k.getInput() || q.getInput() != v.getInput())
       return "q, k and v project different inputs";
     for (LinearOp l : {q, k, v})
-      if (l.getResidual() || l.getNormWeight())
+      if (l.getResidual() || l.getNormWeight() || l.getActivation())
         return nameOf(l) + " is already fused";
     if (static_cast<bool>(q.getBias()) != static_cast<bool>(k.getBias()) ||
         static_cast<bool>(q.getBias()) != static_cast<bool>(v.getBias()))
