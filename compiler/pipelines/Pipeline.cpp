@@ -131,6 +131,13 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
   return mlir::success();
 }
 
+// The mlir-opt options a tool registered (--mlir-print-ir-after-all, --mlir-timing, ...),
+// applied to every pass manager of the pipeline; none when the tool registered none.
+void applyToolOptions(mlir::PassManager& pm) {
+  if (mlir::succeeded(mlir::applyPassManagerCLOptions(pm)))
+    mlir::applyDefaultTimingPassManagerCLOptions(pm);
+}
+
 } // namespace
 
 void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
@@ -183,6 +190,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
     {
       mlir::OwningOpRef<mlir::ModuleOp> lowered = module->clone();
       mlir::PassManager pm(&context);
+      applyToolOptions(pm);
       CompileOptions here = options;
       here.target = "";
       here.cpuFeatures = "";
@@ -207,6 +215,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
       });
     }
     mlir::PassManager pm(&context);
+    applyToolOptions(pm);
     KilnAssignPrecisionOptions assign;
     assign.memoryBudget = options.memoryBudget;
     assign.bitsPerWeight = options.bitsPerWeight;
@@ -216,6 +225,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
       return {};
   }
   mlir::PassManager pm(&context);
+  applyToolOptions(pm);
   buildLoweringPipeline(pm, options);
   if (mlir::failed(pm.run(*module)))
     return {};

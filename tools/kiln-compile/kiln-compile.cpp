@@ -10,6 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include <initializer_list>
 #include <memory>
 
@@ -200,6 +202,20 @@ int main(int argc, char** argv) {
   // --mlir-print-debuginfo (hidden): --emit=planned-ir with the ops' names (their
   // locations), which an artifact written back with --from-ir keeps.
   mlir::registerAsmPrinterCLOptions();
+  // mlir-opt's pass manager options (hidden), applied to every pass manager of the
+  // pipeline: --mlir-print-ir-after-all, --mlir-print-ir-after=kiln-fuse-qkv,
+  // --mlir-timing, ...
+  // The pipeline's passes, so that --mlir-print-ir-after=<kiln pass> can name them.
+  kiln::registerKilnFuseQkv();
+  kiln::registerKilnFuseActivation();
+  kiln::registerKilnFuseResidual();
+  kiln::registerKilnFuseNorm();
+  kiln::registerKilnAssignPrecision();
+  kiln::registerKilnSelectKernels();
+  kiln::registerKilnPackWeights();
+  kiln::registerKilnPlanMemory();
+  mlir::registerPassManagerCLOptions();
+  mlir::registerDefaultTimingManagerCLOptions();
   cl::HideUnrelatedOptions(kilnCategory);
   cl::SetVersionPrinter([](llvm::raw_ostream& os) {
     os << kiln::compilerVersion() << " (LLVM " << LLVM_VERSION_STRING << ")\n";
