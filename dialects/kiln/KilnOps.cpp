@@ -424,6 +424,15 @@ LogicalResult RopeOp::verify() {
   return expectResultShape(*this, in.getShape());
 }
 
+// The heads of an attention: positive, the query heads a multiple of the KV heads.
+static LogicalResult verifyHeads(Operation* op, int64_t heads, int64_t kvHeads, int64_t headDim) {
+  if (heads < 1 || kvHeads < 1 || headDim < 1)
+    return op->emitOpError("num_heads, num_kv_heads and head_dim must be positive");
+  if (heads % kvHeads != 0)
+    return op->emitOpError("num_heads (") << heads << ") must be a multiple of num_kv_heads (" << kvHeads << ")";
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   for (auto [name, v] : {std::pair<StringRef, Value>{"query", getQuery()},
                          {"key", getKey()},
@@ -431,11 +440,8 @@ LogicalResult AttentionOp::verify() {
     if (failed(expectRank(*this, name, v, 2)))
       return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
-  if (heads < 1 || kvHeads < 1 || headDim < 1)
-    return emitOpError("num_heads, num_kv_heads and head_dim must be positive");
-  if (heads % kvHeads != 0)
-    return emitOpError("num_heads (") << heads << ") must be a multiple of num_kv_heads ("
-                                      << kvHeads << ")";
+  if (failed(verifyHeads(*this, heads, kvHeads, headDim)))
+    return failure();
   auto q = tensorOf(getQuery()), k = tensorOf(getKey()), v = tensorOf(getValue());
   if (failed(expectDim(*this, "query width", q.getDimSize(1), "num_heads * head_dim",
                        heads * headDim)) ||
@@ -468,10 +474,8 @@ LogicalResult QkvAttentionOp::verify() {
   if (failed(expectRank(*this, "qkv", getQkv(), 2)))
     return failure();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), headDim = getHeadDim();
-  if (heads < 1 || kvHeads < 1 || headDim < 1)
-    return emitOpError("num_heads, num_kv_heads and head_dim must be positive");
-  if (heads % kvHeads != 0)
-    return emitOpError("num_heads (") << heads << ") must be a multiple of num_kv_heads (" << kvHeads << ")";
+  if (failed(verifyHeads(*this, heads, kvHeads, headDim)))
+    return failure();
   auto qkv = tensorOf(getQkv());
   if (failed(expectDim(*this, "qkv width", qkv.getDimSize(1), "(num_heads + 2 num_kv_heads) * head_dim",
                        (heads + 2 * kvHeads) * headDim)))

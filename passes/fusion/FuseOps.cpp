@@ -96,6 +96,37 @@ void eraseDeadWeightRefs(mlir::ModuleOp module) {
   });
 }
 
+// A linear's or gated MLP's operands and fusion attributes, to rebuild the op with some
+// of them changed (optional operands change the op's operand segments).
+struct LinearParts {
+  mlir::Value input, weight, bias, residual, normWeight, normBias;
+  mlir::StringAttr norm;
+  mlir::FloatAttr epsilon;
+  ActivationKindAttr activation;
+  explicit LinearParts(LinearOp l)
+      : input(l.getInput()), weight(l.getWeight()), bias(l.getBias()), residual(l.getResidual()),
+        normWeight(l.getNormWeight()), normBias(l.getNormBias()), norm(l.getNormAttr()),
+        epsilon(l.getNormEpsilonAttr()), activation(l.getActivationAttr()) {}
+  LinearOp build(mlir::OpBuilder& b, LinearOp like) const {
+    return b.create<LinearOp>(like.getLoc(), like.getType(), input, weight, bias, residual, normWeight, normBias, norm,
+                              epsilon, activation);
+  }
+};
+struct GatedMlpParts {
+  mlir::Value input, gate, up, down, residual, normWeight, normBias;
+  ActivationKindAttr activation;
+  mlir::StringAttr norm;
+  mlir::FloatAttr epsilon;
+  explicit GatedMlpParts(GatedMlpOp g)
+      : input(g.getInput()), gate(g.getGate()), up(g.getUp()), down(g.getDown()), residual(g.getResidual()),
+        normWeight(g.getNormWeight()), normBias(g.getNormBias()), activation(g.getActivationAttr()),
+        norm(g.getNormAttr()), epsilon(g.getNormEpsilonAttr()) {}
+  GatedMlpOp build(mlir::OpBuilder& b, GatedMlpOp like) const {
+    return b.create<GatedMlpOp>(like.getLoc(), like.getType(), input, gate, up, down, residual, normWeight, normBias,
+                                activation, norm, epsilon);
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // kiln-fuse-qkv
 //===----------------------------------------------------------------------===//
@@ -323,14 +354,21 @@ struct FuseNormPass : impl::KilnFuseNormBase<FuseNormPass> {
       mlir::OpBuilder b(user);
       mlir::StringAttr kind = b.getStringAttr(layer ? "layer" : "rms");
       mlir::Operation* fused = nullptr;
+      // The op with the norm as its prologue.
+      auto withNorm = [&](auto parts, auto op) {
+        parts.input = input;
+        parts.normWeight = weight;
+        parts.normBias = bias;
+        parts.norm = kind;
+        parts.epsilon = epsilon;
+        return parts.build(b, op).getOperation();
+      };
       if (auto l = llvm::dyn_cast<LinearOp>(user); l && l.getInput() == out && !l.getNormWeight() &&
                                                     l.getResidual() != out) {
-        fused = b.create<LinearOp>(l.getLoc(), l.getType(), input, l.getWeight(), l.getBias(), l.getResidual(),
-                                   weight, bias, kind, epsilon, l.getActivationAttr());
+        fused = withNorm(LinearParts(l), l);
       } else if (auto g = llvm::dyn_cast<GatedMlpOp>(user); g && g.getInput() == out && !g.getNormWeight() &&
                                                             g.getResidual() != out) {
-        fused = b.create<GatedMlpOp>(g.getLoc(), g.getType(), input, g.getGate(), g.getUp(), g.getDown(),
-                                     g.getResidual(), weight, bias, g.getActivationAttr(), kind, epsilon);
+        fused = withNorm(GatedMlpParts(g), g);
       } else if (llvm::isa<mlir::func::ReturnOp>(user)) {
         norm->emitRemark() << "kiln-fuse-norm: not fused: its result is the output of stage "
                            << norm->getParentOfType<mlir::func::FuncOp>().getSymName();
@@ -372,9 +410,9 @@ struct FuseActivationPass : impl::KilnFuseActivationBase<FuseActivationPass> {
         continue;
       }
       mlir::OpBuilder b(l);
-      auto fused = b.create<LinearOp>(l.getLoc(), l.getType(), l.getInput(), l.getWeight(), l.getBias(),
-                                      l.getResidual(), l.getNormWeight(), l.getNormBias(), l.getNormAttr(),
-                                      l.getNormEpsilonAttr(), act.getKindAttr());
+      LinearParts parts(l);
+      parts.activation = act.getKindAttr();
+      LinearOp fused = parts.build(b, l);
       copyKilnAttrs(l, fused);
       recordFused(fused, {l, act});
       act.emitRemark() << "kiln-fuse-activation: " << nameOf(act) << " ("
@@ -393,14 +431,16 @@ struct FuseActivationPass : impl::KilnFuseActivationBase<FuseActivationPass> {
 struct FuseResidualPass : impl::KilnFuseResidualBase<FuseResidualPass> {
   // `m` with `residual` as its residual, or null when it takes none.
   mlir::Operation* withResidual(mlir::OpBuilder& b, mlir::Operation* m, mlir::Value residual) {
-    if (auto l = llvm::dyn_cast<LinearOp>(m))
-      return b.create<LinearOp>(l.getLoc(), l.getType(), l.getInput(), l.getWeight(), l.getBias(), residual,
-                                l.getNormWeight(), l.getNormBias(), l.getNormAttr(), l.getNormEpsilonAttr(),
-                                l.getActivationAttr());
-    if (auto g = llvm::dyn_cast<GatedMlpOp>(m))
-      return b.create<GatedMlpOp>(g.getLoc(), g.getType(), g.getInput(), g.getGate(), g.getUp(), g.getDown(),
-                                  residual, g.getNormWeight(), g.getNormBias(), g.getActivationAttr(),
-                                  g.getNormAttr(), g.getNormEpsilonAttr());
+    if (auto l = llvm::dyn_cast<LinearOp>(m)) {
+      LinearParts parts(l);
+      parts.residual = residual;
+      return parts.build(b, l);
+    }
+    if (auto g = llvm::dyn_cast<GatedMlpOp>(m)) {
+      GatedMlpParts parts(g);
+      parts.residual = residual;
+      return parts.build(b, g);
+    }
     if (auto e = llvm::dyn_cast<MoeOp>(m))
       return b.create<MoeOp>(e.getLoc(), e.getType(), e.getInput(), residual, e.getRouter(), e.getGate(),
                              e.getUp(), e.getDown(), e.getTopKAttr(), e.getNormalizeTopKAttr(),

@@ -589,12 +589,15 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   if ((kernel->cpu_features & ~model_->required_cpu_features()) != 0)
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "op '%s': kernel %s needs CPU features the artifact does not declare",
                OpName(op), kernel->name);
+  // Whether the code segment lists function `name`.
+  auto listed = [&](const flatbuffers::String* name) {
+    if (name == nullptr || model_->code() == nullptr) return false;
+    for (const flatbuffers::String* sym : *model_->code()->symbols())
+      if (sym->size() == name->size() && memcmp(sym->c_str(), name->c_str(), sym->size()) == 0) return true;
+    return false;
+  };
   if (kernel->generated) {
-    bool listed = false;
-    if (op->symbol() != nullptr && model_->code() != nullptr)
-      for (const flatbuffers::String* sym : *model_->code()->symbols())
-        listed = listed || (sym->size() == op->symbol()->size() && memcmp(sym->c_str(), op->symbol()->c_str(), sym->size()) == 0);
-    if (!listed)
+    if (!listed(op->symbol()))
       return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': generated kernel %s names no function of the code segment (%s)",
                  OpName(op), kernel->name, op->symbol() ? op->symbol()->c_str() : "no symbol");
     const char* prefix = GeneratedSymbolPrefix(op->kind());
@@ -639,11 +642,7 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
     if (!kernel->generated || op->symbols()->size() > 4)
       return OpBad(op, "further generated functions (symbols) without a generated kernel, or too many");
     for (const flatbuffers::String* extra : *op->symbols()) {
-      bool listed = false;
-      if (extra != nullptr && model_->code() != nullptr)
-        for (const flatbuffers::String* sym : *model_->code()->symbols())
-          listed = listed || (sym->size() == extra->size() && memcmp(sym->c_str(), extra->c_str(), sym->size()) == 0);
-      if (!listed)
+      if (!listed(extra))
         return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': further function '%s' is not in the code segment", OpName(op),
                    extra != nullptr ? extra->c_str() : "(null)");
       if (!BindFusedUkernel(op->kind(), extra->c_str(), nullptr, nullptr))

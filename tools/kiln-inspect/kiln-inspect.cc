@@ -322,13 +322,14 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                     J(S(op->name())).c_str());
         std::printf(", \"activation_bytes\": %" PRIu64, ActivationBytes(m, op));
         if (op->symbol()) std::printf(", \"symbol\": %s", J(S(op->symbol())).c_str());
-        for (const char* field : {"symbols", "fused"}) {
-          const auto* list = std::strcmp(field, "symbols") == 0 ? op->symbols() : op->fused();
-          if (list == nullptr) continue;
+        auto strings = [&](const char* field, const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* list) {
+          if (list == nullptr) return;
           std::printf(", \"%s\": [", field);
           for (uint32_t k = 0; k < list->size(); ++k) std::printf("%s%s", k ? ", " : "", J(S(list->Get(k))).c_str());
           std::printf("]");
-        }
+        };
+        strings("symbols", op->symbols());
+        strings("fused", op->fused());
         std::printf("}");
       }
       std::printf("]");

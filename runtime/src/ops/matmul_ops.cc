@@ -9,19 +9,31 @@ namespace kiln::rt::ops {
 
 namespace {
 
+// The normalisation of a fusion as micro-kernel parameters (and its function).
+void (*NormOf(const OpContext& c, const MatMulFusion& f, int64_t k,
+              kiln_uk_norm_params_t* np))(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) {
+  *np = {};
+  np->cols = k;
+  np->epsilon = f.epsilon;
+  np->weight = f.norm_weight->uk();
+  if (f.norm_bias != nullptr) np->bias = f.norm_bias->uk();
+  return f.norm == fb::NormKind::Layer ? c.uk->layer_norm : c.uk->rms_norm;
+}
+
 // Int8 activations of `rows` rows of x ([rows, k], row stride ldx) into xq/xs: each
-// row normalised first when `norm_fn` is given (into the thread's 3 k floats of
-// `norm_rows`, then quantised from there: the normalised activations never go to
+// row normalised first by `norm`'s prologue when given (into the thread's 3 k floats
+// of `norm_rows`, then quantised from there: the normalised activations never go to
 // memory in f32).
-void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int64_t k,
-              void (*norm_fn)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*), const kiln_uk_norm_params_t& np,
+void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int64_t k, const MatMulFusion* norm,
               int8_t* xq, float* xs, float* norm_rows) {
   const UkernelSet* uk = c.uk;
-  if (norm_fn == nullptr) {
+  if (norm == nullptr) {
     kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
     c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
     return;
   }
+  kiln_uk_norm_params_t np;
+  auto norm_fn = NormOf(c, *norm, k, &np);
   c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int t) {
     float* row = norm_rows + t * 3 * k;
     for (int64_t r = r0; r < r1; ++r) {
@@ -35,15 +47,22 @@ void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int
   });
 }
 
-// The normalisation of a fusion as micro-kernel parameters (and its function).
-void (*NormOf(const OpContext& c, const MatMulFusion& f, int64_t k,
-              kiln_uk_norm_params_t* np))(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) {
-  *np = {};
-  np->cols = k;
-  np->epsilon = f.epsilon;
-  np->weight = f.norm_weight->uk();
-  if (f.norm_bias != nullptr) np->bias = f.norm_bias->uk();
-  return f.norm == fb::NormKind::Layer ? c.uk->layer_norm : c.uk->rms_norm;
+// Rows [0, rows) of x (contiguous, k values each) normalised into y, with 2 k floats
+// of `per_thread` scratch per thread.
+void NormalizeRows(const OpContext& c, const MatMulFusion& f, const float* x, int64_t rows, int64_t k, float* y,
+                   float* per_thread) {
+  kiln_uk_norm_params_t np;
+  auto fn = NormOf(c, f, k, &np);
+  np.x = x;
+  np.y = y;
+  c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, per_thread + t * 2 * k); });
+}
+
+// Whether the product with weight `slot` takes int8 per-token activations.
+bool Int8Activations(const OpContext& c, int slot) {
+  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
+  return c.weights[slot].int8_activations && info != nullptr &&
+         format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
 }
 
 }  // namespace
@@ -52,9 +71,7 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
                      float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion) {
   const WeightView& w = c.weights[slot];
   const int64_t n = w.rows, k = w.cols;
-  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
-  const bool a8 = w.int8_activations && info != nullptr &&
-                  format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+  const bool a8 = Int8Activations(c, slot);
   const UkernelSet* uk = c.uk;
   const int threads = c.pool->num_threads();
   // Scratch: the int8 activations, the kernels' per-thread scratch, then the fusions'
@@ -68,21 +85,14 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   float* norm_rows = normed + (norm ? rows * k : 0);
   float* products = norm_rows + (norm ? static_cast<int64_t>(threads) * 3 * k : 0);
 
-  // Prologue: the input's normalisation.
-  kiln_uk_norm_params_t np = {};
-  void (*norm_fn)(const kiln_uk_norm_params_t*, int64_t, int64_t, float*) = nullptr;
-  if (norm) {
-    if (ldx != k) return Bad(c, "a normalised input must be contiguous");
-    norm_fn = NormOf(c, *fusion, k, &np);
-    np.x = x;
-    // Float activations (and an observer, which sees what is multiplied): the
-    // normalised rows first. Int8 activations: row by row as they are quantised.
-    if (!a8 || c.observer != nullptr) {
-      np.y = normed;
-      c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { norm_fn(&np, b, e, norm_rows + t * 3 * k); });
-      x = normed;
-      norm = false;
-    }
+  // Prologue: the input's normalisation. Float activations (and an observer, which sees
+  // what is multiplied): the normalised rows first. Int8 activations: row by row as
+  // they are quantised.
+  if (norm && ldx != k) return Bad(c, "a normalised input must be contiguous");
+  if (norm && (!a8 || c.observer != nullptr)) {
+    NormalizeRows(c, *fusion, x, rows, k, normed, norm_rows);
+    x = normed;
+    norm = false;
   }
   if (c.observer != nullptr) c.observer(c.observer_user, c.op->weights()->Get(slot), x, rows, ldx, k);
   if (rows == 0) return KILN_OK;
@@ -98,8 +108,6 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     b = bias->uk();
     p.bias = &b;
   }
-  p.y = y;
-  p.ldy = ldy;
 
   // Epilogue, by the thread that computed the product of its channel range, right
   // after it: the activation of the product, then y = residual + product (the products
@@ -107,16 +115,13 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   // per range, as without an epilogue: smaller ranges would re-read the activations.
   const float* residual = fusion != nullptr ? fusion->residual : nullptr;
   const int32_t act = fusion != nullptr ? fusion->activation : -1;
-  kiln_uk_matmul_params_t pr = p;
-  if (residual != nullptr) {
-    pr.y = products;
-    pr.ldy = n;
-  }
+  p.y = residual != nullptr ? products : y;
+  p.ldy = residual != nullptr ? n : ldy;
   auto run = [&](kiln_uk_matmul_fn fn, int64_t n0, int64_t n1, int t) {
-    fn(&pr, n0, n1, per_thread + t * stride);
+    fn(&p, n0, n1, per_thread + t * stride);
     if (residual == nullptr && act < 0) return;
     for (int64_t m = 0; m < rows; ++m) {
-      float* prod = pr.y + m * pr.ldy;
+      float* prod = p.y + m * p.ldy;
       if (act >= 0) {
         kiln_uk_eltwise_params_t e = {prod + n0, nullptr, prod + n0, act};
         uk->act(&e, 0, n1 - n0);
@@ -130,14 +135,14 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
 
   if (a8) {
     if (shared) {
-      p.xq = pr.xq = fusion->xq;
-      p.xs = pr.xs = fusion->xs;
+      p.xq = fusion->xq;
+      p.xs = fusion->xs;
     } else {
       int8_t* xq = reinterpret_cast<int8_t*>(scratch);
       float* xs = reinterpret_cast<float*>(xq + ((rows * k + 63) / 64) * 64);
-      Quantize(c, x, rows, ldx, k, norm ? norm_fn : nullptr, np, xq, xs, norm_rows);
-      p.xq = pr.xq = xq;
-      p.xs = pr.xs = xs;
+      Quantize(c, x, rows, ldx, k, norm ? fusion : nullptr, xq, xs, norm_rows);
+      p.xq = xq;
+      p.xs = xs;
     }
     // Ranges of whole 16-channel panels (the generated W4A8 kernels' int4_p16k8).
     c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
@@ -242,25 +247,14 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     out.ldr = fusion->ldr;
   }
   // Gate and up read the same rows: normalise (and quantise) them once.
-  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
-  auto a8 = [&](int slot) {
-    return c.weights[slot].int8_activations && info != nullptr &&
-           format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
-  };
-  const bool gate_a8 = a8(gate), up_a8 = a8(gate + stride);
+  const bool gate_a8 = Int8Activations(c, gate), up_a8 = Int8Activations(c, gate + stride);
   if (gate_a8 && up_a8 && c.observer == nullptr) {
-    kiln_uk_norm_params_t np = {};
-    auto fn = norm ? NormOf(c, in, hidden, &np) : nullptr;
-    Quantize(c, x, rows, ldx, hidden, fn, np, xq, xs, mm);
+    Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm);
     in.xq = xq;
     in.xs = xs;
   } else if (norm && !gate_a8 && !up_a8) {
-    kiln_uk_norm_params_t np = {};
-    auto fn = NormOf(c, in, hidden, &np);
-    np.x = x;
-    np.y = xn;
     if (ldx != hidden) return Bad(c, "a normalised input must be contiguous");
-    c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, mm + t * 2 * hidden); });
+    NormalizeRows(c, in, x, rows, hidden, xn, mm);
     x = xn;
     ldx = hidden;
     in = MatMulFusion();

@@ -53,13 +53,20 @@ kiln_status_t ShapeFusions(const ShapeCheck &c, fb::NormKind norm, float epsilon
   return KILN_OK;
 }
 
-}  // namespace
-
-kiln_status_t ShapeLinear(const ShapeCheck &c) {
+// A product of input [R, K] and weight 0 [N, K] into output [R, N].
+kiln_status_t ShapeProduct(const ShapeCheck &c) {
   Dims wt = c.w(0);
   if (!c.mat(c.in(0)) || !c.f32in(0) || wt.rank != 2 || c.in(0).d[1] != wt.d[1] || !c.mat(c.out) ||
       !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != wt.d[0])
     return c.ShapeBad("expects input [R, K], weight [N, K] and output [R, N]");
+  return KILN_OK;
+}
+
+}  // namespace
+
+kiln_status_t ShapeLinear(const ShapeCheck &c) {
+  if (kiln_status_t st = ShapeProduct(c); st != KILN_OK) return st;
+  const Dims wt = c.w(0);
   const fb::LinearParams *lp = c.op->params_as_LinearParams();
   if (lp && lp->has_activation() && lp->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
   int norm_weights = 0;
@@ -72,13 +79,7 @@ kiln_status_t ShapeLinear(const ShapeCheck &c) {
   if (own == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [N]");
   return KILN_OK;
 }
-kiln_status_t ShapeLmHead(const ShapeCheck &c) {
-  Dims wt = c.w(0);
-  if (!c.mat(c.in(0)) || !c.f32in(0) || wt.rank != 2 || c.in(0).d[1] != wt.d[1] || !c.mat(c.out) ||
-      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != wt.d[0])
-    return c.ShapeBad("expects input [R, K], weight [N, K] and output [R, N]");
-  return KILN_OK;
-}
+kiln_status_t ShapeLmHead(const ShapeCheck &c) { return ShapeProduct(c); }
 
 kiln_status_t ShapeAdd(const ShapeCheck &c) {
   if (!c.mat(c.in(0)) || !c.f32in(0) || !c.f32in(1) || c.in(1).rank != 2 || !c.rows_eq(c.in(0), c.in(1)) ||
@@ -153,8 +154,10 @@ kiln_status_t ShapeRmsNorm(const ShapeCheck &c) {
 
 kiln_status_t ShapeLayerNorm(const ShapeCheck &c) { return ShapeRmsNorm(c); }
 
-kiln_status_t ShapeRope(const ShapeCheck &c) {
-  const fb::RopeParams *p = c.op->params_as_RopeParams();
+namespace {
+
+// The rotary parameters of a Rope op, or of a QkvAttention's rope.
+kiln_status_t RopeParamsBad(const ShapeCheck &c, const fb::RopeParams *p) {
   if (p->num_heads() < 1 || p->head_dim() < 2 || p->head_dim() % 2 != 0 || p->head_dim() > 4096 ||
       !(p->theta() > 0.0) || !std::isfinite(p->theta()) || p->rope_type() > fb::RopeType::MAX)
     return c.OpBad("invalid rotary parameters");
@@ -162,6 +165,25 @@ kiln_status_t ShapeRope(const ShapeCheck &c) {
       (!(p->factor() > 0.0) || !(p->low_freq_factor() > 0.0) || !(p->high_freq_factor() > p->low_freq_factor()) ||
        p->original_max_position_embeddings() < 1))
     return c.OpBad("invalid llama3 rope scaling");
+  return KILN_OK;
+}
+
+// The heads, scale and KV-cache binding of an Attention or QkvAttention op.
+kiln_status_t AttentionParamsBad(const ShapeCheck &c, const fb::AttentionParams *p) {
+  const int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
+  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
+    return c.OpBad("invalid attention parameters");
+  if (p->cache_layer() >= 0 &&
+      (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal()))
+    return c.OpBad("KV-cache binding does not match the text config");
+  return KILN_OK;
+}
+
+}  // namespace
+
+kiln_status_t ShapeRope(const ShapeCheck &c) {
+  const fb::RopeParams *p = c.op->params_as_RopeParams();
+  if (kiln_status_t st = RopeParamsBad(c, p); st != KILN_OK) return st;
   if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(1).rank != 1 || c.indt(1) != fb::DType::I32 ||
       !c.rows_eq(c.in(1), c.in(0)) || c.in(0).d[1] != static_cast<int64_t>(p->num_heads()) * p->head_dim() ||
       !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != c.in(0).d[1])
@@ -171,12 +193,10 @@ kiln_status_t ShapeRope(const ShapeCheck &c) {
 
 kiln_status_t ShapeAttention(const ShapeCheck &c) {
   const fb::AttentionParams *p = c.op->params_as_AttentionParams();
-  int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
-  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
-    return c.OpBad("invalid attention parameters");
-  bool cached = p->cache_layer() >= 0;
-  if (cached && (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal() || c.ni != 4))
-    return c.OpBad("KV-cache binding does not match the text config");
+  if (kiln_status_t st = AttentionParamsBad(c, p); st != KILN_OK) return st;
+  const int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
+  const bool cached = p->cache_layer() >= 0;
+  if (cached && c.ni != 4) return c.OpBad("KV-cache binding does not match the text config");
   if (!cached && c.ni != 3) return c.OpBad("positions without a KV cache");
   for (int i = 0; i < 3; ++i)
     if (!c.mat(c.in(i)) || !c.f32in(i) || !c.rows_eq(c.in(i), c.in(0))) return c.ShapeBad("q, k, v must be [T, width]");
@@ -190,20 +210,13 @@ kiln_status_t ShapeAttention(const ShapeCheck &c) {
 
 kiln_status_t ShapeQkvAttention(const ShapeCheck &c) {
   const fb::AttentionParams *p = c.op->params_as_AttentionParams();
-  int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
-  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
-    return c.OpBad("invalid attention parameters");
+  if (kiln_status_t st = AttentionParamsBad(c, p); st != KILN_OK) return st;
+  const int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
   const bool cached = p->cache_layer() >= 0;
-  if (cached && (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal()))
-    return c.OpBad("KV-cache binding does not match the text config");
   if (const fb::RopeParams *r = p->rope()) {
-    if (r->num_heads() != nh + nkv || r->head_dim() != hd || hd % 2 != 0 || !(r->theta() > 0.0) ||
-        !std::isfinite(r->theta()) || r->rope_type() > fb::RopeType::MAX)
+    if (r->num_heads() != nh + nkv || r->head_dim() != hd)
       return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
-    if (r->rope_type() == fb::RopeType::Llama3 &&
-        (!(r->factor() > 0.0) || !(r->low_freq_factor() > 0.0) || !(r->high_freq_factor() > r->low_freq_factor()) ||
-         r->original_max_position_embeddings() < 1))
-      return c.OpBad("invalid llama3 rope scaling");
+    if (kiln_status_t st = RopeParamsBad(c, r); st != KILN_OK) return st;
   }
   if (c.ni != ((cached || p->rope() != nullptr) ? 2 : 1)) return c.OpBad("positions needed by, and only by, a KV cache or a rope");
   if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).d[1] != (nh + 2 * nkv) * hd || !c.mat(c.out) ||
