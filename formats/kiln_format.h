@@ -17,8 +17,9 @@ constexpr uint32_t kSchemaMajor = 1;
 // (PreTokenizer.Metaspace and its Tokenizer fields) and the NFC normalizer; 5: fused
 // ops (LinearParams, norm prologues, residual inputs, attention over one q|k|v input
 // with rope, Op.symbols and Op.fused), which older runtimes refuse by their arity or
-// parameter kind
-constexpr uint32_t kSchemaMinor = 5;
+// parameter kind; 6: the KV cache's encoding (TextConfig.kv_cache_encoding/_group),
+// which older runtimes ignore (their caches stay f32)
+constexpr uint32_t kSchemaMinor = 6;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -104,13 +104,21 @@ typedef struct kiln_uk_rope_params_t {
 /* ---- attention: softmax(q k^T * scale) v per head; tile unit (row, head) tasks,
  * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH(n_keys,
  * head_dim, positions given) floats: with positions (KV cache) a few rows of scores
- * of one head; without (all keys in the inputs, e.g. vision encoders) also room for
+ * of one head and one decoded row of a head; without (all keys in the inputs, e.g. vision encoders) also room for
  * the keys of one head transposed.
  * Row t attends to keys [0, limit(t)): limit = n_keys, or t + 1 when causal, or
- * positions[t] + 1 when positions is given (KV cache). */
+ * positions[t] + 1 when positions is given (KV cache).
+ * A KV cache may hold keys and values encoded (kv_encoding, a formats/encodings.def
+ * id): F32 (0) reads k and v; F16 (1), INT8 (5) and INT4 (6) read kc and vc, row
+ * stride ldkv elements, INT8/INT4 with one f32 scale per kv_group elements of a row
+ * (ks, vs; row stride ldkv / kv_group), symmetric: x = code * scale. INT4 packs each
+ * group of g elements into g / 2 bytes, byte i holding element i in its low nibble
+ * and element i + g / 2 in its high nibble, both as code + 8. Groups never straddle
+ * heads (kv_group divides head_dim). Kernels built before schema 1.6 read k and v
+ * only: the runtime calls them with F32 caches alone. */
 #define KILN_UK_ATTENTION_SCRATCH_ROWS 8
 #define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
-  ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys)                 \
+  ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys) + (size_t)(head_dim) \
             : ((size_t)KILN_UK_ATTENTION_SCRATCH_ROWS + (size_t)(head_dim)) *           \
                   (((size_t)(n_keys) + 31) / 32 * 32))
 typedef struct kiln_uk_attention_params_t {
@@ -126,6 +134,13 @@ typedef struct kiln_uk_attention_params_t {
   float scale;
   int32_t causal;
   const int32_t* positions;
+  /* appended in schema 1.6: an encoded KV cache (see above) */
+  int32_t kv_encoding;
+  int32_t kv_group;
+  const void* kc;
+  const void* vc;
+  const float* ks;
+  const float* vs;
 } kiln_uk_attention_params_t;
 
 /* ---- gather rows of a weight table (embedding, position and class embeddings) ----

@@ -13,6 +13,7 @@
 
 #include "dialects/kiln/KilnAttrs.h"
 #include "formats/encoding.h"
+#include "formats/kv_codec.h"
 
 namespace kiln {
 
@@ -34,6 +35,16 @@ inline format::EncodingSpec encodingSpec(EncodingAttr e) {
 /// Bytes a [rows, cols] weight takes in encoding `e` (0: it cannot hold that shape).
 inline uint64_t storageBytes(EncodingAttr e, uint64_t rows, uint64_t cols) {
   return format::StorageBytes(encodingSpec(e), rows, cols);
+}
+
+/// The KV cache a label names ("f32", "f16", "int8", "int4") for heads of `headDim`
+/// channels, with the group formats/kv_codec.h picks; null for any other label.
+inline KvCacheAttr kvCacheEncoding(mlir::MLIRContext* context, llvm::StringRef label, int64_t headDim) {
+  for (EncodingKind kind : {EncodingKind::f32, EncodingKind::f16, EncodingKind::int8, EncodingKind::int4})
+    if (label == stringifyEncodingKind(kind))
+      return KvCacheAttr::get(context, kind,
+                              format::KvDefaultGroup(static_cast<uint8_t>(kind), static_cast<uint32_t>(headDim)));
+  return {};
 }
 
 } // namespace kiln

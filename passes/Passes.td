@@ -103,10 +103,18 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "::mlir::ModuleOp"> {
     Results: `kiln.offset` on each op (byte offset in the arena) or `kiln.output`
     (the index of the stage result it is written to), `kiln.arena_bytes` on each
     stage function and `kiln.max_prefill_tokens` on the module.
+
+    The KV cache is a session's, sized by its context at run time; its encoding is
+    decided here (`kv-cache`: f32, f16, int8 or int4) and recorded on the module as
+    `kiln.kv_cache = #kiln.encoding<...>`: int8 and int4 with one scale per 32
+    channels of a position's keys or values (per head when head_dim is not a multiple
+    of 32).
   }];
   let options = [
     Option<"maxPrefillTokens", "max-prefill-tokens", "int64_t", /*default=*/"512",
            "Token bound of one prefill step (longer prompts are chunked)">,
+    Option<"kvCache", "kv-cache", "std::string", /*default=*/"\"f32\"",
+           "Encoding of the KV cache: f32, f16, int8 or int4">,
   ];
 }
 

@@ -159,6 +159,7 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
     pm.addPass(createKilnPackWeights());
   KilnPlanMemoryOptions plan;
   plan.maxPrefillTokens = options.maxPrefillTokens;
+  plan.kvCache = options.kvCache;
   pm.addPass(createKilnPlanMemory(plan));
 }
 

@@ -482,11 +482,22 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
     return static_cast<int32_t>(v);
   };
   int64_t layers = text.getNumLayers(), kvHeads = text.getNumKvHeads(), headDim = text.getHeadDim();
+  // The KV cache's encoding (kiln-plan-memory; none: f32).
+  fb::Encoding kvEncoding = fb::Encoding::F32;
+  uint32_t kvGroup = 0;
+  if (auto kv = module_->getAttrOfType<KvCacheAttr>("kiln.kv_cache")) {
+    kvEncoding = static_cast<fb::Encoding>(kv.getKind());
+    kvGroup = static_cast<uint32_t>(kv.getGroup());
+    if (headDim < 1 || headDim > UINT32_MAX ||
+        !format::KvEncodingValid(static_cast<uint8_t>(kvEncoding), kvGroup, static_cast<uint32_t>(headDim)))
+      return error() << "kiln.kv_cache " << stringifyEncodingKind(kv.getKind()) << " with group " << kvGroup
+                     << " does not fit heads of head_dim " << headDim;
+  }
   auto textConfig = fb::CreateTextConfig(
       b, u32("vocab_size", text.getVocabSize()), u32("hidden_size", text.getHiddenSize()),
       u32("num_layers", layers), u32("num_heads", text.getNumHeads()), u32("num_kv_heads", kvHeads),
       u32("head_dim", headDim), u32("max_position_embeddings", text.getMaxPositionEmbeddings()),
-      u32("sliding_window", text.getSlidingWindow()));
+      u32("sliding_window", text.getSlidingWindow()), kvEncoding, kvGroup);
   flatbuffers::Offset<fb::ImageConfig> imageConfig;
   flatbuffers::Offset<fb::ImagePreprocess> preprocess;
   if (image) {
@@ -583,7 +594,11 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
                      alignUp(static_cast<uint64_t>(text.getVocabSize()) * 4) + visionIoBytes;
   auto memoryPlan = fb::CreateMemoryPlan(
       b, arenaMax, static_cast<uint32_t>(maxPrefill_), ioBytes,
-      static_cast<uint64_t>(layers * 2 * kvHeads * headDim * 4), weightBytes_);
+      2 * static_cast<uint64_t>(layers) *
+          (format::KvRowBytes(static_cast<uint8_t>(kvEncoding), static_cast<uint64_t>(kvHeads * headDim)) +
+           4 * format::KvRowScales(static_cast<uint8_t>(kvEncoding), static_cast<uint64_t>(kvHeads * headDim),
+                                   kvGroup)),
+      weightBytes_);
   auto metadata = fb::CreateMetadataDirect(b, str("kiln.architecture").c_str(), sourceHash_.c_str(),
                                            options_.compilerVersion.c_str(),
                                            options_.targetTriple.c_str(),

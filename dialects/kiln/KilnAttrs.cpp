@@ -459,6 +459,25 @@ LogicalResult TextConfigAttr::verify(function_ref<InFlightDiagnostic()> emitErro
   return success();
 }
 
+LogicalResult KvCacheAttr::verify(function_ref<InFlightDiagnostic()> emitError, EncodingKind kind, int64_t group) {
+  switch (kind) {
+  case EncodingKind::f32:
+  case EncodingKind::f16:
+    if (group != 0)
+      return emitError() << "a " << stringifyEncodingKind(kind) << " KV cache has no group";
+    return success();
+  case EncodingKind::int8:
+  case EncodingKind::int4:
+    if (group < 1 || group > (1 << 16) || (kind == EncodingKind::int4 && group % 2 != 0))
+      return emitError() << "an " << stringifyEncodingKind(kind) << " KV cache needs a positive"
+                         << (kind == EncodingKind::int4 ? " even" : "") << " group (at most 65536), got "
+                         << group;
+    return success();
+  default:
+    return emitError() << "a KV cache is f32, f16, int8 or int4, not " << stringifyEncodingKind(kind);
+  }
+}
+
 LogicalResult ImageConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t imageSize,
                                       int64_t channels, int64_t imageTokens, int64_t imageTokenId) {
   return failure(failed(atLeast(emitError, "image_size", imageSize, 1)) ||

@@ -301,6 +301,28 @@ def Kiln_TextConfigAttr : Kiln_Attr<"TextConfig", "text_config"> {
   let genVerifyDecl = 1;
 }
 
+def Kiln_KvCacheAttr : Kiln_Attr<"KvCache", "kv_cache"> {
+  let summary = "Encoding of the decoder's KV cache (module attribute kiln.kv_cache)";
+  let description = [{
+    How a session stores the keys and values of every decoder layer, decided by
+    `kiln-plan-memory` (`kv-cache` option; `kiln-compile --kv-cache`) and written to
+    the artifact's TextConfig. `f32` and `f16` store the elements; `int8` and `int4`
+    symmetric codes with one f32 scale per `group` channels of a position's keys or
+    values. `group` divides `head_dim` (checked against `kiln.text` when the
+    artifact is written); formats/kv_codec.h gives the bytes.
+
+    ```mlir
+    module attributes {kiln.kv_cache = #kiln.kv_cache<int8, group = 32>} {}
+    module attributes {kiln.kv_cache = #kiln.kv_cache<f16>} {}
+    ```
+  }];
+  let parameters = (ins
+    "EncodingKind":$kind,
+    DefaultValuedParameter<"int64_t", "0", "channels per scale (int8, int4)">:$group);
+  let assemblyFormat = "`<` $kind (`,` `group` `=` $group^)? `>`";
+  let genVerifyDecl = 1;
+}
+
 def Kiln_ImageConfigAttr : Kiln_Attr<"ImageConfig", "image_config"> {
   let summary = "The image input of a vision-language model (module attribute kiln.image)";
   let description = [{

@@ -69,7 +69,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     return op->emitOpError("unknown attribute '")
            << attr.getName().getValue()
            << "' (kiln.* attributes: architecture, checkpoint, prompt_template, text, image, "
-              "preprocessor, generation, tokenizer, max_prefill_tokens, target, stage, arena_bytes, "
+              "preprocessor, generation, tokenizer, max_prefill_tokens, kv_cache, target, stage, arena_bytes, "
               "kernel, symbol, symbols, fused, offset, output, sensitivity, fused_from)";
   };
   if (!name.consume_front("kiln."))
@@ -108,6 +108,8 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     return config(TokenizerConfigAttr());
   if (name == "target")
     return config(TargetAttr());
+  if (name == "kv_cache")
+    return config(KvCacheAttr());
   if (name == "max_prefill_tokens")
     return failure(failed(requireModule(op, attr)) || failed(requireInt(op, attr, 1)));
   if (name == "stage") {

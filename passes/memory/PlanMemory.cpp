@@ -9,6 +9,7 @@
 
 #include "dialects/kiln/KilnOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "passes/Encoding.h"
 #include "passes/OpTable.h"
 #include "passes/Passes.h"
 
@@ -176,6 +177,19 @@ struct PlanMemoryPass : impl::KilnPlanMemoryBase<PlanMemoryPass> {
     module->setAttr("kiln.max_prefill_tokens",
                     mlir::IntegerAttr::get(mlir::IntegerType::get(module.getContext(), 64),
                                            maxPrefillTokens));
+    auto text = module->getAttrOfType<TextConfigAttr>("kiln.text");
+    KvCacheAttr kv = kvCacheEncoding(module.getContext(), kvCache, text ? text.getHeadDim() : 0);
+    if (!kv) {
+      module.emitError("kiln-plan-memory: kv-cache must be f32, f16, int8 or int4, got '") << kvCache << "'";
+      return signalPassFailure();
+    }
+    if (text && !format::KvEncodingValid(static_cast<uint8_t>(kv.getKind()), static_cast<uint32_t>(kv.getGroup()),
+                                         static_cast<uint32_t>(text.getHeadDim()))) {
+      module.emitError("kiln-plan-memory: an ") << kvCache << " KV cache needs an even head_dim, got "
+                                                << text.getHeadDim();
+      return signalPassFailure();
+    }
+    module->setAttr("kiln.kv_cache", kv);
     for (auto fn : module.getOps<mlir::func::FuncOp>()) {
       if (!fn->hasAttr("kiln.stage") || fn.isExternal())
         continue;

@@ -25,6 +25,7 @@ UkernelSet MakePortable() {
   u.gated_act = kiln_uk_gatedact_f32_f32_f32_ref_portable;
   u.rope = kiln_uk_rope_f32_f32_ref_portable;
   u.attention = kiln_uk_attention_f32_f32_f32_ref_portable;
+  u.attention_kv = kiln_uk_attention_f32_f32_f32_ref_portable;
   u.gather = kiln_uk_gather_f32_wany_ref_portable;
   u.im2col = kiln_uk_im2col_f32_f32_ref_portable;
   return u;
@@ -41,6 +42,8 @@ UkernelSet MakeX86Avx512() {
   u.matmul_scratch = kiln_uk_matmul_scratch_x86_avx512;
   u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;
   u.attention = kiln_uk_attention_f32_f32_f32_x86_avx512;
+  u.attention_kv = kiln_uk_attention_f32_f32_f32_x86_avx512;
+  u.attention_kv_supported = kiln_uk_attention_kv_supported_x86_avx512;
   u.act = kiln_uk_act_f32_f32_x86_avx512;
   u.gated_act = kiln_uk_gatedact_f32_f32_f32_x86_avx512;
   u.rms_norm = kiln_uk_rmsnorm_f32_f32_wfloat_x86_avx512;
@@ -58,7 +61,8 @@ const UkernelSet kX86Avx512 = MakeX86Avx512();
 
 // Beside a generated kernel (which replaces one family per op, BindGeneratedUkernel):
 // the reference, except the activations' int8 quantisation, which runs the fastest
-// implementation on this CPU whose codes and scales are the reference's bit for bit.
+// implementation on this CPU whose codes and scales are the reference's bit for bit,
+// and attention over an encoded KV cache, the fastest built-in one on this CPU.
 UkernelSet MakeGeneratedHelpers() {
   UkernelSet u = MakePortable();
 #if defined(KILN_HAVE_X86_AVX512_KERNELS)
@@ -66,7 +70,11 @@ UkernelSet MakeGeneratedHelpers() {
   constexpr uint64_t kAvx512 = format::kCpuX86Avx2 | format::kCpuX86Fma | format::kCpuX86F16c |
                                format::kCpuX86Avx512F | format::kCpuX86Avx512Bw | format::kCpuX86Avx512Vl |
                                format::kCpuX86Avx512Vnni;
-  if ((DetectCpuFeatures() & kAvx512) == kAvx512) u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;
+  if ((DetectCpuFeatures() & kAvx512) == kAvx512) {
+    u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;
+    u.attention_kv = kiln_uk_attention_f32_f32_f32_x86_avx512;
+    u.attention_kv_supported = kiln_uk_attention_kv_supported_x86_avx512;
+  }
 #endif
 #if defined(KILN_HAVE_ARM_NEON_KERNELS)
   u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_arm_neon;

@@ -64,6 +64,9 @@ void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t
                                                 int64_t task_end, float* scratch);
 void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                               int64_t task_end, float* scratch);
+/* Both read f32 and encoded KV caches (kv_encoding); the AVX-512 one the groups this
+ * says it does (1), the reference every valid one. */
+int kiln_uk_attention_kv_supported_x86_avx512(const kiln_uk_attention_params_t* p);
 
 /* gather */
 void kiln_uk_gather_f32_wany_ref_portable(const kiln_uk_gather_params_t* p, int64_t row_begin, int64_t row_end,

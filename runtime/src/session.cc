@@ -14,6 +14,7 @@
 
 using namespace kiln::rt;
 namespace fb = kiln::fb;
+namespace format = kiln::format;
 
 namespace {
 
@@ -97,17 +98,21 @@ bool SizeOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, size_t* out) {
   return true;
 }
 
-kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* error, const char* what) {
+// Zeroed unless `zero` is false: the KV cache, whose positions are written before they
+// are read, so that its pages become resident only as the context fills.
+kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* error, const char* what,
+                    bool zero = true) {
   *out = s->allocator.Alloc(bytes == 0 ? 64 : bytes, 64);
   if (*out == nullptr)
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "cannot allocate %zu bytes for the %s", bytes, what);
-  std::memset(*out, 0, bytes == 0 ? 64 : bytes);
+  if (zero) std::memset(*out, 0, bytes == 0 ? 64 : bytes);
   return KILN_OK;
 }
 
 void FreeBuffers(kiln_session_t* s) {
   void* bufs[] = {s->arena, s->scratch, s->ids, s->positions, s->hidden, s->logits, s->pixels,
-                  s->vision_features, s->image_features, s->kv.keys, s->kv.values};
+                  s->vision_features, s->image_features, s->kv.keys, s->kv.values, s->kv.key_scales,
+                  s->kv.value_scales};
   for (void* b : bufs) s->allocator.Free(b);
 }
 
@@ -413,7 +418,10 @@ kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* o
 struct SessionPlan {
   int64_t context = 0;
   int threads = 1;
-  size_t kv_half = 0, arena = 0, tokens = 0, hidden = 0, logits = 0;
+  uint8_t kv_encoding = format::kEncF32;  // formats/encodings.def id
+  uint32_t kv_group = 0;
+  size_t kv_half = 0, kv_scales_half = 0;  // codes and scales of keys (and of values)
+  size_t arena = 0, tokens = 0, hidden = 0, logits = 0;
   size_t pixels = 0, vision = 0, image = 0;
   size_t scratch_floats = 0, scratch = 0;
   size_t value_rows = 0;  // the per-value row counts
@@ -423,7 +431,7 @@ struct SessionPlan {
   // and the thread pool holds one std::thread per worker.
   uint64_t Total(bool multimodal) const {
     auto buf = [](uint64_t b) { return (b == 0 ? uint64_t{64} : b) + 64; };
-    uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + 2 * buf(kv_half) + buf(arena) +
+    uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + 2 * buf(kv_half) + 2 * buf(kv_scales_half) + buf(arena) +
                      2 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + value_rows + 16;
     if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
     if (multimodal) total += buf(pixels) + buf(vision) + buf(image);
@@ -445,13 +453,33 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   if (o.num_threads < 0 || o.num_threads > 256)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
   p->threads = o.num_threads > 0 ? o.num_threads : PerformanceCpuCount();
+  // The KV cache's encoding: the artifact's, or the session's choice (with the
+  // artifact's group when it has one for that encoding, else formats/kv_codec.h's).
+  const uint32_t head_dim = m->text()->head_dim();
+  p->kv_encoding = static_cast<uint8_t>(m->text()->kv_cache_encoding());
+  p->kv_group = m->text()->kv_cache_group();
+  if (o.kv_cache != KILN_KV_CACHE_DEFAULT) {
+    static constexpr uint8_t kEncodings[] = {format::kEncF32, format::kEncF16, format::kEncINT8, format::kEncINT4};
+    if (o.kv_cache < KILN_KV_CACHE_F32 || o.kv_cache > KILN_KV_CACHE_INT4)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kv_cache %d is not a kiln_kv_cache_t", o.kv_cache);
+    const uint8_t chosen = kEncodings[o.kv_cache - KILN_KV_CACHE_F32];
+    if (!format::KvEncodingValid(chosen, p->kv_group, head_dim)) p->kv_group = format::KvDefaultGroup(chosen, head_dim);
+    p->kv_encoding = chosen;
+  }
+  if (!format::KvEncodingValid(p->kv_encoding, p->kv_group, head_dim))
+    return Fail(error, o.kv_cache != KILN_KV_CACHE_DEFAULT ? KILN_ERROR_INVALID_ARGUMENT : KILN_ERROR_ARTIFACT_MALFORMED,
+                "a KV cache of encoding %u with group %u cannot hold heads of head_dim %u", p->kv_encoding,
+                p->kv_group, head_dim);
   const uint64_t hidden = m->text()->hidden_size(), vocab = m->text()->vocab_size();
   const uint64_t max_prefill = m->memory_plan()->max_prefill_tokens();
   const uint64_t kv_width = static_cast<uint64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
   size_t kv_total = 0;
-  bool sized = SizeOf(m->text()->num_layers(), static_cast<uint64_t>(p->context), kv_width, sizeof(float),
-                      &p->kv_half) &&
-               SizeOf(p->kv_half, 2, 1, 1, &kv_total) && kv_total <= static_cast<uint64_t>(INT64_MAX) &&
+  bool sized = SizeOf(m->text()->num_layers(), static_cast<uint64_t>(p->context),
+                      format::KvRowBytes(p->kv_encoding, kv_width), 1, &p->kv_half) &&
+               SizeOf(m->text()->num_layers(), static_cast<uint64_t>(p->context),
+                      format::KvRowScales(p->kv_encoding, kv_width, p->kv_group), sizeof(float), &p->kv_scales_half) &&
+               SizeOf(p->kv_half + p->kv_scales_half, 2, 1, 1, &kv_total) &&
+               kv_total <= static_cast<uint64_t>(INT64_MAX) &&
                SizeOf(max_prefill, sizeof(int32_t), 1, 1, &p->tokens) &&
                SizeOf(max_prefill, hidden, sizeof(float), 1, &p->hidden) &&
                SizeOf(vocab, sizeof(float), 1, 1, &p->logits) &&
@@ -593,8 +621,15 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   s->kv.layers = m->text()->num_layers();
   s->kv.context = plan.context;
   s->kv.width = static_cast<int64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
-  alloc(plan.kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
-  alloc(plan.kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
+  s->kv.encoding = plan.kv_encoding;
+  s->kv.group = plan.kv_group;
+  auto alloc_kv = [&](size_t bytes, void** out, const char* what) {
+    if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what, /*zero=*/false);
+  };
+  alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
+  alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
+  alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.key_scales), "KV cache (key scales)");
+  alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.value_scales), "KV cache (value scales)");
   alloc(plan.arena, reinterpret_cast<void**>(&s->arena), "activation arena");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->ids), "token buffer");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->positions), "position buffer");
@@ -622,6 +657,13 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   }
   s->stats.arena_bytes = m->memory_plan()->arena_bytes();
   s->stats.kv_cache_bytes = s->kv.bytes();
+  s->stats.kv_cache_token_bytes = s->kv.token_bytes();
+  switch (s->kv.encoding) {
+    case format::kEncF16: s->stats.kv_cache = KILN_KV_CACHE_F16; break;
+    case format::kEncINT8: s->stats.kv_cache = KILN_KV_CACHE_INT8; break;
+    case format::kEncINT4: s->stats.kv_cache = KILN_KV_CACHE_INT4; break;
+    default: s->stats.kv_cache = KILN_KV_CACHE_F32; break;
+  }
   s->stats.weight_bytes = m->memory_plan()->weight_bytes();
   s->stats.num_threads = s->pool->num_threads();
   *out_session = s;

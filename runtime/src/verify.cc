@@ -8,6 +8,7 @@
 #include "formats/contract.h"
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
+#include "formats/kv_codec.h"
 #include "kernels/kernel.h"
 #include "ops/shapes.h"
 #include "support/allocator.h"
@@ -363,6 +364,12 @@ kiln_status_t Verifier::Configs() {
                "text config: a KV cache of %u positions (num_layers %lld, num_kv_heads %u, head_dim %lld) overflows",
                t->max_position_embeddings(), static_cast<long long>(layers_), t->num_kv_heads(),
                static_cast<long long>(head_dim_));
+  if (!format::KvEncodingValid(static_cast<uint8_t>(t->kv_cache_encoding()), t->kv_cache_group(),
+                               static_cast<uint32_t>(head_dim_)))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED,
+               "text config: kv_cache_encoding %u with kv_cache_group %u is not a KV-cache encoding for head_dim %lld "
+               "(f32, f16; int8 or int4 with a group dividing head_dim)",
+               static_cast<unsigned>(t->kv_cache_encoding()), t->kv_cache_group(), static_cast<long long>(head_dim_));
   const fb::MemoryPlan* mp = model_->memory_plan();
   if (mp->arena_bytes() > kMaxArenaBytes || mp->max_prefill_tokens() < 1 || mp->max_prefill_tokens() > kMaxRows)
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "memory plan out of range");

@@ -10,12 +10,26 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kiln/kiln.h"
+
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace kiln::tools {
+
+// The KV-cache encodings by their command-line names (--kv-cache), kiln_kv_cache_t
+// values; CLI11's transform maps the name to the value and refuses any other.
+inline std::map<std::string, int> KvCacheNames() {
+  return {{"f32", KILN_KV_CACHE_F32}, {"f16", KILN_KV_CACHE_F16}, {"int8", KILN_KV_CACHE_INT8},
+          {"int4", KILN_KV_CACHE_INT4}};
+}
+inline const char* KvCacheName(int kv_cache) {
+  static const char* const kNames[] = {"default", "f32", "f16", "int8", "int4"};
+  return kv_cache >= KILN_KV_CACHE_DEFAULT && kv_cache <= KILN_KV_CACHE_INT4 ? kNames[kv_cache] : "unknown";
+}
 
 // Levenshtein distance.
 inline size_t EditDistance(const std::string& a, const std::string& b) {

@@ -104,6 +104,11 @@ static cl::opt<bool> noFuse(
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
     cl::init(512), cl::cat(kilnCategory));
+static cl::opt<std::string> kvCache(
+    "kv-cache",
+    cl::desc("Encoding of the KV cache: f32, f16, int8 (one scale per 32 channels) or int4; a session may "
+             "choose another (kiln-run --kv-cache)"),
+    cl::init("f32"), cl::cat(kilnCategory));
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),
                                  cl::init(false), cl::cat(kilnCategory));
@@ -231,7 +236,7 @@ int main(int argc, char** argv) {
   if (!fromIr.empty()) {
     // Precision, calibration and lowering happened when the IR was produced.
     for (cl::Option* o : std::initializer_list<cl::Option*>{
-             &emit, &maxPrefillTokens, &memoryBudget, &bitsPerWeight,
+             &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
              &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate})
       if (o->getNumOccurrences() > 0) {
@@ -252,6 +257,10 @@ int main(int argc, char** argv) {
   }
   if (maxPrefillTokens < 1) {
     llvm::errs() << "kiln-compile: error: --max-prefill-tokens must be positive\n";
+    return 2;
+  }
+  if (!llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"f32", "f16", "int8", "int4"}, kvCache.getValue())) {
+    llvm::errs() << "kiln-compile: error: --kv-cache must be f32, f16, int8 or int4, got '" << kvCache << "'\n";
     return 2;
   }
   if (!memoryBudget.empty() && !kiln::parseByteSize(memoryBudget)) {
@@ -343,6 +352,7 @@ int main(int argc, char** argv) {
   options.fuse = !noFuse;
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
+  options.kvCache = kvCache;
   options.memoryBudget = memoryBudget;
   options.bitsPerWeight = bitsPerWeight;
   options.precision.assign(precisionOverrides.begin(), precisionOverrides.end());

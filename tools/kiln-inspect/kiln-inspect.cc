@@ -157,6 +157,7 @@ uint64_t ParamCount(const fb::Model* m) {
 struct SessionMemory {
   int context = 0;  // 0: the runtime's default
   int threads = 0;  // 0: the performance cores (the runtime's default)
+  int kv_cache = KILN_KV_CACHE_DEFAULT;
   uint64_t bytes = 0;
   bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
   std::string why_not;
@@ -209,12 +210,16 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  arena            %12.1f MB (max over stages, prefill of %u tokens)\n", mp->arena_bytes() / 1e6,
               mp->max_prefill_tokens());
   std::printf("  stage buffers    %12.1f MB\n", mp->io_bytes() / 1e6);
-  std::printf("  KV cache         %12.1f KB per token\n", mp->kv_bytes_per_token() / 1e3);
+  std::printf("  KV cache         %12.1f KB per token (%s%s)\n", mp->kv_bytes_per_token() / 1e3,
+              fb::EnumNameEncoding(t->kv_cache_encoding()),
+              t->kv_cache_group() ? (", one scale per " + std::to_string(t->kv_cache_group()) + " channels").c_str()
+                                  : "");
   if (mem.runs_here)
-    std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads): KV cache, arena, kernel "
-                "scratch, stage buffers\n",
+    std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads, %s KV cache): KV cache, "
+                "arena, kernel scratch, stage buffers\n",
                 mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
-                mem.threads ? std::to_string(mem.threads).c_str() : "all");
+                mem.threads ? std::to_string(mem.threads).c_str() : "all",
+                mem.kv_cache ? kiln::tools::KvCacheName(mem.kv_cache) : "the artifact's");
   else
     std::printf("  session          not computed: the artifact cannot be loaded here\n");
   std::printf("\nstages\n");
@@ -296,12 +301,14 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 m->image()->image_size(), m->image()->image_tokens(), m->image()->image_token_id(),
                 J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
   std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
-              ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64 "},\n",
-              mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token());
+              ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64
+              ", \"kv_cache_encoding\": %s, \"kv_cache_group\": %u},\n",
+              mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token(),
+              J(fb::EnumNameEncoding(t->kv_cache_encoding())).c_str(), t->kv_cache_group());
   std::printf("  \"runs_here\": %s,\n", mem.runs_here ? "true" : "false");
   if (mem.runs_here)
-    std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d},\n", mem.bytes,
-                mem.context, mem.threads);
+    std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d, \"kv_cache\": %s},\n",
+                mem.bytes, mem.context, mem.threads, J(kiln::tools::KvCacheName(mem.kv_cache)).c_str());
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
     const fb::Stage* s = m->stages()->Get(i);
@@ -358,12 +365,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln-inspect ") + kiln_version_string());
   std::string path;
   bool json = false, ops = false;
-  int context = 0, threads = 0;
+  int context = 0, threads = 0, kv_cache = KILN_KV_CACHE_DEFAULT;
   app.add_option("model", path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
   app.add_option("--context", context, "KV-cache length the session memory is reported for (default: the runtime's)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "threads the session memory is reported for (default: the performance cores, as kiln-run)")
       ->check(CLI::Range(0, 256));
+  app.add_option("--kv-cache", kv_cache, "KV-cache encoding the session memory is reported for (default: the artifact's)")
+      ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
   if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-inspect"); rc >= 0) return rc;
@@ -373,6 +382,7 @@ int main(int argc, char** argv) {
   SessionMemory mem;
   mem.context = context;
   mem.threads = threads;
+  mem.kv_cache = kv_cache;
   if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
     // An artifact for another device (verified for the CPU it was built for), or
     // one whose kernels are in a static library an app links (kiln-run cannot).
@@ -391,6 +401,7 @@ int main(int argc, char** argv) {
     so.struct_size = sizeof(so);
     so.context_length = context;
     so.num_threads = threads;
+    so.kv_cache = mem.kv_cache;
     if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK) {
       std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
       kiln_model_release(model);

@@ -267,11 +267,12 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
                  "\"vision_encoder_ms\": %.3f, \"projector_ms\": %.3f, \"prefill_ms\": %.3f, "
                  "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
                  "\"decode_tokens_per_s\": %.3f, \"decode_steps\": %d, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
+                 ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
                  ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64 "}\n",
                  model.c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens,
                  s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms, s.prefill_ms, s.first_token_ms, s.ttft_ms,
                  s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.decode_steps, s.arena_bytes, s.kv_cache_bytes,
-                 s.peak_allocated_bytes, s.weight_bytes);
+                 kiln::tools::KvCacheName(s.kv_cache), s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes);
     return;
   }
   std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image), %d generated\n", info.architecture,
@@ -284,8 +285,11 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
   std::fprintf(out, "   time to first token %6.2f ms\n", s.ttft_ms);
   std::fprintf(out, "   decode           %9.2f tokens/s (first step %.2f ms)\n", s.decode_tokens_per_s,
                s.first_decode_ms);
-  std::fprintf(out, "   memory: weights %.1f MB mapped, arena %.1f MB, KV cache %.1f MB, peak allocated %.1f MB\n",
-               s.weight_bytes / 1e6, s.arena_bytes / 1e6, s.kv_cache_bytes / 1e6, s.peak_allocated_bytes / 1e6);
+  std::fprintf(out,
+               "   memory: weights %.1f MB mapped, arena %.1f MB, KV cache %.1f MB (%s, %" PRIu64
+               " bytes/token), peak allocated %.1f MB\n",
+               s.weight_bytes / 1e6, s.arena_bytes / 1e6, s.kv_cache_bytes / 1e6, kiln::tools::KvCacheName(s.kv_cache),
+               s.kv_cache_token_bytes, s.peak_allocated_bytes / 1e6);
 }
 
 }  // namespace
@@ -334,7 +338,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-run: run a compiled Kiln model"};
   app.set_version_flag("--version", std::string("kiln-run ") + kiln_version_string());
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
-  int max_new_tokens = 0, threads = 0, context = 0, top_k = 0;
+  int max_new_tokens = 0, threads = 0, context = 0, top_k = 0, kv_cache = KILN_KV_CACHE_DEFAULT;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, quiet = false, no_special = false;
@@ -366,6 +370,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--threads", threads, "threads (default: the performance cores this process may run on; a big.LITTLE CPU's slowest cluster is left out)");
   CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
+  app.add_option("--kv-cache", kv_cache,
+                 "KV-cache encoding: f32, f16, int8 or int4 (default: the artifact's, kiln-compile --kv-cache)")
+      ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
   CLI::Option* tokenize_opt = app.add_option(
@@ -440,6 +447,7 @@ int main(int argc, char** argv) {
   so.struct_size = sizeof(so);
   so.num_threads = threads;
   so.context_length = context;
+  so.kv_cache = kv_cache;
   kiln_session_t* session = nullptr;
   if (kiln_session_create(model, &so, &session, &err) != KILN_OK) {
     kiln_model_release(model);

@@ -263,6 +263,18 @@ KILN_API kiln_status_t kiln_detokenize(const kiln_model_t* model, const int32_t*
 
 typedef struct kiln_session_t kiln_session_t;
 
+/* Encodings of a session's KV cache (docs/performance.md, "KV cache"): f16 halves
+ * f32's bytes; int8 and int4 store symmetric codes with one f32 scale per group of 32
+ * channels of a position's keys or values (per head when head_dim is not a multiple
+ * of 32), about 3.6x and 6.4x smaller than f32. */
+typedef enum kiln_kv_cache_t {
+  KILN_KV_CACHE_DEFAULT = 0, /* the artifact's (kiln-compile --kv-cache) */
+  KILN_KV_CACHE_F32 = 1,
+  KILN_KV_CACHE_F16 = 2,
+  KILN_KV_CACHE_INT8 = 3,
+  KILN_KV_CACHE_INT4 = 4
+} kiln_kv_cache_t;
+
 typedef struct kiln_session_options_t {
   uint32_t struct_size;              /* sizeof(kiln_session_options_t) */
   int32_t num_threads;               /* 0: the performance cores this process may run on
@@ -270,10 +282,12 @@ typedef struct kiln_session_options_t {
   int32_t context_length;            /* KV-cache capacity in tokens; 0: the model's
                                         maximum, capped at 4096 */
   const kiln_allocator_t* allocator; /* NULL: the model's allocator */
+  int32_t kv_cache;                  /* kiln_kv_cache_t; any encoding may replace the
+                                        artifact's */
 } kiln_session_options_t;
 
 /* Defaults: struct_size set, the performance cores, the model's context (at most
- * 4096), the model's allocator. */
+ * 4096), the model's allocator, the artifact's KV-cache encoding. */
 KILN_API void kiln_session_options_init(kiln_session_options_t* options);
 
 /* Creates a session: the activation arena, the KV cache and the thread pool are
@@ -397,6 +411,8 @@ typedef struct kiln_stats_t {
   uint64_t weight_bytes;      /* mapped weights (file-backed, shared, not allocated) */
   int32_t decode_steps;       /* decode forward passes: generated_tokens - 1, plus 1 when an
                                  end-of-sequence token ended the answer */
+  int32_t kv_cache;           /* kiln_kv_cache_t of the session's cache (never DEFAULT) */
+  uint64_t kv_cache_token_bytes; /* KV-cache bytes per token over every layer */
 } kiln_stats_t;
 
 /* KILN_ERROR_INVALID_ARGUMENT when out_stats->struct_size is not set. */

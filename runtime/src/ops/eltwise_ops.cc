@@ -152,19 +152,35 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
       if (pos[t] < 0 || pos[t] >= kv->context)
         return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
                     static_cast<long long>(kv->context));
-      std::memcpy(kv->K(layer, pos[t]), k + t * ldkv, static_cast<size_t>(kv->width) * 4);
-      std::memcpy(kv->V(layer, pos[t]), v + t * ldkv, static_cast<size_t>(kv->width) * 4);
+      kv->Write(layer, pos[t], k + t * ldkv, v + t * ldkv);
     }
-    p.k = kv->K(layer, 0);
-    p.v = kv->V(layer, 0);
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = pos;
+    p.kv_encoding = kv->encoding;
+    if (kv->encoding == format::kEncF32) {
+      p.k = reinterpret_cast<const float*>(kv->K(layer, 0));
+      p.v = reinterpret_cast<const float*>(kv->V(layer, 0));
+    } else {
+      p.kv_group = static_cast<int32_t>(kv->group);
+      p.kc = kv->K(layer, 0);
+      p.vc = kv->V(layer, 0);
+      if (kv->row_scales() > 0) {
+        p.ks = kv->KS(layer, 0);
+        p.vs = kv->VS(layer, 0);
+      }
+    }
     per_thread = KILN_UK_ATTENTION_SCRATCH(kv->context, p.head_dim, 1);
   }
   const UkernelSet* uk = c.uk;
-  c.pool->For(rows * heads, 1,
-              [&](int64_t b, int64_t e, int t) { uk->attention(&p, b, e, scratch + t * per_thread); });
+  // An encoded cache: the fastest built-in kernel that reads it (the op's own kernel
+  // may be a generated one, which reads f32 caches only).
+  auto* attend = uk->attention;
+  if (p.kv_encoding != format::kEncF32)
+    attend = uk->attention_kv_supported == nullptr || uk->attention_kv_supported(&p) != 0
+                 ? uk->attention_kv
+                 : kiln_uk_attention_f32_f32_f32_ref_portable;
+  c.pool->For(rows * heads, 1, [&](int64_t b, int64_t e, int t) { attend(&p, b, e, scratch + t * per_thread); });
   return KILN_OK;
 }
 

@@ -37,3 +37,23 @@ kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, si
 
 // expected-error @+1 {{unknown activation mode 'fp8'}}
 kiln.weight @w : tensor<4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = fp8>
+
+// -----
+
+// expected-error @+1 {{a KV cache is f32, f16, int8 or int4, not bf16}}
+module attributes {kiln.kv_cache = #kiln.kv_cache<bf16>} {}
+
+// -----
+
+// expected-error @+1 {{an int8 KV cache needs a positive group (at most 65536), got 0}}
+module attributes {kiln.kv_cache = #kiln.kv_cache<int8>} {}
+
+// -----
+
+// expected-error @+1 {{an int4 KV cache needs a positive even group (at most 65536), got 7}}
+module attributes {kiln.kv_cache = #kiln.kv_cache<int4, group = 7>} {}
+
+// -----
+
+// expected-error @+1 {{a f16 KV cache has no group}}
+module attributes {kiln.kv_cache = #kiln.kv_cache<f16, group = 32>} {}

@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s -split-input-file --kiln-plan-memory=max-prefill-tokens=8 | FileCheck %s
 
-// CHECK: module attributes {kiln.max_prefill_tokens = 8 : i64}
+// CHECK: module attributes {kiln.kv_cache = #kiln.kv_cache<f32>, kiln.max_prefill_tokens = 8 : i64}
 kiln.weight @w : tensor<32x16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32"> as #kiln.encoding<f32>
 kiln.weight @n : tensor<16xf32> from #kiln.source<"m.safetensors", offset = 2048, size = 64, dtype = "F32"> as #kiln.encoding<f32>
 // 8 rows x 16 f32 = 512 bytes; 8 x 32 = 1024 bytes.

@@ -20,6 +20,7 @@
 
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
+#include "formats/kv_codec.h"
 #include "kernels/kernel.h"
 #include "platform/platform.h"
 
@@ -284,7 +285,7 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
     // encoders); GQA; head sizes with and without a vector tail. The range split as
     // for 2 to 4 threads gives the unsplit result bit for bit.
     for (int64_t t : {1, 3, 17, 40, 70})
-    for (int64_t hd : {8, 64, 72}) {
+    for (int64_t hd : {8, 64, 72, 96}) {
       const int64_t heads = 4, kv_heads = 2;
       std::vector<float> q(t * heads * hd), k(t * kv_heads * hd), v(t * kv_heads * hd), y(t * heads * hd),
           whole(y.size()), scratch(KILN_UK_ATTENTION_SCRATCH(t, hd, 0));
@@ -326,6 +327,67 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
             }
           }
         EXPECT_LT(Nmse(y, want), 1e-10) << "attention t=" << t << " hd=" << hd << " mode=" << mode;
+      }
+      // Over an encoded KV cache (f16, int8, int4; formats/kv_codec.h): the kernel that
+      // reads one, against the oracle on the decoded keys and values, split as above.
+      if (set.uk->attention_kv == nullptr) continue;
+      for (uint8_t enc : {kiln::format::kEncF16, kiln::format::kEncINT8, kiln::format::kEncINT4}) {
+        const uint32_t group = kiln::format::KvDefaultGroup(enc, static_cast<uint32_t>(hd));
+        const uint64_t width = static_cast<uint64_t>(kv_heads * hd);
+        const uint64_t row_bytes = kiln::format::KvRowBytes(enc, width), row_scales = kiln::format::KvRowScales(enc, width, group);
+        std::vector<uint8_t> kc(t * row_bytes), vc(t * row_bytes);
+        std::vector<float> ks(t * row_scales + 1), vs(t * row_scales + 1), kd(k.size()), vd(v.size()),
+            kv_scratch(KILN_UK_ATTENTION_SCRATCH(t, hd, 1));
+        for (int64_t j = 0; j < t; ++j) {
+          kiln::format::EncodeKvRow(enc, group, k.data() + j * width, width, kc.data() + j * row_bytes, ks.data() + j * row_scales);
+          kiln::format::EncodeKvRow(enc, group, v.data() + j * width, width, vc.data() + j * row_bytes, vs.data() + j * row_scales);
+          kiln::format::DecodeKvSpan(enc, group, kc.data() + j * row_bytes, ks.data() + j * row_scales, 0, width, kd.data() + j * width);
+          kiln::format::DecodeKvSpan(enc, group, vc.data() + j * row_bytes, vs.data() + j * row_scales, 0, width, vd.data() + j * width);
+        }
+        kiln_uk_attention_params_t p = {};
+        p.q = q.data();
+        p.ldq = heads * hd;
+        p.ldkv = kv_heads * hd;
+        p.y = whole.data();
+        p.ldy = heads * hd;
+        p.heads = heads;
+        p.kv_heads = kv_heads;
+        p.head_dim = hd;
+        p.n_keys = t;
+        p.scale = 0.35f;
+        p.positions = pos.data();
+        p.kv_encoding = enc;
+        p.kv_group = static_cast<int32_t>(group);
+        p.kc = kc.data();
+        p.vc = vc.data();
+        p.ks = ks.data();
+        p.vs = vs.data();
+        if (set.uk->attention_kv_supported != nullptr && set.uk->attention_kv_supported(&p) == 0) continue;
+        set.uk->attention_kv(&p, 0, t * heads, kv_scratch.data());
+        p.y = y.data();
+        for (auto [b0, b1] : Split(t * heads, 3, rng)) set.uk->attention_kv(&p, b0, b1, kv_scratch.data());
+        ASSERT_EQ(std::memcmp(y.data(), whole.data(), y.size() * 4), 0)
+            << "encoded attention split, t=" << t << " hd=" << hd << " encoding " << int(enc);
+        std::vector<double> want(y.size());
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t g = h / (heads / kv_heads), n = r + 1;
+            std::vector<double> sc(n);
+            double mx = -1e300, sum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              double d = 0;
+              for (int64_t i = 0; i < hd; ++i) d += double(q[r * heads * hd + h * hd + i]) * kd[j * width + g * hd + i];
+              sc[j] = d * 0.35f;
+              mx = std::max(mx, sc[j]);
+            }
+            for (double& a : sc) sum += (a = std::exp(a - mx));
+            for (int64_t i = 0; i < hd; ++i) {
+              double acc = 0;
+              for (int64_t j = 0; j < n; ++j) acc += sc[j] / sum * vd[j * width + g * hd + i];
+              want[r * heads * hd + h * hd + i] = acc;
+            }
+          }
+        EXPECT_LT(Nmse(y, want), 1e-10) << "encoded attention t=" << t << " hd=" << hd << " encoding " << int(enc);
       }
     }
   }

@@ -2,6 +2,7 @@
 // NumPy reference (gen_quant_vectors.py), and the int8-activation matrix product.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "formats/encoding.h"
 #include "formats/kiln_format.h"
+#include "formats/kv_codec.h"
 #include "kernels/ukernel.h"
 #include "platform/platform.h"
 #include "support/npy.h"
@@ -183,6 +185,50 @@ TEST(Encodings, StorageBytes) {
   EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT4, 32, false}, 4, 64), 4u * 32 + 3 * 8);
   EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT4, 32, true}, 4, 48), 0u);
   EXPECT_EQ(kiln::format::StorageBytes(EncodingSpec{kiln::format::kEncINT8, 0, true}, 4, 64), 4u * 64 + 16);
+}
+
+// KV-cache rows (formats/kv_codec.h): codes within half a step of the value, the int4
+// nibble layout, the sizes, and the encodings and groups a cache accepts.
+TEST(KvCodec, RoundTripAndLayout) {
+  using namespace kiln::format;
+  std::vector<float> x(128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (i % 7 == 0 ? 9.0f : 1.0f);
+  x[5] = 0.0f;
+  for (uint8_t enc : {kEncF32, kEncF16, kEncINT8, kEncINT4}) {
+    const uint32_t group = KvDefaultGroup(enc, 64);
+    ASSERT_TRUE(KvEncodingValid(enc, group, 64)) << int(enc);
+    std::vector<uint8_t> codes(KvRowBytes(enc, x.size()));
+    std::vector<float> scales(KvRowScales(enc, x.size(), group) + 1), back(x.size());
+    EncodeKvRow(enc, group, x.data(), x.size(), codes.data(), scales.data());
+    DecodeKvSpan(enc, group, codes.data(), scales.data(), 0, x.size(), back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float step = enc == kEncF32 ? 0.0f
+                         : enc == kEncF16 ? std::fabs(x[i]) / 1024.0f
+                                          : scales[i / group];
+      EXPECT_LE(std::fabs(back[i] - x[i]), step / 2 + 1e-7f) << "encoding " << int(enc) << " element " << i;
+    }
+    // Decoding a head on its own gives the same values as decoding the row.
+    std::vector<float> head(64);
+    DecodeKvSpan(enc, group, codes.data(), scales.data(), 64, 64, head.data());
+    EXPECT_EQ(std::memcmp(head.data(), back.data() + 64, 64 * 4), 0) << int(enc);
+  }
+  EXPECT_EQ(KvRowBytes(kEncF16, 128), 256u);
+  EXPECT_EQ(KvRowBytes(kEncINT4, 128), 64u);
+  EXPECT_EQ(KvRowScales(kEncINT8, 128, 32), 4u);
+  EXPECT_EQ(KvRowScales(kEncF16, 128, 0), 0u);
+  // int4: byte i of a group holds element i (low nibble) and i + g/2 (high), as code + 8.
+  std::vector<float> ramp(32);
+  for (int i = 0; i < 32; ++i) ramp[i] = i < 16 ? 7.0f : -7.0f;
+  uint8_t packed[16];
+  float scale;
+  EncodeKvRow(kEncINT4, 32, ramp.data(), 32, packed, &scale);
+  EXPECT_EQ(scale, 1.0f);
+  EXPECT_EQ(packed[0], (7 + 8) | ((-7 + 8) << 4));
+  EXPECT_EQ(KvDefaultGroup(kEncINT8, 72), 72u);
+  EXPECT_FALSE(KvEncodingValid(kEncINT8, 48, 64));
+  EXPECT_FALSE(KvEncodingValid(kEncINT4, 7, 14));
+  EXPECT_FALSE(KvEncodingValid(kEncBF16, 0, 64));
+  EXPECT_FALSE(KvEncodingValid(kEncF16, 32, 64));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Reference micro-kernels: normalisations, element-wise ops and rotary embedding.
 #include <algorithm>
 
+#include "formats/kv_codec.h"
 #include "kernels/reference/uk/common.h"
 
 using namespace kiln;
@@ -82,22 +83,44 @@ void kiln_uk_rope_f32_f32_ref_portable(const kiln_uk_rope_params_t* p, int64_t r
   }
 }
 
-// Softmax-weighted sum of values over keys [0, limit) for each (row, head) task.
+}  // extern "C"
+
+namespace {
+
+// Head kvh of key or value row j: in place (f32), or decoded into `row`.
+const float* KvHead(const kiln_uk_attention_params_t* p, const float* f32, const void* codes, const float* scales,
+                    int64_t j, int64_t kvh, float* row) {
+  const int64_t hd = p->head_dim;
+  if (p->kv_encoding == format::kEncF32) return f32 + j * p->ldkv + kvh * hd;
+  const uint64_t row_bytes = format::KvRowBytes(static_cast<uint8_t>(p->kv_encoding), static_cast<uint64_t>(p->ldkv));
+  const uint64_t row_scales =
+      format::KvRowScales(static_cast<uint8_t>(p->kv_encoding), static_cast<uint64_t>(p->ldkv), p->kv_group);
+  format::DecodeKvSpan(static_cast<uint8_t>(p->kv_encoding), static_cast<uint32_t>(p->kv_group),
+                       static_cast<const uint8_t*>(codes) + j * row_bytes, scales + j * row_scales,
+                       static_cast<uint64_t>(kvh * hd), static_cast<uint64_t>(hd), row);
+  return row;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Softmax-weighted sum of values over keys [0, limit) for each (row, head) task, the
+// keys and values read from an encoded KV cache as they decode.
 void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t* p, int64_t task_begin,
                                                 int64_t task_end, float* scores) {
   const int64_t hd = p->head_dim, group = p->heads / p->kv_heads;
+  float* row = scores + p->n_keys;  // one decoded head of an encoded cache
   for (int64_t task = task_begin; task < task_end; ++task) {
     const int64_t t = task / p->heads, h = task % p->heads, kvh = h / group;
     const int64_t n = p->positions != nullptr ? static_cast<int64_t>(p->positions[t]) + 1
                       : p->causal             ? t + 1
                                               : p->n_keys;
     const float* q = p->q + t * p->ldq + h * hd;
-    const float* keys = p->k + kvh * hd;
-    const float* vals = p->v + kvh * hd;
     float* out = p->y + t * p->ldy + h * hd;
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
-      float s = Dot(q, keys + j * p->ldkv, hd) * p->scale;
+      float s = Dot(q, KvHead(p, p->k, p->kc, p->ks, j, kvh, row), hd) * p->scale;
       scores[j] = s;
       mx = std::max(mx, s);
     }
@@ -107,7 +130,7 @@ void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t
     for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
     for (int64_t j = 0; j < n; ++j) {
       float w = scores[j] * inv;
-      const float* v = vals + j * p->ldkv;
+      const float* v = KvHead(p, p->v, p->vc, p->vs, j, kvh, row);
       for (int64_t i = 0; i < hd; ++i) out[i] += w * v[i];
     }
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "formats/encoding.h"
 #include "kernels/ukernel.h"
 #include "kernels/x86/avx512/common.h"
 
@@ -36,9 +37,57 @@ inline float Softmax(float* s, int64_t n, int64_t nmax) {
   return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
-template <int G>
-void SumValues(const float* vals, int64_t ldkv, int64_t hd, int64_t nmax, float* const* s, const float* inv,
-               float* const* out) {
+// 16 elements (masked) of a key or value row of the cache, as floats: Load(j, d, m)
+// reads elements [d, d + 16) of head `col0 / head_dim` of row j. The encoded forms
+// (formats/kv_codec.h) need 16-element chunks inside one group: kv_group a multiple
+// of 16 (INT8) or 32 (INT4), checked by Encoded().
+struct F32Rows {
+  const float* base;  // head start
+  int64_t ld;
+  F32Rows(const kiln_uk_attention_params_t* p, const float* rows, const void*, const float*, int64_t col0)
+      : base(rows + col0), ld(p->ldkv) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, base + j * ld + d); }
+};
+struct F16Rows {
+  const uint16_t* base;
+  int64_t ld;
+  F16Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float*, int64_t col0)
+      : base(static_cast<const uint16_t*>(codes) + col0), ld(p->ldkv) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + j * ld + d));
+  }
+};
+struct Int8Rows {
+  const int8_t* base;
+  const float* scales;
+  int64_t ld, lds, col0, group;
+  Int8Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
+      : base(static_cast<const int8_t*>(codes) + c0), scales(s), ld(p->ldkv), lds(p->ldkv / p->kv_group),
+        col0(c0), group(p->kv_group) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base + j * ld + d)));
+    return _mm512_mul_ps(x, _mm512_set1_ps(scales[j * lds + (col0 + d) / group]));
+  }
+};
+struct Int4Rows {
+  const uint8_t* base;  // row 0
+  const float* scales;
+  int64_t ld_bytes, lds, col0, group;
+  Int4Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
+      : base(static_cast<const uint8_t*>(codes)), scales(s), ld_bytes(p->ldkv / 2), lds(p->ldkv / p->kv_group),
+        col0(c0), group(p->kv_group) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    const int64_t e = col0 + d, g = e / group, o = e - g * group, half = group / 2;
+    const uint8_t* bytes = base + j * ld_bytes + g * half + (o < half ? o : o - half);
+    __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, bytes));
+    c = o < half ? _mm512_and_si512(c, _mm512_set1_epi32(15)) : _mm512_srli_epi32(c, 4);
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)));
+    return _mm512_mul_ps(x, _mm512_set1_ps(scales[j * lds + g]));
+  }
+};
+
+template <int G, class Rows>
+void SumValues(const Rows& vals, int64_t hd, int64_t nmax, float* const* s, const float* inv, float* const* out) {
   for (int64_t d = 0; d < hd; d += 64) {
     __m512 o[G][4];
     for (int g = 0; g < G; ++g)
@@ -46,9 +95,8 @@ void SumValues(const float* vals, int64_t ldkv, int64_t hd, int64_t nmax, float*
     __mmask16 m[4];
     for (int i = 0; i < 4; ++i) m[i] = Mask(hd - d - 16 * i);
     for (int64_t j = 0; j < nmax; ++j) {
-      const float* v = vals + j * ldkv + d;
       __m512 vv[4];
-      for (int i = 0; i < 4; ++i) vv[i] = _mm512_maskz_loadu_ps(m[i], v + 16 * i);
+      for (int i = 0; i < 4; ++i) vv[i] = m[i] != 0 ? vals.Load(j, d + 16 * i, m[i]) : _mm512_setzero_ps();
       for (int g = 0; g < G; ++g) {
         const __m512 w = _mm512_set1_ps(s[g][j]);
         for (int i = 0; i < 4; ++i) o[g][i] = _mm512_fmadd_ps(w, vv[i], o[g][i]);
@@ -70,11 +118,11 @@ void SumValues(const float* vals, int64_t ldkv, int64_t hd, int64_t nmax, float*
 constexpr int kGroup = 4;
 static_assert(kGroup == 4 && kGroup <= KILN_UK_ATTENTION_SCRATCH_ROWS, "groups of 4 rows; their scores live in the scratch");
 
-template <int G>
+template <int G, class Rows>
 void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* rows, float* scratch) {
   const int64_t hd = p->head_dim, kvh = h / (p->heads / p->kv_heads);
-  const float* keys = p->k + kvh * hd;
-  const float* vals = p->v + kvh * hd;
+  const Rows keys(p, p->k, p->kc, p->ks, kvh * hd);
+  const Rows vals(p, p->v, p->vc, p->vs, kvh * hd);
   int64_t n[G], nmax = 0;
   const float* q[G];
   float* out[G];
@@ -97,7 +145,7 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* 
       const __mmask16 m = Mask(hd - d);
       __m512 kv[4];
       for (int kk = 0; kk < 4; ++kk)
-        kv[kk] = kk < nk ? _mm512_maskz_loadu_ps(m, keys + (j0 + kk) * p->ldkv + d) : _mm512_setzero_ps();
+        kv[kk] = kk < nk ? keys.Load(j0 + kk, d, m) : _mm512_setzero_ps();
       for (int g = 0; g < G; ++g) {
         const __m512 qv = _mm512_maskz_loadu_ps(m, q[g] + d);
         for (int kk = 0; kk < 4; ++kk) acc[g * 4 + kk] = _mm512_fmadd_ps(qv, kv[kk], acc[g * 4 + kk]);
@@ -111,7 +159,21 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* 
   // Softmax per row over its own keys (zero weights up to nmax), then the values.
   float inv[G];
   for (int g = 0; g < G; ++g) inv[g] = Softmax(s[g], n[g], nmax);
-  SumValues<G>(vals, p->ldkv, hd, nmax, s, inv, out);
+  SumValues<G>(vals, hd, nmax, s, inv, out);
+}
+
+// Rows [ra, rb] of head h over a KV cache in groups of kGroup rows.
+template <class Rows>
+void AttendRows(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra, int64_t rb, float* scratch) {
+  for (int64_t r = ra; r <= rb; r += kGroup) {
+    const int64_t rows[kGroup] = {r, r + 1, r + 2, r + 3};
+    switch (std::min<int64_t>(kGroup, rb + 1 - r)) {
+      case 1: AttendGroup<1, Rows>(p, h, rows, scratch); break;
+      case 2: AttendGroup<2, Rows>(p, h, rows, scratch); break;
+      case 3: AttendGroup<3, Rows>(p, h, rows, scratch); break;
+      default: AttendGroup<4, Rows>(p, h, rows, scratch); break;
+    }
+  }
 }
 
 // All keys in the inputs (vision encoders) and many of them: per head, the keys
@@ -189,13 +251,13 @@ void AttendTransposed(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra
     }
     float inv[kTileRows];
     for (int r = 0; r < mr; ++r) inv[r] = Softmax(s[r], n[r], nmax);
-    const float* vals = p->v + kvh * hd;
+    const F32Rows vals(p, p->v, nullptr, nullptr, kvh * hd);
     for (int g0 = 0; g0 < mr; g0 += 4) {
       switch (std::min(4, mr - g0)) {
-        case 1: SumValues<1>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
-        case 2: SumValues<2>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
-        case 3: SumValues<3>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
-        default: SumValues<4>(vals, p->ldkv, hd, nmax, s + g0, inv + g0, out + g0); break;
+        case 1: SumValues<1>(vals, hd, nmax, s + g0, inv + g0, out + g0); break;
+        case 2: SumValues<2>(vals, hd, nmax, s + g0, inv + g0, out + g0); break;
+        case 3: SumValues<3>(vals, hd, nmax, s + g0, inv + g0, out + g0); break;
+        default: SumValues<4>(vals, hd, nmax, s + g0, inv + g0, out + g0); break;
       }
     }
   }
@@ -218,14 +280,23 @@ extern "C" void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention
       AttendTransposed(p, h, ra, rb, scratch);
       continue;
     }
-    for (int64_t r = ra; r <= rb; r += kGroup) {
-      const int64_t rows[kGroup] = {r, r + 1, r + 2, r + 3};
-      switch (std::min<int64_t>(kGroup, rb + 1 - r)) {
-        case 1: AttendGroup<1>(p, h, rows, scratch); break;
-        case 2: AttendGroup<2>(p, h, rows, scratch); break;
-        case 3: AttendGroup<3>(p, h, rows, scratch); break;
-        default: AttendGroup<4>(p, h, rows, scratch); break;
-      }
+    switch (p->positions != nullptr ? p->kv_encoding : kiln::format::kEncF32) {
+      case kiln::format::kEncF16: AttendRows<F16Rows>(p, h, ra, rb, scratch); break;
+      case kiln::format::kEncINT8: AttendRows<Int8Rows>(p, h, ra, rb, scratch); break;
+      case kiln::format::kEncINT4: AttendRows<Int4Rows>(p, h, ra, rb, scratch); break;
+      default: AttendRows<F32Rows>(p, h, ra, rb, scratch); break;
     }
+  }
+}
+
+// Whether this kernel reads the encoded cache `p` describes: 16-element chunks of a
+// head stay inside one group.
+extern "C" int kiln_uk_attention_kv_supported_x86_avx512(const kiln_uk_attention_params_t* p) {
+  switch (p->kv_encoding) {
+    case kiln::format::kEncF32:
+    case kiln::format::kEncF16: return 1;
+    case kiln::format::kEncINT8: return p->kv_group % 16 == 0;
+    case kiln::format::kEncINT4: return p->kv_group % 32 == 0;
+    default: return 0;
   }
 }
