@@ -786,17 +786,23 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
 //  - over a KV cache (or few keys): per task, the row's scores q.k * scale into the
 //    thread's scratch, their max, exp(score - max) summed (vectorised over keys),
 //    then the values weighted by score / sum summed key by key into up to 8 vectors
-//    of the head at a time.
+//    of the head at a time. The cache is read in its encoding (`kvEncoding`, groups
+//    of `kvGroup`; formats/kv_codec.h), decoded lane by lane as it is loaded: f16
+//    widened (`nativeF16`: by the target's conversion instructions, else by integer
+//    operations), int8 and int4 codes times their group's scale.
 constexpr int64_t kTiledMinKeys = 64;
 void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t kvHeads, int64_t headDim,
-                    int64_t maxLanes, int64_t registers, mlir::Location loc) {
+                    uint8_t kvEncoding, int64_t kvGroup, bool nativeF16, int64_t maxLanes, int64_t registers,
+                    mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
-  // Lanes over the head: the widest power of two dividing it; over keys: the widest.
+  // Lanes over the head: the widest power of two dividing it (and, for an int4 cache,
+  // half its group, whose two halves share bytes); over keys: the widest.
   int64_t lanes = 1;
-  while (lanes * 2 <= maxLanes && headDim % (lanes * 2) == 0)
+  while (lanes * 2 <= maxLanes && headDim % (lanes * 2) == 0 &&
+         (kvEncoding != format::kEncINT4 || (kvGroup / 2) % (lanes * 2) == 0))
     lanes *= 2;
   const int64_t chunks = headDim / lanes;
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
@@ -815,6 +821,11 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   Value scale = field(offsetof(kiln_uk_attention_params_t, scale), f.f32);
   Value causal = field(offsetof(kiln_uk_attention_params_t, causal), f.i32);
   Value positions = field(offsetof(kiln_uk_attention_params_t, positions), f.ptr);
+  // An encoded KV cache (schema 1.6): codes and scales.
+  Value kCodes = field(offsetof(kiln_uk_attention_params_t, kc), f.ptr);
+  Value vCodes = field(offsetof(kiln_uk_attention_params_t, vc), f.ptr);
+  Value kScales = field(offsetof(kiln_uk_attention_params_t, ks), f.ptr);
+  Value vScales = field(offsetof(kiln_uk_attention_params_t, vs), f.ptr);
   Value zero = f.cI64(0), one = f.cI64(1);
   Value hasPositions = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, positions,
                                                     b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
@@ -1016,6 +1027,65 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         [&] { return b.create<mlir::arith::SelectOp>(loc, isCausal, f.addi(t, one), nKeys).getResult(); });
     Value qRow = f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim)));
     Value kvOff = f.muli(kvh, f.cI64(headDim));
+    // Lanes c of the head in key or value row j of the cache, as f32.
+    auto kvLanes = [&](Value f32Rows, Value codes, Value scales, Value j, int64_t c) -> Value {
+      Value e = f.addi(kvOff, f.cI64(c * lanes));  // element in the row
+      switch (kvEncoding) {
+      case format::kEncF16: {
+        auto i16 = b.getI16Type();
+        Value raw = loadVector(f, mlir::VectorType::get({lanes}, i16), f.gep(codes, i16, f.addi(f.muli(j, ldkv), e)),
+                               Value(), 2);
+        if (nativeF16) {
+          Value half = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({lanes}, b.getF16Type()), raw);
+          return b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+        }
+        // Without f16 conversion instructions (x86 before F16C), exactly: the
+        // exponent and mantissa bits moved into an f32's and rescaled by 2^112
+        // (subnormals included), infinities and NaNs given the f32 exponent, the sign
+        // put back.
+        auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+        Value h = b.create<mlir::arith::ExtUIOp>(loc, vi32, raw);
+        Value mag = b.create<mlir::arith::AndIOp>(loc, h, f.splatInt(vi32, 0x7fff));
+        Value sign = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::AndIOp>(loc, h, f.splatInt(vi32, 0x8000)),
+                                                   f.splatInt(vi32, 16));
+        Value shifted = b.create<mlir::arith::ShLIOp>(loc, mag, f.splatInt(vi32, 13));
+        Value scaled = b.create<mlir::arith::BitcastOp>(
+            loc, vi32,
+            f.mul(b.create<mlir::arith::BitcastOp>(loc, vf32, shifted), f.splat(vf32, 5.192296858534828e33)));
+        Value special = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::uge, mag, f.splatInt(vi32, 0x7c00));
+        Value infNan = b.create<mlir::arith::OrIOp>(loc, shifted, f.splatInt(vi32, 0x7f800000));
+        Value bits = b.create<mlir::arith::SelectOp>(loc, special, infNan, scaled);
+        return b.create<mlir::arith::BitcastOp>(loc, vf32, b.create<mlir::arith::OrIOp>(loc, bits, sign));
+      }
+      case format::kEncINT8:
+      case format::kEncINT4: {
+        auto i8 = b.getI8Type();
+        auto v8 = mlir::VectorType::get({lanes}, i8);
+        // kvOff is a multiple of head_dim, so of the group: the lanes' place in their
+        // group is known here.
+        const int64_t inGroup = (c * lanes) % kvGroup, half = kvGroup / 2;
+        Value groupIdx = f.addi(b.create<mlir::arith::DivSIOp>(loc, kvOff, f.cI64(kvGroup)), f.cI64(c * lanes / kvGroup));
+        Value rowScales = b.create<mlir::arith::DivSIOp>(loc, ldkv, f.cI64(kvGroup));
+        Value sc = f.load(f.f32, scales, f.f32, f.addi(f.muli(j, rowScales), groupIdx));
+        Value vscale = b.create<mlir::vector::SplatOp>(loc, vf32, sc);
+        if (kvEncoding == format::kEncINT8) {
+          Value raw = loadVector(f, v8, f.gep(codes, i8, f.addi(f.muli(j, ldkv), e)), Value(), 1);
+          return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, raw), vscale);
+        }
+        Value rowBytes = b.create<mlir::arith::DivSIOp>(loc, ldkv, f.cI64(2));
+        Value at = f.addi(f.addi(f.muli(j, rowBytes), f.muli(groupIdx, f.cI64(half))),
+                          f.cI64(inGroup < half ? inGroup : inGroup - half));
+        auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+        Value wide = b.create<mlir::arith::ExtUIOp>(loc, vi32, loadVector(f, v8, f.gep(codes, i8, at), Value(), 1));
+        Value nib = inGroup < half ? b.create<mlir::arith::AndIOp>(loc, wide, f.splatInt(vi32, 15)).getResult()
+                                   : b.create<mlir::arith::ShRUIOp>(loc, wide, f.splatInt(vi32, 4)).getResult();
+        Value code = b.create<mlir::arith::SubIOp>(loc, nib, f.splatInt(vi32, 8));
+        return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, code), vscale);
+      }
+      default:
+        return loadLanes(f, vf32, f32Rows, f.addi(f.muli(j, ldkv), e), Value());
+      }
+    };
     // 1. Scores and their max.
     Value negInf = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
     auto scores = b.create<mlir::scf::ForOp>(loc, zero, n, one, mlir::ValueRange{negInf});
@@ -1023,12 +1093,10 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
       mlir::OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(scores.getBody());
       Value j = scores.getInductionVar();
-      Value kRow = f.addi(f.muli(j, ldkv), kvOff);
       Value acc = f.splat(vf32, 0.0);
       for (int64_t c = 0; c < chunks; ++c) {
         Value qv = loadLanes(f, vf32, q, f.addi(qRow, f.cI64(c * lanes)), Value());
-        Value kv = loadLanes(f, vf32, k, f.addi(kRow, f.cI64(c * lanes)), Value());
-        acc = fmaV(qv, kv, acc);
+        acc = fmaV(qv, kvLanes(k, kCodes, kScales, j, c), acc);
       }
       Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc, Value(),
                                                       mlir::arith::FastMathFlags::reassoc);
@@ -1068,11 +1136,9 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         b.setInsertionPointToStart(acc.getBody());
         Value j = acc.getInductionVar();
         Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, scratch, f.f32, j), inv));
-        Value vRow = f.addi(f.muli(j, ldkv), kvOff);
         llvm::SmallVector<Value> next;
         for (int64_t c = 0; c < group; ++c)
-          next.push_back(fmaV(w, loadLanes(f, vf32, v, f.addi(vRow, f.cI64((c0 + c) * lanes)), Value()),
-                              acc.getRegionIterArgs()[c]));
+          next.push_back(fmaV(w, kvLanes(v, vCodes, vScales, j, c0 + c), acc.getRegionIterArgs()[c]));
         b.create<mlir::scf::YieldOp>(loc, next);
       }
       for (int64_t c = 0; c < group; ++c)
@@ -3030,10 +3096,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         }
         extra.push_back(ropeKernel(heads + kvHeads, hd, op->getLoc()));
       }
-      symbol = "kiln_uk_attention_f32_f32_f32_" + std::to_string(heads) + "x" + std::to_string(kvHeads) + "x" +
-               std::to_string(hd) + "_gen_" + isa;
+      // Over the KV cache: the module's cache encoding (kiln-plan-memory), read as
+      // stored; a session with another encoding runs a built-in kernel instead.
+      uint8_t kvEncoding = format::kEncF32;
+      int64_t kvGroup = 0;
+      if (op->hasAttr("cache_layer"))
+        if (auto kv = op->getParentOfType<mlir::ModuleOp>()->getAttrOfType<KvCacheAttr>("kiln.kv_cache")) {
+          kvEncoding = static_cast<uint8_t>(kv.getKind());
+          kvGroup = kv.getGroup();
+        }
+      symbol = std::string("kiln_uk_attention_f32_") + encodingTag(kvEncoding) +
+               (kvGroup ? "g" + std::to_string(kvGroup) : std::string()) + "_f32_" + std::to_string(heads) + "x" +
+               std::to_string(kvHeads) + "x" + std::to_string(hd) + "_gen_" + isa;
       if (!built[symbol])
-        buildAttention(*kernels, symbol, heads, kvHeads, hd, lanes, vectorRegisters(target), op->getLoc());
+        buildAttention(*kernels, symbol, heads, kvHeads, hd, kvEncoding, kvGroup, hasF16Conversion(target), lanes,
+                       vectorRegisters(target), op->getLoc());
     } else if (llvm::isa<AddOp, MulOp, ActivationOp>(op)) {
       if (auto act = llvm::dyn_cast<ActivationOp>(op)) {
         symbol = actKernel(act.getKind(), op->getLoc());

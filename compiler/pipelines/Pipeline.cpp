@@ -198,6 +198,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
       here.packWeights = false;
       // Unfused: every weight its own op, whose inputs calibration observes.
       here.fuse = false;
+      // An f32 KV cache: the sensitivities measure the weights' encodings alone.
+      here.kvCache = "f32";
       buildLoweringPipeline(pm, here);
       if (mlir::failed(pm.run(*lowered)))
         return {};

@@ -28,7 +28,7 @@ struct CompileOptions {
   bool fuse = true;              // kiln-fuse-qkv, -activation, -residual, -norm (--no-fuse: none)
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;
-  std::string kvCache = "f32";   // kiln-plan-memory kv-cache: f32 | f16 | int8 | int4
+  std::string kvCache = "int8";  // kiln-plan-memory kv-cache: f32 | f16 | int8 | int4 (docs/performance.md)
 
   // Precision (docs/precision.md).
   std::string memoryBudget;               // "1.2GB"; "" = none

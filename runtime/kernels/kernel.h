@@ -72,12 +72,14 @@ struct UkernelSet {
   void (*gated_act)(const kiln_uk_eltwise_params_t*, int64_t, int64_t) = nullptr;
   void (*rope)(const kiln_uk_rope_params_t*, int64_t, int64_t) = nullptr;
   void (*attention)(const kiln_uk_attention_params_t*, int64_t, int64_t, float*) = nullptr;
-  // Attention over an encoded KV cache (F16/INT8/INT4): the fastest built-in kernel
-  // on this CPU that reads one, whatever `attention` is (a generated kernel reads f32
-  // caches only), and whether it reads the given one (null: every valid one; else
-  // the reference does).
+  // Attention over a KV cache `attention` does not read: the fastest built-in kernel
+  // on this CPU that reads encoded caches, and whether it reads the given one (null:
+  // every valid one; else the reference does).
   void (*attention_kv)(const kiln_uk_attention_params_t*, int64_t, int64_t, float*) = nullptr;
   int (*attention_kv_supported)(const kiln_uk_attention_params_t*) = nullptr;
+  // The one KV-cache encoding `attention` reads (a generated kernel: the artifact's),
+  // or -1: every one `attention_kv_supported` accepts (the built-in kernels).
+  int attention_reads_kv = -1;
   void (*gather)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*) = nullptr;
   void (*im2col)(const kiln_uk_im2col_params_t*, int64_t, int64_t) = nullptr;
 };

@@ -205,6 +205,8 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
       if (!BindGeneratedUkernel(op->kind(), fn, &set))
         return Fail(error, KILN_ERROR_ARTIFACT_CODE, "op '%s': %s ops cannot run generated kernels", Str(op->name()),
                     fb::EnumNameOpKind(op->kind()));
+      // A generated attention reads KV caches of the artifact's encoding only.
+      set.attention_reads_kv = static_cast<int>(f->text()->kv_cache_encoding());
       if (op->symbols() != nullptr)
         for (const flatbuffers::String* extra : *op->symbols()) {
           void* f = find(extra->c_str());

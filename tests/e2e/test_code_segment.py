@@ -25,7 +25,7 @@ def llama(tiny_dir):
     if not ckpt.exists():
         run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llama", "--out", ckpt])
     host = tiny_dir / "cs-host.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", host])
+    run([tool("kiln-compile"), ckpt, "-o", host, "--kv-cache=f32"])
     ids = tiny_dir / "cs-ids.npy"
     np.save(ids, np.array([1, 17, 42, 99, 7, 300, 12, 5], dtype=np.int32))
     return ckpt, host, ids
@@ -59,7 +59,7 @@ def test_generated_kernels_are_bound_and_match_portable(llama, tiny_dir):
     assert any(op["kind"] == "Embedding" for op in generated)
 
     portable = tiny_dir / "cs-portable.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable"])
+    run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable", "--kv-cache=f32"])
     assert "code" not in _inspect(portable)
     got, want = tiny_dir / "cs-host.npy", tiny_dir / "cs-portable.npy"
     a = run([tool("kiln-run"), host, "--input-ids", ids, "--max-new-tokens", "4", "--dump-logits", got]).stdout
@@ -148,7 +148,7 @@ def test_static_library_kernels(llama, tiny_dir):
     out = tiny_dir / "static"
     out.mkdir(exist_ok=True)
     art = out / "model.kiln"
-    run([tool("kiln-compile"), ckpt, "-o", art, "--emit=static-library"])
+    run([tool("kiln-compile"), ckpt, "-o", art, "--emit=static-library", "--kv-cache=f32"])  # as cs-host.kiln
     assert (out / "model.kernels.a").exists() and (out / "model.kernels.h").exists()
     info = _inspect(art)
     assert info["code"]["library"] is True and info["runs_here"] is False

@@ -68,9 +68,9 @@ def test_host_kernels_match_portable(llava, tiny_dir, precision, tol, kernels):
     name = precision or "fp32"
     host, portable = tiny_dir / f"hk-{name}-{kernels}.kiln", tiny_dir / f"hk-{name}-portable.kiln"
     extra = [f"--precision=.*={precision}"] if precision else []
-    run([tool("kiln-compile"), ckpt, "-o", host, f"--kernels={kernels}", *extra])
+    run([tool("kiln-compile"), ckpt, "-o", host, f"--kernels={kernels}", "--kv-cache=f32", *extra])
     if not portable.exists():
-        run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable", *extra])
+        run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable", "--kv-cache=f32", *extra])
 
     h, p = _inspect(host), _inspect(portable)
     if kernels == "hand-written":

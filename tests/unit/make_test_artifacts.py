@@ -16,6 +16,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "models")
 PRESETS = {"tiny-llama": False, "tiny-llava": True, "tiny-idefics3": True, "tiny-mixtral": False}
+# KV caches: every artifact has an f32 cache except `<preset>.kv8.gen-<arch>.kiln` and
+# `<preset>.kv4.gen-<arch>.kiln` (int8, int4; generated attention).
 # Quantised with int8 activations (W8A8 and W4A8): `<preset>.a8.kiln` (portable) and
 # `<preset>.a8.gen-<arch>.kiln` (generated kernels), which the runtime tests compare.
 # Per architecture, the CPU features the generated artifact assumes (or other flags), so that every
@@ -59,6 +61,9 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    # The runtime tests compare these artifacts with each other and with the PyTorch
+    # reference: an f32 KV cache (exact), except the `.kv8` / `.kv4` artifacts below.
+    compiler = [args.compiler, "--kv-cache=f32"]
     from PIL import Image
     photo = os.path.join(args.out, "photo.png")
     rng = np.random.default_rng(3)
@@ -69,26 +74,33 @@ def main():
         shutil.rmtree(ckpt, ignore_errors=True)
         run([sys.executable, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
         # Portable: the runtime tests run these on every architecture (also under qemu).
-        run([args.compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln"), "--target=portable"])
+        run([*compiler, ckpt, "-o", os.path.join(args.out, preset + ".kiln"), "--target=portable"])
         # With generated kernels in a code segment, for each architecture's baseline
         # (x86-64 SSE2, AArch64 NEON): each runtime runs its own architecture's.
         for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
-            run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.gen-{arch}.kiln"),
+            run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.gen-{arch}.kiln"),
                  f"--target={triple}"])
+        # Int8 and int4 KV caches read by the generated attention (tiny-llama): the
+        # runtime tests compare them with the built-in kernels reading the same caches.
+        if preset == "tiny-llama":
+            for kv in ("int8", "int4"):
+                for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
+                    run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.kv{kv[3:]}.gen-{arch}.kiln"),
+                         f"--target={triple}", f"--kv-cache={kv}"])
         for suffix, table in (("a8", A8), ("a16", A16)):
             if preset not in table:
                 continue
             rules, features = table[preset]
             precision = [f"--precision={r}" for r in rules]
-            run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.kiln"), "--target=portable"]
+            run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.kiln"), "--target=portable"]
                 + precision)
             for arch, triple in (("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu")):
                 flags = features[arch]
                 flags = [flags] if flags.startswith("--") else [f"--cpu-features={flags}"]
-                run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.gen-{arch}.kiln"),
+                run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.{suffix}.gen-{arch}.kiln"),
                      f"--target={triple}"] + flags + precision)
             if suffix == "a8" and preset in SME2:
-                run([args.compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.a8.gen-aarch64-sme2.kiln"),
+                run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.a8.gen-aarch64-sme2.kiln"),
                      "--target=aarch64-linux-gnu", f"--cpu-features={SME2[preset]}"] + precision)
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]

@@ -106,9 +106,9 @@ static cl::opt<int64_t> maxPrefillTokens(
     cl::init(512), cl::cat(kilnCategory));
 static cl::opt<std::string> kvCache(
     "kv-cache",
-    cl::desc("Encoding of the KV cache: f32, f16, int8 (one scale per 32 channels) or int4; a session may "
-             "choose another (kiln-run --kv-cache)"),
-    cl::init("f32"), cl::cat(kilnCategory));
+    cl::desc("Encoding of the KV cache: int8 (default; one scale per 32 channels), int4, f16 or f32 (exact); "
+             "a session may choose another (kiln-run --kv-cache)"),
+    cl::init("int8"), cl::cat(kilnCategory));
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),
                                  cl::init(false), cl::cat(kilnCategory));

@@ -173,13 +173,15 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
     per_thread = KILN_UK_ATTENTION_SCRATCH(kv->context, p.head_dim, 1);
   }
   const UkernelSet* uk = c.uk;
-  // An encoded cache: the fastest built-in kernel that reads it (the op's own kernel
-  // may be a generated one, which reads f32 caches only).
+  // A cache the op's own kernel does not read (a generated kernel reads the
+  // artifact's encoding; a session may have chosen another): the fastest built-in
+  // kernel that reads it.
   auto* attend = uk->attention;
-  if (p.kv_encoding != format::kEncF32)
-    attend = uk->attention_kv_supported == nullptr || uk->attention_kv_supported(&p) != 0
-                 ? uk->attention_kv
-                 : kiln_uk_attention_f32_f32_f32_ref_portable;
+  if (ap->cache_layer() >= 0) {
+    const bool builtin = uk->attention_kv_supported == nullptr || uk->attention_kv_supported(&p) != 0;
+    if (uk->attention_reads_kv >= 0 ? uk->attention_reads_kv != p.kv_encoding : !builtin)
+      attend = builtin ? uk->attention_kv : kiln_uk_attention_f32_f32_f32_ref_portable;
+  }
   c.pool->For(rows * heads, 1, [&](int64_t b, int64_t e, int t) { attend(&p, b, e, scratch + t * per_thread); });
   return KILN_OK;
 }

@@ -15,6 +15,7 @@
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
 #include "formats/encoding.h"
+#include "formats/kv_codec.h"
 #include "formats/kiln_format.h"
 #include "formats/numeric.h"
 #include "kernels/ukernel.h"
@@ -781,6 +782,85 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
       }
     }
   }
+}
+
+// A one-op attention over the KV cache of a module whose cache is `kv`
+// (#kiln.kv_cache<...>).
+std::string CachedAttentionModel(int64_t heads, int64_t kv, int64_t hd, const std::string& cache) {
+  const std::string tq = "tensor<?x" + std::to_string(heads * hd) + "xf32>",
+                    tk = "tensor<?x" + std::to_string(kv * hd) + "xf32>";
+  return "module attributes {kiln.kv_cache = " + cache + "} {\n"
+         "func.func @decoder_prefill(%q: " + tq + ", %k: " + tk + ", %v: " + tk + ", %pos: tensor<?xi32>) -> " + tq +
+         " attributes {kiln.stage = #kiln.stage<decoder_prefill>} {\n"
+         "  %0 = kiln.attention %q, %k, %v positions(%pos) {num_heads = " + std::to_string(heads) +
+         " : i64, num_kv_heads = " + std::to_string(kv) + " : i64, head_dim = " + std::to_string(hd) +
+         " : i64, scale = 1.250000e-01 : f64, causal, cache_layer = 0 : i64, kiln.kernel = \"attention_f32_f32_f32_gen\"} : " +
+         tq + ", " + tk + ", " + tk + ", tensor<?xi32> -> " + tq + "\n  return %0 : " + tq + "\n}\n}\n";
+}
+
+// Generated attention reading an f16, int8 or int4 cache (the module's encoding)
+// against the reference reading the same bytes.
+TEST_F(GeneratedKernels, AttentionReadsEncodedKvCache) {
+  struct Shape {
+    int64_t heads, kv, hd;
+  };
+  const Shape shapes[] = {{4, 2, 64}, {8, 2, 128}, {2, 1, 72}, {2, 2, 16}};
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  int compared = 0;
+  for (const Target& target : RunnableTargets())
+    for (const Shape& s : shapes)
+      for (uint8_t enc : {format::kEncF16, format::kEncINT8, format::kEncINT4}) {
+        const uint32_t group = format::KvDefaultGroup(enc, static_cast<uint32_t>(s.hd));
+        const std::string cache = std::string("#kiln.kv_cache<") + format::EncodingName(enc) +
+                                  (group ? ", group = " + std::to_string(group) : std::string()) + ">";
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + std::to_string(s.heads) + "x" +
+                     std::to_string(s.kv) + "x" + std::to_string(s.hd) + ", " + cache);
+        rt::CodeImage image;
+        auto* fn = LoadGenerated<void(const kiln_uk_attention_params_t*, int64_t, int64_t, float*)>(
+            ctx_, CachedAttentionModel(s.heads, s.kv, s.hd, cache), target, &image);
+        ASSERT_NE(fn, nullptr);
+        const int64_t rows = 5, keys = 41, ldq = s.heads * s.hd, width = s.kv * s.hd, ldy = s.heads * s.hd;
+        const uint64_t rowBytes = format::KvRowBytes(enc, width), rowScales = format::KvRowScales(enc, width, group);
+        std::vector<float> q(rows * ldq), kv(width), want(rows * ldy), got(rows * ldy);
+        std::vector<uint8_t> kc(keys * rowBytes), vc(keys * rowBytes);
+        std::vector<float> ks(keys * rowScales + 1), vs(keys * rowScales + 1);
+        for (float& x : q) x = value(rng);
+        for (int64_t j = 0; j < keys; ++j) {
+          for (float& x : kv) x = value(rng);
+          format::EncodeKvRow(enc, group, kv.data(), width, kc.data() + j * rowBytes, ks.data() + j * rowScales);
+          for (float& x : kv) x = value(rng);
+          format::EncodeKvRow(enc, group, kv.data(), width, vc.data() + j * rowBytes, vs.data() + j * rowScales);
+        }
+        std::vector<int32_t> pos(rows);
+        for (int64_t t = 0; t < rows; ++t) pos[t] = static_cast<int32_t>(t == 0 ? keys - 1 : rng() % keys);
+        kiln_uk_attention_params_t p = {};
+        p.q = q.data();
+        p.ldq = ldq;
+        p.ldkv = width;
+        p.y = want.data();
+        p.ldy = ldy;
+        p.heads = s.heads;
+        p.kv_heads = s.kv;
+        p.head_dim = s.hd;
+        p.n_keys = keys;
+        p.scale = 0.125f;
+        p.positions = pos.data();
+        p.kv_encoding = enc;
+        p.kv_group = static_cast<int32_t>(group);
+        p.kc = kc.data();
+        p.vc = vc.data();
+        p.ks = ks.data();
+        p.vs = vs.data();
+        std::vector<float> scratch(KILN_UK_ATTENTION_SCRATCH(keys, s.hd, 1));
+        kiln_uk_attention_f32_f32_f32_ref_portable(&p, 0, rows * s.heads, scratch.data());
+        p.y = got.data();
+        fn(&p, 0, rows * s.heads, scratch.data());
+        for (int64_t i = 0; i < rows * ldy; ++i)
+          ASSERT_LE(std::fabs(got[i] - want[i]), 2e-6 * (1.0 + std::fabs(want[i]))) << "element " << i;
+        ++compared;
+      }
+  EXPECT_GE(compared, 12);
 }
 
 // A one-op embedding model: rows of a [rows, cols] table of `encoding`.

@@ -788,7 +788,7 @@ struct Outputs {
   bool generated_a8 = false;  // an op runs a generated quantised-weight matmul (ids 37-41)
 };
 kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err,
-                         int threads = 1) {
+                         int threads = 1, int kv_cache = KILN_KV_CACHE_DEFAULT) {
   kiln_model_t* model = nullptr;
   kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, err);
   if (st != KILN_OK) return st;
@@ -799,6 +799,7 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
   so.num_threads = threads;
+  so.kv_cache = kv_cache;
   kiln_session_t* s = nullptr;
   EXPECT_EQ(kiln_session_create(model, &so, &s, err), KILN_OK) << err->message;
   kiln::npy::Array ids, px;
@@ -895,6 +896,53 @@ TEST(GeneratedQuantized, MatchesPortableArtifactOfSamePrecision) {
     ++ran;
   }
   EXPECT_GE(ran, 1) << "no generated quantised artifact runs on this CPU";
+}
+
+// Largest |a - b| over the logits, and the largest |a|.
+std::pair<double, double> LogitDiff(const Outputs& a, const Outputs& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.logits.size() && i < b.logits.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(a.logits[i] - b.logits[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a.logits[i])));
+  }
+  return {worst, scale};
+}
+
+// Encoded KV caches (make_test_artifacts.py: tiny-llama.kv8 / .kv4, generated
+// attention reading int8 / int4 caches): the same model with the same cache encoding
+// chosen per session on the f32-cache artifact (the built-in kernels reading it)
+// gives the same logits up to float rounding (and the odd code rounded the other
+// way); a session asking the int8 artifact for an f32 cache (the generated kernel
+// reads int8 only: the built-in one runs) gives the f32 artifact's; and the encoded
+// caches stay close to f32.
+TEST(KvCache, GeneratedAttentionReadsTheArtifactsEncoding) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  const std::string base = dir + "/tiny-llama", f32_artifact = GeneratedArtifact(dir, "tiny-llama");
+  kiln_error_t err;
+  Outputs f32;
+  ASSERT_EQ(RunVectors(f32_artifact, base, &f32, &err), KILN_OK) << err.message;
+  const std::pair<const char*, int> encodings[] = {{"kv8", KILN_KV_CACHE_INT8}, {"kv4", KILN_KV_CACHE_INT4}};
+  for (const auto& [name, kv] : encodings) {
+    SCOPED_TRACE(name);
+    Outputs generated, builtin, back_to_f32;
+    ASSERT_EQ(RunVectors(GeneratedArtifact(dir, std::string("tiny-llama.") + name), base, &generated, &err), KILN_OK)
+        << err.message;
+    ASSERT_EQ(RunVectors(f32_artifact, base, &builtin, &err, 1, kv), KILN_OK) << err.message;
+    ASSERT_EQ(RunVectors(GeneratedArtifact(dir, std::string("tiny-llama.") + name), base, &back_to_f32, &err, 1,
+                         KILN_KV_CACHE_F32),
+              KILN_OK)
+        << err.message;
+    auto [same, scale] = LogitDiff(generated, builtin);
+    auto [exact, scale2] = LogitDiff(back_to_f32, f32);
+    auto [lossy, scale3] = LogitDiff(generated, f32);
+    std::printf("tiny-llama.%s: max |generated - built-in| logit %.3g, |f32 session - f32 artifact| %.3g, "
+                "|encoded - f32| %.3g, max |logit| %.3g\n", name, same, exact, lossy, scale);
+    EXPECT_LE(same, 2e-3 * scale);
+    EXPECT_LE(exact, 1e-4 * scale2);
+    EXPECT_GT(lossy, 0.0) << "the encoded cache changed nothing: was it used?";
+    EXPECT_LE(lossy, (kv == KILN_KV_CACHE_INT8 ? 5e-2 : 0.3) * scale3);
+  }
 }
 
 // The thread pool splits each op's work (output channels, rows, heads) in ranges; an

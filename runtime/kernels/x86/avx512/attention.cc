@@ -109,8 +109,8 @@ void SumValues(const Rows& vals, int64_t hd, int64_t nmax, float* const* s, cons
   }
 }
 
-// Up to kGroup rows of one head at a time, so that each key and value loaded serves
-// every row of the group: scores 4 keys x G rows per Reduce16, the weighted sum of
+// Up to kGroup (row, head) pairs of one kv head at a time, so that each key and value
+// loaded serves every pair of the group: scores 4 keys x G rows per Reduce16, the weighted sum of
 // values into G rows of outputs. Row g attends to keys [0, n[g]); its scores live in
 // scratch + g * n_keys. A row's result does not depend on the group it is computed in:
 // its dot products, softmax and sums go through the same operations (zero weights of
@@ -119,8 +119,9 @@ constexpr int kGroup = 4;
 static_assert(kGroup == 4 && kGroup <= KILN_UK_ATTENTION_SCRATCH_ROWS, "groups of 4 rows; their scores live in the scratch");
 
 template <int G, class Rows>
-void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* rows, float* scratch) {
-  const int64_t hd = p->head_dim, kvh = h / (p->heads / p->kv_heads);
+void AttendGroup(const kiln_uk_attention_params_t* p, int64_t kvh, const int64_t* rows, const int64_t* hs,
+                 float* scratch) {
+  const int64_t hd = p->head_dim;
   const Rows keys(p, p->k, p->kc, p->ks, kvh * hd);
   const Rows vals(p, p->v, p->vc, p->vs, kvh * hd);
   int64_t n[G], nmax = 0;
@@ -128,7 +129,7 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* 
   float* out[G];
   float* s[G];
   for (int g = 0; g < G; ++g) {
-    const int64_t t = rows[g];
+    const int64_t t = rows[g], h = hs[g];
     n[g] = p->positions != nullptr ? static_cast<int64_t>(p->positions[t]) + 1 : p->causal ? t + 1 : p->n_keys;
     nmax = std::max(nmax, n[g]);
     q[g] = p->q + t * p->ldq + h * hd;
@@ -162,18 +163,34 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t h, const int64_t* 
   SumValues<G>(vals, hd, nmax, s, inv, out);
 }
 
-// Rows [ra, rb] of head h over a KV cache in groups of kGroup rows.
+// The tasks in [begin, end) of kv head kvh, in groups of up to kGroup (row, head)
+// pairs that share its keys and values: rows of a head and, with grouped-query
+// attention, the heads of one kv head (so that decode, one row, reads and decodes
+// each key and value once for every head that shares it).
 template <class Rows>
-void AttendRows(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra, int64_t rb, float* scratch) {
-  for (int64_t r = ra; r <= rb; r += kGroup) {
-    const int64_t rows[kGroup] = {r, r + 1, r + 2, r + 3};
-    switch (std::min<int64_t>(kGroup, rb + 1 - r)) {
-      case 1: AttendGroup<1, Rows>(p, h, rows, scratch); break;
-      case 2: AttendGroup<2, Rows>(p, h, rows, scratch); break;
-      case 3: AttendGroup<3, Rows>(p, h, rows, scratch); break;
-      default: AttendGroup<4, Rows>(p, h, rows, scratch); break;
+void AttendKvHead(const kiln_uk_attention_params_t* p, int64_t kvh, int64_t begin, int64_t end, float* scratch) {
+  const int64_t heads = p->heads, per_kv = heads / p->kv_heads;
+  int64_t rows[kGroup], hs[kGroup];
+  int count = 0;
+  auto flush = [&] {
+    switch (count) {
+      case 0: break;
+      case 1: AttendGroup<1, Rows>(p, kvh, rows, hs, scratch); break;
+      case 2: AttendGroup<2, Rows>(p, kvh, rows, hs, scratch); break;
+      case 3: AttendGroup<3, Rows>(p, kvh, rows, hs, scratch); break;
+      default: AttendGroup<4, Rows>(p, kvh, rows, hs, scratch); break;
     }
-  }
+    count = 0;
+  };
+  for (int64_t t = begin / heads; t <= (end - 1) / heads; ++t)
+    for (int64_t h = kvh * per_kv; h < (kvh + 1) * per_kv; ++h) {
+      const int64_t task = t * heads + h;
+      if (task < begin || task >= end) continue;
+      rows[count] = t;
+      hs[count++] = h;
+      if (count == kGroup) flush();
+    }
+  flush();
 }
 
 // All keys in the inputs (vision encoders) and many of them: per head, the keys
@@ -272,19 +289,20 @@ extern "C" void kiln_uk_attention_f32_f32_f32_x86_avx512(const kiln_uk_attention
   const int64_t heads = p->heads, r0 = task_begin / heads, r1 = (task_end - 1) / heads;
   const bool transposed =
       p->positions == nullptr && p->n_keys >= kTransposedMinKeys && (p->n_keys + 16) * p->ldkv <= INT32_MAX;
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t ra = r0 * heads + h >= task_begin ? r0 : r0 + 1;
-    const int64_t rb = r1 * heads + h < task_end ? r1 : r1 - 1;
-    if (ra > rb) continue;
-    if (transposed) {
-      AttendTransposed(p, h, ra, rb, scratch);
-      continue;
+  if (transposed) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t ra = r0 * heads + h >= task_begin ? r0 : r0 + 1;
+      const int64_t rb = r1 * heads + h < task_end ? r1 : r1 - 1;
+      if (ra <= rb) AttendTransposed(p, h, ra, rb, scratch);
     }
+    return;
+  }
+  for (int64_t kvh = 0; kvh < p->kv_heads; ++kvh) {
     switch (p->positions != nullptr ? p->kv_encoding : kiln::format::kEncF32) {
-      case kiln::format::kEncF16: AttendRows<F16Rows>(p, h, ra, rb, scratch); break;
-      case kiln::format::kEncINT8: AttendRows<Int8Rows>(p, h, ra, rb, scratch); break;
-      case kiln::format::kEncINT4: AttendRows<Int4Rows>(p, h, ra, rb, scratch); break;
-      default: AttendRows<F32Rows>(p, h, ra, rb, scratch); break;
+      case kiln::format::kEncF16: AttendKvHead<F16Rows>(p, kvh, task_begin, task_end, scratch); break;
+      case kiln::format::kEncINT8: AttendKvHead<Int8Rows>(p, kvh, task_begin, task_end, scratch); break;
+      case kiln::format::kEncINT4: AttendKvHead<Int4Rows>(p, kvh, task_begin, task_end, scratch); break;
+      default: AttendKvHead<F32Rows>(p, kvh, task_begin, task_end, scratch); break;
     }
   }
 }
