@@ -348,7 +348,7 @@ void MutateModel(Rng& rng, fb::ModelT& m) {
     case 11: {  // text config
       if (!m.text) break;
       fb::TextConfigT& t = *m.text;
-      switch (rng() % 8) {
+      switch (rng() % 10) {
         case 0: t.vocab_size = MutInt(rng, t.vocab_size); break;
         case 1: t.hidden_size = MutInt(rng, t.hidden_size); break;
         case 2: t.num_layers = MutInt(rng, t.num_layers); break;
@@ -356,6 +356,8 @@ void MutateModel(Rng& rng, fb::ModelT& m) {
         case 4: t.num_kv_heads = MutInt(rng, t.num_kv_heads); break;
         case 5: t.head_dim = MutInt(rng, t.head_dim); break;
         case 6: t.max_position_embeddings = MutInt(rng, t.max_position_embeddings); break;
+        case 7: t.kv_cache_encoding = static_cast<fb::Encoding>(rng() % 9); break;
+        case 8: t.kv_cache_group = MutInt(rng, t.kv_cache_group); break;
         default: t.sliding_window = MutInt(rng, t.sliding_window); break;
       }
       break;

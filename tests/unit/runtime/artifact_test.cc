@@ -270,6 +270,18 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
        [](fb::ModelT& m) { m.segments[0] = fb::Segment(m.segments[0].offset(), m.segments[0].size() * 4 + 4096); }},
       {"segment overlapping the header", KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS,
        [](fb::ModelT& m) { m.segments[0] = fb::Segment(0, m.segments[0].size()); }},
+      {"KV cache in bf16", KILN_ERROR_ARTIFACT_MALFORMED,
+       [](fb::ModelT& m) { m.text->kv_cache_encoding = fb::Encoding::BF16; }},
+      {"int8 KV cache without a group", KILN_ERROR_ARTIFACT_MALFORMED,
+       [](fb::ModelT& m) {
+         m.text->kv_cache_encoding = fb::Encoding::INT8;
+         m.text->kv_cache_group = 0;
+       }},
+      {"int4 KV cache group not dividing head_dim", KILN_ERROR_ARTIFACT_MALFORMED,
+       [](fb::ModelT& m) {
+         m.text->kv_cache_encoding = fb::Encoding::INT4;
+         m.text->kv_cache_group = m.text->head_dim + 2;
+       }},
       {"unknown kernel id", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL,
        [](fb::ModelT& m) { m.stages[0]->ops[0]->kernel = 9999; }},
       {"kernel of another op", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL,
@@ -943,6 +955,52 @@ TEST(KvCache, GeneratedAttentionReadsTheArtifactsEncoding) {
     EXPECT_GT(lossy, 0.0) << "the encoded cache changed nothing: was it used?";
     EXPECT_LE(lossy, (kv == KILN_KV_CACHE_INT8 ? 5e-2 : 0.3) * scale3);
   }
+}
+
+// The session's KV-cache option: its bytes per encoding (kiln_model_session_bytes and
+// the stats agree), the encoding reported, and an unknown value refused.
+TEST(KvCache, SessionOptionsBytesAndStats) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load(GeneratedArtifact(dir, "tiny-llama.kv8").c_str(), nullptr, &model, &err), KILN_OK)
+      << err.message;
+  uint64_t token_bytes[5] = {}, session_bytes[5] = {};
+  for (int kv : {KILN_KV_CACHE_DEFAULT, KILN_KV_CACHE_F32, KILN_KV_CACHE_F16, KILN_KV_CACHE_INT8, KILN_KV_CACHE_INT4}) {
+    kiln_session_options_t so;
+    kiln_session_options_init(&so);
+    so.num_threads = 1;
+    so.context_length = 256;
+    so.kv_cache = kv;
+    ASSERT_EQ(kiln_model_session_bytes(model, &so, &session_bytes[kv], &err), KILN_OK) << err.message;
+    kiln_session_t* s = nullptr;
+    ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+    kiln_stats_t st = {};
+    st.struct_size = sizeof(st);
+    ASSERT_EQ(kiln_session_get_stats(s, &st), KILN_OK);
+    EXPECT_EQ(st.kv_cache, kv == KILN_KV_CACHE_DEFAULT ? KILN_KV_CACHE_INT8 : kv);
+    EXPECT_EQ(st.kv_cache_bytes, st.kv_cache_token_bytes * 256);
+    token_bytes[kv] = st.kv_cache_token_bytes;
+    kiln_session_release(s);
+  }
+  // tiny-llama: 2 layers, 2 kv heads of 16: 64 values per position and layer, keys and
+  // values; int8 and int4 with one f32 scale per head (16 channels).
+  EXPECT_EQ(token_bytes[KILN_KV_CACHE_F32], 2u * 2 * 32 * 4);
+  EXPECT_EQ(token_bytes[KILN_KV_CACHE_F16], 2u * 2 * 32 * 2);
+  EXPECT_EQ(token_bytes[KILN_KV_CACHE_INT8], 2u * 2 * (32 + 2 * 4));
+  EXPECT_EQ(token_bytes[KILN_KV_CACHE_INT4], 2u * 2 * (16 + 2 * 4));
+  EXPECT_EQ(token_bytes[KILN_KV_CACHE_DEFAULT], token_bytes[KILN_KV_CACHE_INT8]);
+  EXPECT_GT(session_bytes[KILN_KV_CACHE_F32], session_bytes[KILN_KV_CACHE_INT8]);
+  EXPECT_GT(session_bytes[KILN_KV_CACHE_INT8], session_bytes[KILN_KV_CACHE_INT4]);
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.kv_cache = 9;
+  kiln_session_t* s = nullptr;
+  EXPECT_EQ(kiln_session_create(model, &so, &s, &err), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("kv_cache 9"), std::string::npos) << err.message;
+  EXPECT_EQ(s, nullptr);
+  kiln_model_release(model);
 }
 
 // The thread pool splits each op's work (output channels, rows, heads) in ranges; an
