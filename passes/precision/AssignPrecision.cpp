@@ -7,6 +7,7 @@
 #include "formats/encoding.h"
 #include "passes/Encoding.h"
 #include "passes/OpTable.h"
+#include "formats/byte_size.h"
 #include "passes/Passes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -14,28 +15,8 @@
 
 namespace kiln {
 
-// "1.2GB", "800MB", "512MiB", "123456" -> bytes.
-std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
-  text = text.trim();
-  struct Unit {
-    const char* suffix;
-    double factor;
-  };
-  static const Unit units[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
-                               {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
-                               {"G", 1e9},            {"M", 1e6},         {"K", 1e3},
-                               {"B", 1.0}};
-  double factor = 1.0;
-  for (const Unit& u : units)
-    if (text.consume_back(u.suffix)) {
-      factor = u.factor;
-      break;
-    }
-  double value;
-  if (text.trim().getAsDouble(value) || !(value > 0))
-    return std::nullopt;
-  return static_cast<uint64_t>(value * factor);
-}
+// "1.2GB", "800MB", "512MiB", "123456" -> bytes (formats/byte_size.h).
+std::optional<uint64_t> parseByteSize(llvm::StringRef text) { return format::ParseByteSize(text.str()); }
 
 #define GEN_PASS_DEF_KILNASSIGNPRECISION
 #include "passes/Passes.h.inc"

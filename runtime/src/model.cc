@@ -242,10 +242,33 @@ void RebindGenerated(kiln_model_t* m) {
   }
 }
 
+// kiln_model_options_t.memory_budget: what the model and one session need
+// (kiln_model_memory_report) against the budget, every part named when it does not
+// fit. Only the header and the code segment have been read so far.
+kiln_status_t CheckMemoryBudget(kiln_model_t* m, kiln_error_t* error) {
+  kiln_memory_report_t r = {};
+  r.struct_size = sizeof(r);
+  if (kiln_status_t st = kiln_model_memory_report(m, m->budget_session_given ? &m->budget_session : nullptr, &r, error);
+      st != KILN_OK)
+    return st;
+  if (r.total_bytes <= m->memory_budget) return KILN_OK;
+  static const char* const kKv[] = {"default", "f32", "f16", "int8", "int4"};
+  const double mb = 1e6;
+  return Fail(error, KILN_ERROR_RESOURCE_EXHAUSTED,
+              "needs %.1f MB, over the %.1f MB memory budget: weights %.1f MB (mapped), code %.1f MB, model tables "
+              "%.1f MB, session %.1f MB (KV cache %.1f MB, %s for %d tokens; arena %.1f MB; scratch and buffers "
+              "%.1f MB); a shorter context or a smaller KV-cache encoding (kiln_session_options_t) lowers it",
+              r.total_bytes / mb, m->memory_budget / mb, r.weight_bytes / mb, r.code_bytes / mb, r.model_bytes / mb,
+              r.session_bytes / mb, r.kv_cache_bytes / mb, kKv[r.kv_cache >= 0 && r.kv_cache <= 4 ? r.kv_cache : 0],
+              r.context_length, r.arena_bytes / mb,
+              (r.session_bytes - r.kv_cache_bytes - r.arena_bytes) / mb);
+}
+
 kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* error) {
   kiln_status_t st = VerifyArtifact(m->data, m->size, DetectCpuFeatures(), &m->allocator, &m->fb, error);
   if (st == KILN_OK) st = Prepare(m, error);
   if (st == KILN_OK) st = BindCode(m, error);
+  if (st == KILN_OK && m->memory_budget > 0) st = CheckMemoryBudget(m, error);
   if (st != KILN_OK) {
     kiln_model_release(m);
     return st;
@@ -274,6 +297,17 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
   if (options != nullptr &&
       options->struct_size >= offsetof(kiln_model_options_t, kernels) + sizeof(options->kernels))
     m->kernel_library = options->kernels;
+  if (options != nullptr && options->struct_size >= offsetof(kiln_model_options_t, session) + sizeof(options->session)) {
+    m->memory_budget = options->memory_budget;
+    if (options->session != nullptr) {
+      // The caller's struct, of whatever size it declares (checked by the session planner).
+      const kiln_session_options_t* so = options->session;
+      m->budget_session_given = true;
+      if (so->struct_size >= sizeof(uint32_t) && so->struct_size <= 4096)
+        std::memcpy(&m->budget_session, so, std::min<size_t>(so->struct_size, sizeof(m->budget_session)));
+      m->budget_session.struct_size = so->struct_size;
+    }
+  }
   return m;
 }
 

@@ -54,6 +54,10 @@ struct kiln_model_t {
   // to a generated kernel runs (null: its kernel's own).
   kiln::rt::CodeImage code;
   const kiln_kernel_library_t* kernel_library = nullptr;  // kiln_model_options_t.kernels
+  // kiln_model_options_t.memory_budget and the session it is for (checked at load).
+  uint64_t memory_budget = 0;
+  bool budget_session_given = false;
+  kiln_session_options_t budget_session = {};
   kiln::rt::Vec<kiln::rt::UkernelSet> generated_uk;
   kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk[kiln::rt::kNumStages];
   // op_uk as loaded: a generated kernel is specialised to its weights' stored

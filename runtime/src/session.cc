@@ -502,6 +502,16 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   return KILN_OK;
 }
 
+// The kiln_kv_cache_t of a cache encoding.
+int32_t KvCacheOption(uint8_t encoding) {
+  switch (encoding) {
+    case format::kEncF16: return KILN_KV_CACHE_F16;
+    case format::kEncINT8: return KILN_KV_CACHE_INT8;
+    case format::kEncINT4: return KILN_KV_CACHE_INT4;
+    default: return KILN_KV_CACHE_F32;
+  }
+}
+
 // Reads the caller's options (of any struct size) into `o` and plans the session.
 kiln_status_t PlanFromOptions(const kiln_model_t* model, const kiln_session_options_t* options,
                               kiln_session_options_t* o, SessionPlan* plan, kiln_error_t* error) {
@@ -595,6 +605,30 @@ kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_ses
   return KILN_OK;
 }
 
+kiln_status_t kiln_model_memory_report(const kiln_model_t* model, const kiln_session_options_t* options,
+                                       kiln_memory_report_t* out_report, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || out_report == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_memory_report: model and out_report are required");
+  kiln_session_options_t o;
+  SessionPlan plan;
+  if (kiln_status_t st = PlanFromOptions(model, options, &o, &plan, out_error); st != KILN_OK) return st;
+  kiln_memory_report_t r = {};
+  r.struct_size = sizeof(r);
+  r.weight_bytes = model->fb->memory_plan()->weight_bytes();
+  r.code_bytes = model->code.mapped_bytes();
+  r.model_bytes = model->allocator.current_bytes() + sizeof(kiln_model_t);
+  r.session_bytes = plan.Total(model->multimodal);
+  r.kv_cache_bytes = 2 * (static_cast<uint64_t>(plan.kv_half) + plan.kv_scales_half);
+  r.arena_bytes = plan.arena;
+  r.total_bytes = r.weight_bytes + r.code_bytes + r.model_bytes + r.session_bytes;
+  r.context_length = static_cast<int32_t>(plan.context);
+  r.kv_cache = KvCacheOption(plan.kv_encoding);
+  if (!CopySizedOut(r, out_report))
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_memory_report_t.struct_size is not set");
+  return KILN_OK;
+}
+
 kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_options_t* options,
                                   kiln_session_t** out_session, kiln_error_t* out_error) {
   ClearError(out_error);
@@ -658,12 +692,7 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   s->stats.arena_bytes = m->memory_plan()->arena_bytes();
   s->stats.kv_cache_bytes = s->kv.bytes();
   s->stats.kv_cache_token_bytes = s->kv.token_bytes();
-  switch (s->kv.encoding) {
-    case format::kEncF16: s->stats.kv_cache = KILN_KV_CACHE_F16; break;
-    case format::kEncINT8: s->stats.kv_cache = KILN_KV_CACHE_INT8; break;
-    case format::kEncINT4: s->stats.kv_cache = KILN_KV_CACHE_INT4; break;
-    default: s->stats.kv_cache = KILN_KV_CACHE_F32; break;
-  }
+  s->stats.kv_cache = KvCacheOption(s->kv.encoding);
   s->stats.weight_bytes = m->memory_plan()->weight_bytes();
   s->stats.num_threads = s->pool->num_threads();
   *out_session = s;

@@ -10,6 +10,7 @@ extern "C" const char* kiln_status_message(kiln_status_t status) {
     case KILN_ERROR_UNSUPPORTED: return "unsupported";
     case KILN_ERROR_BUFFER_TOO_SMALL: return "buffer too small";
     case KILN_ERROR_CANCELLED: return "cancelled";
+    case KILN_ERROR_RESOURCE_EXHAUSTED: return "does not fit the memory budget";
     case KILN_ERROR_INTERNAL: return "internal error";
     case KILN_ERROR_ARTIFACT_NOT_KILN: return "not a Kiln artifact";
     case KILN_ERROR_ARTIFACT_VERSION: return "unsupported artifact schema version";

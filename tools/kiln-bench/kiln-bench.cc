@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
+#include "common/rss.h"
 #include "common/tensor_label.h"
 #include "common/text.h"
 #include "kiln-bench/json.h"
@@ -159,25 +160,9 @@ std::string ThermalJson(const Thermal& t) {
   return s + "]}";
 }
 
-// Peak resident set: VmHWM, reset per run by writing 5 to /proc/self/clear_refs (Linux
-// 4.0+); getrusage's ru_maxrss (never reset) where that fails.
-bool ResetPeakRss() {
-  int fd = open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  bool ok = write(fd, "5", 1) == 1;
-  close(fd);
-  return ok;
-}
-double PeakRssBytes() {
-  std::string status;
-  if (ReadText("/proc/self/status", &status)) {
-    const size_t at = status.find("VmHWM:");
-    if (at != std::string::npos) return std::atof(status.c_str() + at + 6) * 1024.0;
-  }
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) * 1024.0;
-}
+// Peak resident set: VmHWM, reset per run (tools/common/rss.h).
+using kiln::tools::PeakRssBytes;
+using kiln::tools::ResetPeakRss;
 
 // Fraction of the file's pages in the page cache (mincore on a fresh mapping), or -1.
 double CachedFraction(const std::string& path) {

@@ -159,6 +159,7 @@ struct SessionMemory {
   int threads = 0;  // 0: the performance cores (the runtime's default)
   int kv_cache = KILN_KV_CACHE_DEFAULT;
   uint64_t bytes = 0;
+  kiln_memory_report_t report = {};  // kiln_model_memory_report: what --memory-budget is checked against
   bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
   std::string why_not;
 };
@@ -222,6 +223,20 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 mem.kv_cache ? kiln::tools::KvCacheName(mem.kv_cache) : "the artifact's");
   else
     std::printf("  session          not computed: the artifact cannot be loaded here\n");
+  if (mem.runs_here) {
+    const kiln_memory_report_t& r = mem.report;
+    const double MB = 1e6;
+    std::printf("\nmemory with one session of %d tokens (%s KV cache): what kiln_model_options_t.memory_budget and "
+                "kiln-run --memory-budget check\n",
+                r.context_length, kiln::tools::KvCacheName(r.kv_cache));
+    std::printf("  weights          %12.1f MB (mapped)\n", r.weight_bytes / MB);
+    std::printf("  code             %12.1f MB (generated kernels)\n", r.code_bytes / MB);
+    std::printf("  model tables     %12.1f MB (tokenizer, kernel bindings)\n", r.model_bytes / MB);
+    std::printf("  session          %12.1f MB: KV cache %.1f MB, arena %.1f MB, scratch and buffers %.1f MB\n",
+                r.session_bytes / MB, r.kv_cache_bytes / MB, r.arena_bytes / MB,
+                (r.session_bytes - r.kv_cache_bytes - r.arena_bytes) / MB);
+    std::printf("  total            %12.1f MB\n", r.total_bytes / MB);
+  }
   std::printf("\nstages\n");
   for (const fb::Stage* s : *m->stages()) {
     std::printf("  %-16s %5u ops, arena %10.1f KB", fb::EnumNameStageKind(s->kind()), s->ops()->size(),
@@ -306,9 +321,16 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
               mp->weight_bytes(), mp->arena_bytes(), mp->max_prefill_tokens(), mp->io_bytes(), mp->kv_bytes_per_token(),
               J(fb::EnumNameEncoding(t->kv_cache_encoding())).c_str(), t->kv_cache_group());
   std::printf("  \"runs_here\": %s,\n", mem.runs_here ? "true" : "false");
-  if (mem.runs_here)
+  if (mem.runs_here) {
     std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d, \"kv_cache\": %s},\n",
                 mem.bytes, mem.context, mem.threads, J(kiln::tools::KvCacheName(mem.kv_cache)).c_str());
+    const kiln_memory_report_t& r = mem.report;
+    std::printf("  \"memory\": {\"weight_bytes\": %" PRIu64 ", \"code_bytes\": %" PRIu64 ", \"model_bytes\": %" PRIu64
+                ", \"session_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
+                ", \"total_bytes\": %" PRIu64 ", \"context\": %d, \"kv_cache\": %s},\n",
+                r.weight_bytes, r.code_bytes, r.model_bytes, r.session_bytes, r.kv_cache_bytes, r.arena_bytes,
+                r.total_bytes, r.context_length, J(kiln::tools::KvCacheName(r.kv_cache)).c_str());
+  }
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
     const fb::Stage* s = m->stages()->Get(i);
@@ -371,12 +393,24 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "threads the session memory is reported for (default: the performance cores, as kiln-run)")
       ->check(CLI::Range(0, 256));
+  int memory_context = 0;
+  CLI::Option* memory_opt =
+      app.add_option("--memory", memory_context,
+                     "CONTEXT: the memory report for a session of CONTEXT tokens (the same as --context CONTEXT)")
+          ->check(CLI::PositiveNumber);
   app.add_option("--kv-cache", kv_cache, "KV-cache encoding the session memory is reported for (default: the artifact's)")
       ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
   if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-inspect"); rc >= 0) return rc;
 
+  if (memory_opt->count() > 0) {
+    if (context != 0 && context != memory_context) {
+      std::fprintf(stderr, "kiln-inspect: error: --memory %d and --context %d disagree\n", memory_context, context);
+      return 2;
+    }
+    context = memory_context;
+  }
   kiln_error_t err;
   kiln_model_t* model = nullptr;
   SessionMemory mem;
@@ -402,7 +436,9 @@ int main(int argc, char** argv) {
     so.context_length = context;
     so.num_threads = threads;
     so.kv_cache = mem.kv_cache;
-    if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK) {
+    mem.report.struct_size = sizeof(mem.report);
+    if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK ||
+        kiln_model_memory_report(model, &so, &mem.report, &err) != KILN_OK) {
       std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
       kiln_model_release(model);
       return 1;

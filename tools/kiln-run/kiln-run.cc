@@ -11,6 +11,8 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
+#include "common/rss.h"
+#include "formats/byte_size.h"
 #include "common/text.h"
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -259,6 +262,10 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
   return failures == 0 ? 0 : 1;
 }
 
+// Resident set when main() began (the binary and its libraries): --json reports it
+// beside the peak, so that what the model and session added can be told apart.
+double g_start_rss = 0;
+
 void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out) {
   if (json) {
     std::fprintf(out,
@@ -268,11 +275,13 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
                  "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
                  "\"decode_tokens_per_s\": %.3f, \"decode_steps\": %d, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
                  ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
-                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64 "}\n",
+                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
+                 ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f}\n",
                  model.c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens,
                  s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms, s.prefill_ms, s.first_token_ms, s.ttft_ms,
                  s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.decode_steps, s.arena_bytes, s.kv_cache_bytes,
-                 kiln::tools::KvCacheName(s.kv_cache), s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes);
+                 kiln::tools::KvCacheName(s.kv_cache), s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes,
+                 g_start_rss, kiln::tools::PeakRssBytes());
     return;
   }
   std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image), %d generated\n", info.architecture,
@@ -335,10 +344,12 @@ int Tokenize(kiln_model_t* model, const std::string& text, bool add_special, boo
 }
 
 int main(int argc, char** argv) {
+  g_start_rss = kiln::tools::ProcStatusBytes("VmRSS:");
   CLI::App app{"kiln-run: run a compiled Kiln model"};
   app.set_version_flag("--version", std::string("kiln-run ") + kiln_version_string());
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0, kv_cache = KILN_KV_CACHE_DEFAULT;
+  std::string memory_budget;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, quiet = false, no_special = false;
@@ -370,6 +381,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--threads", threads, "threads (default: the performance cores this process may run on; a big.LITTLE CPU's slowest cluster is left out)");
   CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
+  app.add_option("--memory-budget", memory_budget,
+                 "refuse to run unless the model and its session fit this many bytes (800MB, 1.2GB, 512MiB): the "
+                 "arithmetic of kiln-inspect --memory");
   app.add_option("--kv-cache", kv_cache,
                  "KV-cache encoding: f32, f16, int8 or int4 (default: the artifact's, kiln-compile --kv-cache)")
       ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
@@ -437,17 +451,30 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  kiln_error_t err;
-  kiln_model_t* model = nullptr;
-  if (kiln_model_load(model_path.c_str(), nullptr, &model, &err) != KILN_OK) return Die("loading the model", err);
-  kiln_model_info_t info = {};
-  info.struct_size = sizeof(info);
-  kiln_model_get_info(model, &info);
   kiln_session_options_t so = {};
   so.struct_size = sizeof(so);
   so.num_threads = threads;
   so.context_length = context;
   so.kv_cache = kv_cache;
+  // --memory-budget: the runtime checks the model and this session against it at load.
+  kiln_model_options_t mo;
+  kiln_model_options_init(&mo);
+  mo.session = &so;
+  if (!memory_budget.empty()) {
+    std::optional<uint64_t> budget = kiln::format::ParseByteSize(memory_budget);
+    if (!budget) {
+      std::fprintf(stderr, "kiln-run: error: --memory-budget must be a size such as 800MB, 1.2GB or 512MiB, got '%s'\n",
+                   memory_budget.c_str());
+      return 2;
+    }
+    mo.memory_budget = *budget;
+  }
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  if (kiln_model_load(model_path.c_str(), &mo, &model, &err) != KILN_OK) return Die("loading the model", err);
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
+  kiln_model_get_info(model, &info);
   kiln_session_t* session = nullptr;
   if (kiln_session_create(model, &so, &session, &err) != KILN_OK) {
     kiln_model_release(model);

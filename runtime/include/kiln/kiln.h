@@ -81,6 +81,7 @@ typedef enum kiln_status_t {
   KILN_ERROR_UNSUPPORTED = 4,      /* valid request this build cannot serve */
   KILN_ERROR_BUFFER_TOO_SMALL = 5, /* a caller-supplied buffer is too small */
   KILN_ERROR_CANCELLED = 6,        /* a callback asked to stop */
+  KILN_ERROR_RESOURCE_EXHAUSTED = 7, /* does not fit the memory budget the app set */
   KILN_ERROR_INTERNAL = 99,        /* a broken invariant inside the runtime */
 
   /* 100 – 199: artifact */
@@ -183,9 +184,17 @@ typedef struct kiln_model_options_t {
   /* The artifact's kernels when they are linked into the app instead of carried
    * in the file (NULL otherwise); must outlive the model. */
   const kiln_kernel_library_t* kernels;
+  /* A memory budget in bytes (0: none). kiln_model_load computes what the model
+   * needs with one session of `session` options (kiln_model_memory_report: mapped
+   * weights, loaded code, the model's tables, the session's KV cache, arena and
+   * buffers) and refuses it with KILN_ERROR_RESOURCE_EXHAUSTED, naming each part,
+   * when that exceeds the budget; no weight is read before. */
+  uint64_t memory_budget;
+  const struct kiln_session_options_t* session; /* the session the budget is for (NULL: defaults) */
 } kiln_model_options_t;
 
-/* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact. */
+/* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact,
+ * no memory budget. */
 KILN_API void kiln_model_options_init(kiln_model_options_t* options);
 
 /* Maps the artifact at `path` read-only and verifies it completely (structure and
@@ -289,6 +298,30 @@ typedef struct kiln_session_options_t {
 /* Defaults: struct_size set, the performance cores, the model's context (at most
  * 4096), the model's allocator, the artifact's KV-cache encoding. */
 KILN_API void kiln_session_options_init(kiln_session_options_t* options);
+
+/* What a model needs in memory with one session of the given options (NULL:
+ * defaults): the arithmetic kiln_model_options_t.memory_budget is checked against.
+ * Weights are counted whole (a model reads every weight it runs; a text-only
+ * request leaves the vision encoder's pages unread), the KV cache at its full
+ * context (its pages become resident as the context fills). The process's own code,
+ * libraries and thread stacks are not included. Thread-safe. */
+typedef struct kiln_memory_report_t {
+  uint32_t struct_size;      /* sizeof(kiln_memory_report_t), set by the caller */
+  uint64_t weight_bytes;     /* mapped weights (file-backed) */
+  uint64_t code_bytes;       /* generated kernels in executable memory */
+  uint64_t model_bytes;      /* the model's allocations: tokenizer, kernel tables */
+  uint64_t session_bytes;    /* one session (kiln_model_session_bytes), of which: */
+  uint64_t kv_cache_bytes;   /*   its KV cache */
+  uint64_t arena_bytes;      /*   its activation arena */
+  uint64_t total_bytes;      /* weights + code + model + session */
+  int32_t context_length;    /* the session's context, resolved */
+  int32_t kv_cache;          /* kiln_kv_cache_t of the session, resolved */
+} kiln_memory_report_t;
+
+KILN_API kiln_status_t kiln_model_memory_report(const kiln_model_t* model,
+                                                const kiln_session_options_t* options,
+                                                kiln_memory_report_t* out_report,
+                                                kiln_error_t* out_error);
 
 /* Creates a session: the activation arena, the KV cache and the thread pool are
  * allocated here, once; generation allocates nothing. `options` may be NULL.
