@@ -1003,6 +1003,56 @@ TEST(KvCache, SessionOptionsBytesAndStats) {
   kiln_model_release(model);
 }
 
+// The memory budget at load: the report's parts add up, the session part is what
+// kiln_model_session_bytes says, a budget one byte short is refused naming the parts
+// (and leaves no model), the exact figure loads.
+TEST(MemoryBudget, RefusedBelowTheReportedNeed) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  const std::string path = GeneratedArtifact(dir, "tiny-llava");
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 2;
+  so.context_length = 512;
+  so.kv_cache = KILN_KV_CACHE_INT4;
+  kiln_memory_report_t r = {};
+  EXPECT_EQ(kiln_model_memory_report(model, &so, &r, &err), KILN_ERROR_INVALID_ARGUMENT);  // struct_size unset
+  r.struct_size = sizeof(r);
+  ASSERT_EQ(kiln_model_memory_report(model, &so, &r, &err), KILN_OK) << err.message;
+  uint64_t session_bytes = 0;
+  ASSERT_EQ(kiln_model_session_bytes(model, &so, &session_bytes, &err), KILN_OK);
+  EXPECT_EQ(r.session_bytes, session_bytes);
+  EXPECT_EQ(r.total_bytes, r.weight_bytes + r.code_bytes + r.model_bytes + r.session_bytes);
+  EXPECT_GT(r.weight_bytes, 0u);
+  EXPECT_GT(r.code_bytes, 0u);
+  EXPECT_GT(r.kv_cache_bytes, 0u);
+  EXPECT_LT(r.kv_cache_bytes + r.arena_bytes, r.session_bytes);
+  EXPECT_EQ(r.context_length, 512);
+  EXPECT_EQ(r.kv_cache, KILN_KV_CACHE_INT4);
+  kiln_model_release(model);
+
+  kiln_model_options_t mo;
+  kiln_model_options_init(&mo);
+  mo.session = &so;
+  mo.memory_budget = r.total_bytes - 1;
+  model = nullptr;
+  ASSERT_EQ(kiln_model_load(path.c_str(), &mo, &model, &err), KILN_ERROR_RESOURCE_EXHAUSTED);
+  EXPECT_EQ(model, nullptr);
+  for (const char* part : {"over the", "memory budget", "weights", "code", "model tables", "KV cache", "int4 for 512",
+                           "arena"})
+    EXPECT_NE(std::string(err.message).find(part), std::string::npos) << part << ": " << err.message;
+  mo.memory_budget = r.total_bytes;
+  ASSERT_EQ(kiln_model_load(path.c_str(), &mo, &model, &err), KILN_OK) << err.message;
+  kiln_model_release(model);
+  // Without session options the budget is for a default session.
+  mo.session = nullptr;
+  mo.memory_budget = 1000;
+  EXPECT_EQ(kiln_model_load(path.c_str(), &mo, &model, &err), KILN_ERROR_RESOURCE_EXHAUSTED);
+}
+
 // The thread pool splits each op's work (output channels, rows, heads) in ranges; an
 // output must not depend on the range it fell in: the generated and portable
 // artifacts give the same logits, bit for bit, and tokens with 1, 2, 3 and 4 threads.
