@@ -598,10 +598,10 @@ kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_ses
   ClearError(out_error);
   if (model == nullptr || out_bytes == nullptr)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_session_bytes: model and out_bytes are required");
-  kiln_session_options_t o;
-  SessionPlan plan;
-  if (kiln_status_t st = PlanFromOptions(model, options, &o, &plan, out_error); st != KILN_OK) return st;
-  *out_bytes = plan.Total(model->multimodal);
+  kiln_memory_report_t r = {};
+  r.struct_size = sizeof(r);
+  if (kiln_status_t st = kiln_model_memory_report(model, options, &r, out_error); st != KILN_OK) return st;
+  *out_bytes = r.session_bytes;
   return KILN_OK;
 }
 
