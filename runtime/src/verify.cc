@@ -611,6 +611,23 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
     if (prefix == nullptr || std::strncmp(op->symbol()->c_str(), prefix, std::strlen(prefix)) != 0)
       return Bad(KILN_ERROR_ARTIFACT_CODE, "op '%s': %s op bound to '%s', not a %s* function", OpName(op),
                  fb::EnumNameOpKind(op->kind()), op->symbol()->c_str(), prefix ? prefix : "(none)");
+    // A generated attention over the KV cache reads the artifact's cache encoding
+    // only, which its name carries (codegen: kiln_uk_attention_f32_<enc>[g<group>]_f32_).
+    const fb::AttentionParams* ap = op->params_as_AttentionParams();
+    if (ap != nullptr && ap->cache_layer() >= 0) {
+      const fb::TextConfig* t = model_->text();
+      const uint8_t enc = static_cast<uint8_t>(t->kv_cache_encoding());
+      char expected[96];
+      if (t->kv_cache_group() > 0)
+        std::snprintf(expected, sizeof(expected), "kiln_uk_attention_f32_%sg%u_f32_", format::EncodingName(enc),
+                      t->kv_cache_group());
+      else
+        std::snprintf(expected, sizeof(expected), "kiln_uk_attention_f32_%s_f32_", format::EncodingName(enc));
+      if (std::strncmp(op->symbol()->c_str(), expected, std::strlen(expected)) != 0)
+        return Bad(KILN_ERROR_ARTIFACT_CODE,
+                   "op '%s': attention over a %s KV cache bound to '%s', a kernel for another cache encoding", OpName(op),
+                   format::EncodingName(enc), op->symbol()->c_str());
+    }
   }
   Arity a = ArityOf(op->kind());
   int ni = op->inputs() ? static_cast<int>(op->inputs()->size()) : 0;

@@ -253,6 +253,7 @@ struct Params {
   std::string image_path, prompt;
   int image_w = 0, image_h = 0;  // generated image when > 0
   int prompt_tokens = 0, gen_tokens = 32, repetitions = 5, warmup = 1;
+  int kv_cache = KILN_KV_CACHE_DEFAULT;  // the sessions' KV-cache encoding
   std::string cold_cmd;
 };
 using Run = std::map<std::string, double>;  // metric -> value
@@ -373,6 +374,7 @@ struct Bench {
     kiln_session_options_t so = {};
     so.struct_size = sizeof(so);
     so.num_threads = threads;
+    so.kv_cache = p.kv_cache;
     if (kiln_session_create(*model, &so, session, &err) != KILN_OK) {
       kiln_model_release(*model);
       *model = nullptr;
@@ -510,8 +512,8 @@ std::string ParamsJson(const Context& c) {
   return "{\"image\": " + Q(c.image_desc) + ", \"prompt\": " + Q(p.prompt) +
          ", \"prompt_tokens_asked\": " + std::to_string(p.prompt_tokens) +
          ", \"gen_tokens\": " + std::to_string(p.gen_tokens) + ", \"repetitions\": " + std::to_string(p.repetitions) +
-         ", \"warmup\": " + std::to_string(p.warmup) + ", \"threads\": [" + threads + "], \"cold_cmd\": " +
-         Q(p.cold_cmd) + "}";
+         ", \"warmup\": " + std::to_string(p.warmup) + ", \"threads\": [" + threads + "], \"kv_cache\": " +
+         Q(kiln::tools::KvCacheName(p.kv_cache)) + ", \"cold_cmd\": " + Q(p.cold_cmd) + "}";
 }
 std::string SummaryJson(const Summary& s) {
   return "{\"n\": " + std::to_string(s.n) + ", \"median\": " + Num(s.median) + ", \"p10\": " + Num(s.p10) +
@@ -600,8 +602,12 @@ std::string Cell(const Summary& s, const char* fmt) {
 void WriteMarkdown(FILE* out, const Context& c, const std::vector<Result>& results) {
   std::fprintf(out, "kiln-bench %s, %s: %s, %d cores, %s\n", c.version.c_str(), c.started.c_str(), c.machine.cpu.c_str(),
                c.machine.cores, c.machine.os.c_str());
-  std::fprintf(out, "image %s; %d tokens generated at most; %d repetitions after %d warm-up; medians (p10-p90)\n\n",
-               c.image_desc.c_str(), c.params.gen_tokens, c.params.repetitions, c.params.warmup);
+  std::fprintf(out,
+               "image %s; %d tokens generated at most; %s KV cache; %d repetitions after %d warm-up; medians "
+               "(p10-p90)\n\n",
+               c.image_desc.c_str(), c.params.gen_tokens,
+               c.params.kv_cache ? kiln::tools::KvCacheName(c.params.kv_cache) : "the artifacts'", c.params.repetitions,
+               c.params.warmup);
   std::fprintf(out, "| artifact | mode | threads | prompt tok (image) | load ms | vision enc ms | prefill tok/s | TTFT ms | decode tok/s | answer ms | peak RSS MB |\n");
   std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
@@ -717,7 +723,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln-bench ") + kiln_version_string());
   std::vector<std::string> artifacts, compare;
   std::string image, imageSize, prompt, threadsArg = "0", mode = "warm", output = "md", outPath, coldCmd;
-  int promptTokens = 0, genTokens = 32, repetitions = 5, warmup = 1;
+  int promptTokens = 0, genTokens = 32, repetitions = 5, warmup = 1, kvCache = KILN_KV_CACHE_DEFAULT;
   app.add_option("artifacts", artifacts, "compiled .kiln artifacts")->check(CLI::ExistingFile);
   app.add_option("--image", image, "image file for a VLM (default: a generated image of the model's input size)")
       ->check(CLI::ExistingFile);
@@ -728,6 +734,9 @@ int main(int argc, char** argv) {
   app.add_option("--gen-tokens", genTokens, "tokens to generate at most (default 32; generation may stop at EOS)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threadsArg, "comma list of thread counts to sweep (0: the runtime's default)");
+  app.add_option("--kv-cache", kvCache, "KV-cache encoding of the sessions: f32, f16, int8 or int4 "
+                                                    "(default: each artifact's)")
+      ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
   app.add_option("--mode", mode, "warm, cold or both (default warm)")->check(CLI::IsMember({"warm", "cold", "both"}));
   app.add_option("--repetitions,-r", repetitions, "recorded runs per configuration (default 5)")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "unrecorded runs first (default 1)")->check(CLI::Range(0, 100000));
@@ -758,6 +767,7 @@ int main(int argc, char** argv) {
   ctx.params.repetitions = repetitions;
   ctx.params.warmup = warmup;
   ctx.params.cold_cmd = coldCmd;
+  ctx.params.kv_cache = kvCache;
   {
     std::stringstream ss(threadsArg);
     std::string item;

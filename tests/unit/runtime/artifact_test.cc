@@ -475,7 +475,7 @@ TEST_P(ArtifactTest, GeneratedSymbolOfAnotherFamilyIsRejected) {
   for (const fb::Stage* s : *m->stages())
     for (const fb::Op* op : *s->ops()) {
       if (op->symbol() == nullptr) continue;
-      if (op->kind() == fb::OpKind::Attention) attention = op->symbol()->str();
+      if (op->kind() == fb::OpKind::Attention || op->kind() == fb::OpKind::QkvAttention) attention = op->symbol()->str();
       if (op->kind() == fb::OpKind::Linear) matmul = op->symbol()->str();
     }
   if (matmul.empty() || attention.empty()) GTEST_SKIP() << "no generated Linear and Attention kernels";
@@ -489,6 +489,28 @@ TEST_P(ArtifactTest, GeneratedSymbolOfAnotherFamilyIsRejected) {
   EXPECT_TRUE(Contains(err, "Linear op bound to '" + attention + "', not a kiln_uk_matmul_* function")) << err.message;
 }
 
+
+// A generated attention over the KV cache reads the artifact's cache encoding only:
+// an artifact declaring another encoding than its kernel's name says is refused (the
+// kernel would read f32 keys where int8 codes are).
+TEST_P(ArtifactTest, GeneratedAttentionOfAnotherCacheEncodingIsRejected) {
+  std::string attention;
+  const fb::Model* m = fb::GetSizePrefixedModel(bytes_.data());
+  for (const fb::Stage* s : *m->stages())
+    for (const fb::Op* op : *s->ops())
+      if (op->symbol() != nullptr && op->params_as_AttentionParams() != nullptr &&
+          op->params_as_AttentionParams()->cache_layer() >= 0)
+        attention = op->symbol()->str();
+  if (attention.empty()) GTEST_SKIP() << "no generated attention over the KV cache";
+  std::vector<uint8_t> bad = Rewrite([&](fb::ModelT& model) {
+    const bool f32 = model.text->kv_cache_encoding == fb::Encoding::F32;
+    model.text->kv_cache_encoding = f32 ? fb::Encoding::INT8 : fb::Encoding::F32;
+    model.text->kv_cache_group = f32 ? model.text->head_dim : 0;
+  });
+  kiln_error_t err;
+  EXPECT_EQ(Load(bad, &err, false), KILN_ERROR_ARTIFACT_CODE);
+  EXPECT_TRUE(Contains(err, "a kernel for another cache encoding")) << err.message;
+}
 
 // Creates a session and runs a prefill of `tokens` text tokens (with the image path
 // first when `image` is set): what a crafted artifact the verifier accepted would do.
