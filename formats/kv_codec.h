@@ -74,8 +74,11 @@ inline void EncodeKvRow(uint8_t encoding, uint32_t group, const float* x, uint64
         for (uint32_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[g0 + i]));
         const float scale = amax / qmax, inv = amax > 0.0f ? qmax / amax : 0.0f;
         scales[g0 / group] = scale;
+        // A NaN element becomes code 0 (never converted to an integer); infinities
+        // make the group's scale infinite.
         auto code = [&](uint32_t i) {
-          return static_cast<int>(std::clamp(std::round(x[g0 + i] * inv), -qmax, qmax));
+          const float r = std::round(x[g0 + i] * inv);
+          return r == r ? static_cast<int>(std::clamp(r, -qmax, qmax)) : 0;
         };
         if (encoding == kEncINT8) {
           int8_t* c = static_cast<int8_t*>(codes) + g0;

@@ -224,6 +224,14 @@ TEST(KvCodec, RoundTripAndLayout) {
   EncodeKvRow(kEncINT4, 32, ramp.data(), 32, packed, &scale);
   EXPECT_EQ(scale, 1.0f);
   EXPECT_EQ(packed[0], (7 + 8) | ((-7 + 8) << 4));
+  // Non-finite keys (a broken model): no undefined conversion, NaN codes 0.
+  std::vector<float> odd(32, 1.0f);
+  odd[3] = std::nanf("");
+  odd[9] = INFINITY;
+  int8_t codes8[32];
+  float scale8;
+  EncodeKvRow(kEncINT8, 32, odd.data(), 32, codes8, &scale8);
+  EXPECT_EQ(codes8[3], 0);
   EXPECT_EQ(KvDefaultGroup(kEncINT8, 72), 72u);
   EXPECT_FALSE(KvEncodingValid(kEncINT8, 48, 64));
   EXPECT_FALSE(KvEncodingValid(kEncINT4, 7, 14));
