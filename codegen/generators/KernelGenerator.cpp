@@ -798,11 +798,14 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
-  // Lanes over the head: the widest power of two dividing it (and, for an int4 cache,
-  // half its group, whose two halves share bytes); over keys: the widest.
+  // Lanes over the head: the widest power of two dividing it (and, for an int8 cache,
+  // its group, so that the lanes share one scale; for an int4 cache half its group,
+  // whose two halves share bytes); over keys: the widest.
+  const int64_t laneUnit = kvEncoding == format::kEncINT8   ? kvGroup
+                           : kvEncoding == format::kEncINT4 ? kvGroup / 2
+                                                            : headDim;
   int64_t lanes = 1;
-  while (lanes * 2 <= maxLanes && headDim % (lanes * 2) == 0 &&
-         (kvEncoding != format::kEncINT4 || (kvGroup / 2) % (lanes * 2) == 0))
+  while (lanes * 2 <= maxLanes && headDim % (lanes * 2) == 0 && laneUnit % (lanes * 2) == 0)
     lanes *= 2;
   const int64_t chunks = headDim / lanes;
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
