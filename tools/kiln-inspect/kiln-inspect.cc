@@ -153,13 +153,14 @@ uint64_t ParamCount(const fb::Model* m) {
   return n ? n : 1;
 }
 
-// What kiln_model_session_bytes reports for the --context/--threads asked for.
+// What a session for the --context/--threads/--kv-cache asked for needs.
 struct SessionMemory {
   int context = 0;  // 0: the runtime's default
   int threads = 0;  // 0: the performance cores (the runtime's default)
   int kv_cache = KILN_KV_CACHE_DEFAULT;
-  uint64_t bytes = 0;
-  kiln_memory_report_t report = {};  // kiln_model_memory_report: what --memory-budget is checked against
+  // kiln_model_memory_report: what --memory-budget is checked against; its session
+  // part is what kiln_model_session_bytes reports.
+  kiln_memory_report_t report = {};
   bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
   std::string why_not;
 };
@@ -218,7 +219,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   if (mem.runs_here)
     std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads, %s KV cache): KV cache, "
                 "arena, kernel scratch, stage buffers\n",
-                mem.bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
+                mem.report.session_bytes / 1e6, mem.context ? std::to_string(mem.context).c_str() : "default",
                 mem.threads ? std::to_string(mem.threads).c_str() : "all",
                 mem.kv_cache ? kiln::tools::KvCacheName(mem.kv_cache) : "the artifact's");
   else
@@ -323,7 +324,7 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  \"runs_here\": %s,\n", mem.runs_here ? "true" : "false");
   if (mem.runs_here) {
     std::printf("  \"session\": {\"bytes\": %" PRIu64 ", \"context\": %d, \"threads\": %d, \"kv_cache\": %s},\n",
-                mem.bytes, mem.context, mem.threads, J(kiln::tools::KvCacheName(mem.kv_cache)).c_str());
+                mem.report.session_bytes, mem.context, mem.threads, J(kiln::tools::KvCacheName(mem.kv_cache)).c_str());
     const kiln_memory_report_t& r = mem.report;
     std::printf("  \"memory\": {\"weight_bytes\": %" PRIu64 ", \"code_bytes\": %" PRIu64 ", \"model_bytes\": %" PRIu64
                 ", \"session_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
@@ -437,8 +438,7 @@ int main(int argc, char** argv) {
     so.num_threads = threads;
     so.kv_cache = mem.kv_cache;
     mem.report.struct_size = sizeof(mem.report);
-    if (kiln_model_session_bytes(model, &so, &mem.bytes, &err) != KILN_OK ||
-        kiln_model_memory_report(model, &so, &mem.report, &err) != KILN_OK) {
+    if (kiln_model_memory_report(model, &so, &mem.report, &err) != KILN_OK) {
       std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));
       kiln_model_release(model);
       return 1;
