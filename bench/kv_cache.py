@@ -4,6 +4,7 @@ speed at a long context, and (for the "shapes" demo) exact-match accuracy.
 
     bench/kv_cache.py quality  --kiln M.kiln [--tokens 600] [--prompts 3] --json q.json
     bench/kv_cache.py speed    --kiln M.kiln --context 2048 --decode 64 --reps 5 --threads 2 --json s.json
+    bench/kv_cache.py paging   --kiln M.kiln --context 2048 --decode 64 --reps 5 --threads 2 --json p.json
     bench/kv_cache.py accuracy --kiln shapes-dense.kiln --questions DIR/questions.jsonl --json a.json
 
 Every encoding runs on the same artifact through kiln-run --kv-cache (a session may
@@ -16,6 +17,9 @@ with the model's own tokenizer. For each window, kiln-run --dump-logits gives th
 logits of every position with each encoding; reported: mean KL(p_f32 || p_enc) over
 positions (nats), the share of positions whose top-1 token agrees with f32, and the
 largest logit difference.
+
+paging: the same for the artifact's encoding unpaged and paged (kiln-run --kv-pool,
+--kv-block 16 to 256), to choose the block size.
 
 speed: decode tokens/s after a --context-token prompt, encodings alternating run by
 run (--reps each), medians and the load average; never pass/fail.
@@ -107,27 +111,43 @@ def quality(a: argparse.Namespace) -> dict:
     return res
 
 
-def speed(a: argparse.Namespace) -> dict:
+def timed(a: argparse.Namespace, configs: dict[str, list[str]]) -> dict:
+    """Decode tokens/s and prefill ms after a --context-token prompt for each named set
+    of extra kiln-run arguments, the configurations alternating run by run."""
     vocab = inspect(a.kiln)["text"]["vocab_size"]
     rng = np.random.default_rng(11)
     prompt = ",".join(str(int(x)) for x in rng.integers(1, vocab, a.context))
-    runs: dict[str, list[float]] = {e: [] for e in ENCODINGS}
-    prefill: dict[str, list[float]] = {e: [] for e in ENCODINGS}
+    names = list(configs)
+    runs: dict[str, list[float]] = {n: [] for n in names}
+    prefill: dict[str, list[float]] = {n: [] for n in names}
     load = []
     for r in range(a.reps):
-        order = ENCODINGS if r % 2 == 0 else ENCODINGS[::-1]
-        for enc in order:
+        for name in (names if r % 2 == 0 else names[::-1]):
             load.append(os.getloadavg()[0])
             out = kiln("kiln-run", a.kiln, "--input-ids", prompt, "--max-new-tokens", str(a.decode + 1),
-                       "--kv-cache", enc, "--context", str(a.context + a.decode + 8), "--threads", str(a.threads),
-                       "--json", "--quiet")
+                       "--context", str(a.context + a.decode + 8), "--threads", str(a.threads),
+                       "--json", "--quiet", *configs[name])
             s = json.loads(out.strip().splitlines()[-1])
-            runs[enc].append(s["decode_tokens_per_s"])
-            prefill[enc].append(s["prefill_ms"])
+            runs[name].append(s["decode_tokens_per_s"])
+            prefill[name].append(s["prefill_ms"])
     return {"artifact": a.kiln, "context": a.context, "decode_tokens": a.decode, "threads": a.threads,
             "reps": a.reps, "loadavg": load,
-            "decode_tokens_per_s": {e: {"median": statistics.median(v), "runs": v} for e, v in runs.items()},
-            "prefill_ms": {e: {"median": statistics.median(v), "runs": v} for e, v in prefill.items()}}
+            "decode_tokens_per_s": {n: {"median": statistics.median(v), "runs": v} for n, v in runs.items()},
+            "prefill_ms": {n: {"median": statistics.median(v), "runs": v} for n, v in prefill.items()}}
+
+
+def speed(a: argparse.Namespace) -> dict:
+    return timed(a, {e: ["--kv-cache", e] for e in ENCODINGS})
+
+
+def paging(a: argparse.Namespace) -> dict:
+    """The artifact's encoding unpaged and paged with blocks of 16-256 positions (one
+    session, a pool of its context)."""
+    pool = str(a.context + a.decode + 8)
+    configs = {"unpaged": []}
+    for block in a.blocks:
+        configs[f"block{block}"] = ["--kv-pool", pool, "--kv-block", str(block)]
+    return timed(a, configs)
 
 
 def accuracy(a: argparse.Namespace) -> dict:
@@ -142,7 +162,9 @@ def accuracy(a: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["quality", "speed", "accuracy"])
+    ap.add_argument("mode", choices=["quality", "speed", "paging", "accuracy"])
+    ap.add_argument("--blocks", type=int, nargs="+", default=[16, 32, 64, 128, 256],
+                    help="paging: the block sizes (positions) to time beside the unpaged cache")
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--tokens", type=int, default=600)
     ap.add_argument("--prompts", type=int, default=3)
@@ -155,7 +177,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.mode == "accuracy" and not a.questions:
         ap.error("accuracy needs --questions")
-    res = {"quality": quality, "speed": speed, "accuracy": accuracy}[a.mode](a)
+    res = {"quality": quality, "speed": speed, "paging": paging, "accuracy": accuracy}[a.mode](a)
     cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
     res["machine"] = {"cpus": os.cpu_count(), "model": cpu[0] if cpu else ""}
     text = json.dumps(res, indent=1)

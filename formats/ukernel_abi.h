@@ -115,7 +115,12 @@ typedef struct kiln_uk_rope_params_t {
  * group of g elements into g / 2 bytes, byte i holding element i in its low nibble
  * and element i + g / 2 in its high nibble, both as code + 8. Groups never straddle
  * heads (kv_group divides head_dim). Kernels built before schema 1.6 read k and v
- * only: the runtime calls them with F32 caches alone. */
+ * only: the runtime calls them with F32 caches alone.
+ * A paged cache (kv_blocks not NULL) keeps position j in physical row
+ * kv_blocks[j >> kv_block_shift] * 2^kv_block_shift + j % 2^kv_block_shift of k, v,
+ * kc, vc, ks and vs (blocks of 2^kv_block_shift positions taken from a pool in any
+ * order); NULL: row j. Kernels built before schema 1.7 ignore kv_blocks: the runtime
+ * calls them with unpaged caches alone. */
 #define KILN_UK_ATTENTION_SCRATCH_ROWS 8
 #define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
   ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys) + (size_t)(head_dim) \
@@ -141,6 +146,9 @@ typedef struct kiln_uk_attention_params_t {
   const void* vc;
   const float* ks;
   const float* vs;
+  /* appended in schema 1.7: a paged cache (see above) */
+  const int32_t* kv_blocks;
+  int32_t kv_block_shift;
 } kiln_uk_attention_params_t;
 
 /* ---- gather rows of a weight table (embedding, position and class embeddings) ----

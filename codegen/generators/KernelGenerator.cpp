@@ -789,7 +789,8 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
 //    of the head at a time. The cache is read in its encoding (`kvEncoding`, groups
 //    of `kvGroup`; formats/kv_codec.h), decoded lane by lane as it is loaded: f16
 //    widened (`nativeF16`: by the target's conversion instructions, else by integer
-//    operations), int8 and int4 codes times their group's scale.
+//    operations), int8 and int4 codes times their group's scale; a paged cache's
+//    position j through its block table (kv_blocks), else row j.
 constexpr int64_t kTiledMinKeys = 64;
 void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t kvHeads, int64_t headDim,
                     uint8_t kvEncoding, int64_t kvGroup, bool nativeF16, int64_t maxLanes, int64_t registers,
@@ -829,6 +830,9 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   Value vCodes = field(offsetof(kiln_uk_attention_params_t, vc), f.ptr);
   Value kScales = field(offsetof(kiln_uk_attention_params_t, ks), f.ptr);
   Value vScales = field(offsetof(kiln_uk_attention_params_t, vs), f.ptr);
+  // A paged cache (schema 1.7): the block table and log2 of the block's positions.
+  Value kvBlocks = field(offsetof(kiln_uk_attention_params_t, kv_blocks), f.ptr);
+  Value kvShift = b.create<mlir::arith::ExtSIOp>(loc, f.i64, field(offsetof(kiln_uk_attention_params_t, kv_block_shift), f.i32));
   Value zero = f.cI64(0), one = f.cI64(1);
   Value hasPositions = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, positions,
                                                     b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
@@ -1030,6 +1034,39 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         [&] { return b.create<mlir::arith::SelectOp>(loc, isCausal, f.addi(t, one), nKeys).getResult(); });
     Value qRow = f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim)));
     Value kvOff = f.muli(kvh, f.cI64(headDim));
+    // Keys [0, n) block by block: a paged cache's block (2^shift positions) starts at
+    // row kv_blocks[j >> shift] << shift, looked up once per block; unpaged, one block
+    // of all n keys from row 0. `body(j, row, args)` returns the loop's next values.
+    Value paged = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, kvBlocks,
+                                               b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
+    Value blockLen = b.create<mlir::arith::SelectOp>(loc, paged, b.create<mlir::arith::ShLIOp>(loc, one, kvShift),
+                                                     b.create<mlir::arith::MaxSIOp>(loc, n, one));
+    auto forKeys = [&](mlir::ValueRange init,
+                       const std::function<llvm::SmallVector<Value>(Value, Value, mlir::ValueRange)>& body) {
+      auto outer = b.create<mlir::scf::ForOp>(loc, zero, n, blockLen, init);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(outer.getBody());
+      Value j0 = outer.getInductionVar();
+      // row = j + delta for the keys of this block.
+      Value delta = yieldIf(
+          paged, f.i64,
+          [&] {
+            Value blk = f.load(f.i32, kvBlocks, f.i32, b.create<mlir::arith::ShRSIOp>(loc, j0, kvShift));
+            Value base = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::ExtSIOp>(loc, f.i64, blk), kvShift);
+            return b.create<mlir::arith::SubIOp>(loc, base, j0).getResult();
+          },
+          [&] { return zero; });
+      Value j1 = b.create<mlir::arith::MinSIOp>(loc, f.addi(j0, blockLen), n);
+      auto inner = b.create<mlir::scf::ForOp>(loc, j0, j1, one, outer.getRegionIterArgs());
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(inner.getBody());
+        Value j = inner.getInductionVar();
+        b.create<mlir::scf::YieldOp>(loc, body(j, f.addi(j, delta), inner.getRegionIterArgs()));
+      }
+      b.create<mlir::scf::YieldOp>(loc, inner.getResults());
+      return outer;
+    };
     // Lanes c of the head in key or value row j of the cache, as f32.
     auto kvLanes = [&](Value f32Rows, Value codes, Value scales, Value j, int64_t c) -> Value {
       Value e = f.addi(kvOff, f.cI64(c * lanes));  // element in the row
@@ -1091,22 +1128,18 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
     };
     // 1. Scores and their max.
     Value negInf = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
-    auto scores = b.create<mlir::scf::ForOp>(loc, zero, n, one, mlir::ValueRange{negInf});
-    {
-      mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(scores.getBody());
-      Value j = scores.getInductionVar();
+    auto scores = forKeys(mlir::ValueRange{negInf}, [&](Value j, Value row, mlir::ValueRange args) {
       Value acc = f.splat(vf32, 0.0);
       for (int64_t c = 0; c < chunks; ++c) {
         Value qv = loadLanes(f, vf32, q, f.addi(qRow, f.cI64(c * lanes)), Value());
-        acc = fmaV(qv, kvLanes(k, kCodes, kScales, j, c), acc);
+        acc = fmaV(qv, kvLanes(k, kCodes, kScales, row, c), acc);
       }
       Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc, Value(),
                                                       mlir::arith::FastMathFlags::reassoc);
       Value sc = f.mul(dot, scale);
       f.store(sc, scratch, f.f32, j);
-      b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.maxf(scores.getRegionIterArgs()[0], sc)});
-    }
+      return llvm::SmallVector<Value>{f.maxf(args[0], sc)};
+    });
     Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores.getResult(0));
     // 2. p_j = exp(s_j - max) in place, and their sum.
     Value kl = f.cI64(maxLanes);
@@ -1133,17 +1166,13 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
     for (int64_t c0 = 0; c0 < chunks; c0 += 8) {
       const int64_t group = std::min<int64_t>(8, chunks - c0);
       llvm::SmallVector<Value> init(group, f.splat(vf32, 0.0));
-      auto acc = b.create<mlir::scf::ForOp>(loc, zero, n, one, init);
-      {
-        mlir::OpBuilder::InsertionGuard g(b);
-        b.setInsertionPointToStart(acc.getBody());
-        Value j = acc.getInductionVar();
+      auto acc = forKeys(init, [&](Value j, Value row, mlir::ValueRange args) {
         Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, scratch, f.f32, j), inv));
         llvm::SmallVector<Value> next;
         for (int64_t c = 0; c < group; ++c)
-          next.push_back(fmaV(w, kvLanes(v, vCodes, vScales, j, c0 + c), acc.getRegionIterArgs()[c]));
-        b.create<mlir::scf::YieldOp>(loc, next);
-      }
+          next.push_back(fmaV(w, kvLanes(v, vCodes, vScales, row, c0 + c), args[c]));
+        return next;
+      });
       for (int64_t c = 0; c < group; ++c)
         storeLanes(f, acc.getResult(c), y, f.addi(yRow, f.cI64((c0 + c) * lanes)), Value());
     }

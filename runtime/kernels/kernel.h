@@ -80,6 +80,9 @@ struct UkernelSet {
   // The one KV-cache encoding `attention` reads (a generated kernel: the artifact's),
   // or -1: every one `attention_kv_supported` accepts (the built-in kernels).
   int attention_reads_kv = -1;
+  // Whether `attention` reads paged caches (kv_blocks): the built-in kernels and the
+  // generated ones of schema 1.7 and later.
+  bool attention_reads_blocks = true;
   void (*gather)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*) = nullptr;
   void (*im2col)(const kiln_uk_im2col_params_t*, int64_t, int64_t) = nullptr;
 };

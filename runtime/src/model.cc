@@ -207,6 +207,7 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
                     fb::EnumNameOpKind(op->kind()));
       // A generated attention reads KV caches of the artifact's encoding only.
       set.attention_reads_kv = static_cast<int>(f->text()->kv_cache_encoding());
+      set.attention_reads_blocks = f->schema_version() >= 1007;
       if (op->symbols() != nullptr)
         for (const flatbuffers::String* extra : *op->symbols()) {
           void* f = find(extra->c_str());
@@ -269,6 +270,7 @@ kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* erro
   if (st == KILN_OK) st = Prepare(m, error);
   if (st == KILN_OK) st = BindCode(m, error);
   if (st == KILN_OK && m->memory_budget > 0) st = CheckMemoryBudget(m, error);
+  if (st == KILN_OK) st = kiln::rt::SetUpKvPool(m, error);
   if (st != KILN_OK) {
     kiln_model_release(m);
     return st;
@@ -299,6 +301,10 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
     m->kernel_library = options->kernels;
   if (options != nullptr && options->struct_size >= offsetof(kiln_model_options_t, session) + sizeof(options->session)) {
     m->memory_budget = options->memory_budget;
+    if (options->struct_size >= offsetof(kiln_model_options_t, kv_block_tokens) + sizeof(options->kv_block_tokens)) {
+      m->kv_pool_tokens = options->kv_pool_tokens;
+      m->kv_block_tokens = options->kv_block_tokens;
+    }
     if (options->session != nullptr) {
       // The caller's struct, of whatever size it declares (checked by the session planner).
       const kiln_session_options_t* so = options->session;
@@ -427,6 +433,7 @@ kiln_status_t kiln_model_load_from_memory(const void* data, size_t size, const k
 
 void kiln_model_release(kiln_model_t* model) {
   if (model == nullptr) return;
+  kiln::rt::KvPool::Destroy(model->kv_pool);
   Tokenizer::Destroy(model->tokenizer);
   model->weights.set_allocator(nullptr);
   model->vocab.set_allocator(nullptr);

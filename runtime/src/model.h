@@ -10,6 +10,7 @@
 #include "kernels/kernel.h"
 #include "kiln/kiln.h"
 #include "kv_cache.h"
+#include "kv_pool.h"
 #include "platform/platform.h"
 #include "support/allocator.h"
 #include "support/vec.h"
@@ -58,6 +59,17 @@ struct kiln_model_t {
   uint64_t memory_budget = 0;
   bool budget_session_given = false;
   kiln_session_options_t budget_session = {};
+  // A paged KV cache (kiln_model_options_t.kv_pool_tokens / memory_budget): the pool
+  // planned at load (kv_pool_blocks > 0) and created after the budget check; the
+  // sessions whose encoding and group are the pool's take their blocks from it.
+  int64_t kv_pool_tokens = 0;  // as asked
+  int32_t kv_block_tokens = 0;
+  int32_t kv_pool_blocks = 0;
+  int32_t kv_block_shift = 0;
+  uint8_t kv_pool_encoding = 0;
+  uint32_t kv_pool_group = 0;
+  kiln::rt::KvPool* kv_pool = nullptr;
+  uint64_t kv_pool_allocated = 0;  // the model allocator's bytes of the pool
   kiln::rt::Vec<kiln::rt::UkernelSet> generated_uk;
   kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk[kiln::rt::kNumStages];
   // op_uk as loaded: a generated kernel is specialised to its weights' stored
@@ -73,6 +85,12 @@ struct kiln_session_t {
   kiln::rt::Allocator allocator;
   kiln::rt::ThreadPool* pool = nullptr;
   kiln::rt::KvCache kv;
+  // Paged (model->kv_pool): position p is in block block_table[p >> shift] of the
+  // pool; blocks [0, held) are mapped.
+  kiln::rt::KvPool* kv_pool = nullptr;
+  int32_t* block_table = nullptr;  // [ceil(context / block)]
+  int64_t held = 0;
+  kiln_session_options_t options = {};  // as resolved (kiln_session_fork)
   int64_t context = 0;
   int64_t max_prefill = 0;
 
@@ -93,8 +111,16 @@ struct kiln_session_t {
 
   bool has_image = false;     // pixels hold an image
   bool image_encoded = false; // image_features are up to date
+  uint64_t image_hash[2] = {0, 0};  // of the pixels image_features were encoded from
   double pending_preprocess_ms = 0;
   int64_t position = 0;       // tokens in the KV cache
+
+  // The ids whose keys and values the cache holds, at positions [0, cached): what the
+  // next call may reuse instead of prefilling again (the common prefix of its ids).
+  // Image tokens among them stand for the features of the current image; a new image
+  // cuts the list before its first image token.
+  int32_t* cached_ids = nullptr;  // [context]
+  int64_t cached = 0;
 
   kiln::rt::Vec<int32_t> prompt;
   kiln::rt::Vec<int32_t> output;
@@ -110,6 +136,10 @@ namespace kiln::rt {
 
 // Restores the bytes and encoding the kernels read for `tensor` to the artifact's.
 void RestoreWeight(kiln_model_t* model, uint32_t tensor);
+
+// Plans and creates the model's KV block pool, if one is asked for (after the memory
+// budget check, which it repeats for an explicit pool size).
+kiln_status_t SetUpKvPool(kiln_model_t* model, kiln_error_t* error);
 
 // Runs one stage with its inputs bound; outputs go to `output`.
 kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding* inputs, int num_inputs,

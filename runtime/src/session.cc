@@ -109,11 +109,17 @@ kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* e
   return KILN_OK;
 }
 
+void ReleaseBlocks(kiln_session_t* s, int64_t keep);
+kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_error_t* error);
+
 void FreeBuffers(kiln_session_t* s) {
   void* bufs[] = {s->arena, s->scratch, s->ids, s->positions, s->hidden, s->logits, s->pixels,
-                  s->vision_features, s->image_features, s->kv.keys, s->kv.values, s->kv.key_scales,
-                  s->kv.value_scales};
+                  s->vision_features, s->image_features, s->cached_ids, s->block_table};
   for (void* b : bufs) s->allocator.Free(b);
+  if (s->kv_pool == nullptr) {  // its own cache (else the pool's rows)
+    void* kv[] = {s->kv.keys, s->kv.values, s->kv.key_scales, s->kv.value_scales};
+    for (void* b : kv) s->allocator.Free(b);
+  }
 }
 
 // Scratch the kernels need, over every op of every stage.
@@ -131,6 +137,57 @@ size_t ScratchFloats(const kiln_model_t* model, int64_t context, int threads) {
       most = std::max(most, k->scratch(op, wv, nw, rows, context, threads));
     }
   return most;
+}
+
+// 128 bits of an image's pixel values (two multiply-rotate lanes over their bytes):
+// setting the same image again keeps its encoded features and the cached prefix.
+void HashPixels(const float* pixels, size_t count, uint64_t out[2]) {
+  uint64_t a = 0x9e3779b97f4a7c15ull, b = 0xc2b2ae3d27d4eb4full ^ count;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(pixels);
+  for (size_t i = 0; i + 8 <= count * 4; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes + i, 8);
+    a = ((a ^ w) * 0xff51afd7ed558ccdull);
+    a = (a << 29) | (a >> 35);
+    b = ((b + w) * 0xc4ceb9fe1a85ec53ull);
+    b = (b << 31) | (b >> 33);
+  }
+  if (count % 2 != 0) {
+    uint32_t w;
+    std::memcpy(&w, bytes + (count - 1) * 4, 4);
+    a = (a ^ w) * 0xff51afd7ed558ccdull;
+    b = (b + w) * 0xc4ceb9fe1a85ec53ull;
+  }
+  out[0] = a ^ (b >> 17);
+  out[1] = b ^ (a >> 23);
+}
+
+// The image changed: its tokens' keys and values in the cache are stale, so the
+// cached prefix ends before the first image token.
+void ForgetImageTokens(kiln_session_t* s) {
+  if (!s->model->multimodal) return;
+  const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
+  for (int64_t i = 0; i < s->cached; ++i)
+    if (s->cached_ids[i] == image_id) {
+      s->cached = i;
+      break;
+    }
+}
+
+// New pixel values are in s->pixels: the encoded features stay when they are the
+// same image's.
+void PixelsChanged(kiln_session_t* s) {
+  const int64_t size = s->model->fb->image()->image_size();
+  uint64_t hash[2];
+  HashPixels(s->pixels, static_cast<size_t>(3 * size * size), hash);
+  const bool same = s->image_encoded && hash[0] == s->image_hash[0] && hash[1] == s->image_hash[1];
+  s->image_hash[0] = hash[0];
+  s->image_hash[1] = hash[1];
+  s->has_image = true;
+  if (!same) {
+    s->image_encoded = false;
+    ForgetImageTokens(s);
+  }
 }
 
 kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
@@ -157,10 +214,13 @@ kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
   return KILN_OK;
 }
 
-// Prefills `ids` at the session's position, in chunks of at most max_prefill tokens,
-// feeding image features to image tokens in order. Leaves the hidden state of the
-// last token in s->hidden[0] (after a copy) when `keep_last` is set.
-kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, float* all_logits, kiln_error_t* error) {
+// Prefills ids[begin, count) at positions begin.. (the cache already holds the keys
+// and values of ids[0, begin): s->position == begin), in chunks of at most
+// max_prefill tokens, feeding image features to image tokens in order; the ids the
+// cache holds grow chunk by chunk. Leaves the hidden state of the last token in
+// s->hidden[0]. `all_logits` (begin 0 only) receives the logits of every position.
+kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_t begin, float* all_logits,
+                      kiln_error_t* error) {
   const fb::Model* m = s->model->fb;
   const int64_t hidden = m->text()->hidden_size();
   const int64_t vocab = m->text()->vocab_size();
@@ -182,11 +242,13 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, float
       return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d at position %zu is outside the vocabulary [0, %lld)",
                   ids[i], i, static_cast<long long>(vocab));
   }
-  if (s->position + static_cast<int64_t>(count) > s->context)
-    return Fail(error, KILN_ERROR_CONTEXT_FULL, "%zu prompt tokens after %lld do not fit the %lld-token context", count,
-                static_cast<long long>(s->position), static_cast<long long>(s->context));
+  if (static_cast<int64_t>(count) > s->context)
+    return Fail(error, KILN_ERROR_CONTEXT_FULL, "%zu prompt tokens do not fit the %lld-token context", count,
+                static_cast<long long>(s->context));
+  s->cached = static_cast<int64_t>(begin);
   int64_t image_used = 0;
-  for (size_t start = 0; start < count; start += static_cast<size_t>(s->max_prefill)) {
+  for (size_t i = 0; i < begin; ++i) image_used += ids[i] == image_id;
+  for (size_t start = begin; start < count; start += static_cast<size_t>(s->max_prefill)) {
     int64_t n = std::min<int64_t>(s->max_prefill, static_cast<int64_t>(count - start));
     int64_t chunk_images = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -204,11 +266,14 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, float
       in[2] = {s->image_features + image_used * hidden, chunk_images};
       num_in = 3;
     }
+    if (kiln_status_t st = MapBlocks(s, s->position, s->position + n, error); st != KILN_OK) return st;
     if (kiln_status_t st = RunStage(s, s->model->stages[kPrefill], in, num_in, Binding{s->hidden, n}, error);
         st != KILN_OK)
       return st;
     image_used += chunk_images;
     s->position += n;
+    std::memcpy(s->cached_ids + s->cached, ids + start, static_cast<size_t>(n) * sizeof(int32_t));
+    s->cached += n;
     if (all_logits != nullptr) {
       Binding h{s->hidden, n};
       if (kiln_status_t st = RunStage(s, s->model->stages[kHead], &h, 1,
@@ -293,26 +358,40 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   s->output.clear();
   s->text.clear();
   s->strip_pending = s->model->tokenizer->decode_strip();
-  s->position = 0;
+  // The cache may hold a prefix of these ids from the previous call (the same image
+  // and system prompt, another question): only the rest is prefilled. The last id is
+  // always run, for the logits of the first token.
+  size_t reuse = 0;
+  if (o.reuse_prefix != 0)
+    while (reuse + 1 < count && static_cast<int64_t>(reuse) < s->cached && s->cached_ids[reuse] == ids[reuse]) ++reuse;
+  s->cached = static_cast<int64_t>(reuse);
+  s->position = static_cast<int64_t>(reuse);
+  ReleaseBlocks(s, s->position);  // a paged cache keeps the blocks of the reused prefix
   // Reserve now so that streaming allocates nothing per token.
   if (!s->text.reserve(64) || !s->text_out.reserve(256) ||
       !s->output.reserve(static_cast<size_t>(o.max_new_tokens)))
     return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
   s->stats.prompt_tokens = static_cast<int32_t>(count);
+  s->stats.reused_tokens = static_cast<int32_t>(reuse);
   s->stats.generated_tokens = 0;
   s->stats.num_threads = s->pool->num_threads();
 
   // Image: encode once per image (a follow-up question about the same image reuses it).
-  s->stats.image_preprocess_ms = s->pending_preprocess_ms;
+  s->stats.image_preprocess_ms = s->pending_preprocess_ms;  // once: a later question did not preprocess
+  s->pending_preprocess_ms = 0;
   s->stats.vision_encoder_ms = s->stats.projector_ms = 0;
   s->stats.image_tokens = 0;
   if (s->model->multimodal && s->has_image) {
-    for (size_t i = 0; i < count; ++i) s->stats.image_tokens += ids[i] == m->image()->image_token_id();
-    if (s->stats.image_tokens > 0 && !s->image_encoded)
+    int64_t new_images = 0;
+    for (size_t i = 0; i < count; ++i) {
+      s->stats.image_tokens += ids[i] == m->image()->image_token_id();
+      new_images += i >= reuse && ids[i] == m->image()->image_token_id();
+    }
+    if (new_images > 0 && !s->image_encoded)
       if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
   }
   double t_prefill = NowSeconds();
-  if (kiln_status_t st = Prefill(s, ids, count, nullptr, error); st != KILN_OK) return st;
+  if (kiln_status_t st = Prefill(s, ids, count, reuse, nullptr, error); st != KILN_OK) return st;
   if (kiln_status_t st = Head(s, error); st != KILN_OK) return st;
   double t_prefilled = NowSeconds();
   s->stats.prefill_ms = tokenize_ms + Ms(t_prefilled - t_prefill);
@@ -344,9 +423,12 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     s->ids[0] = token;
     s->positions[0] = static_cast<int32_t>(s->position);
     Binding in[2] = {{s->ids, 1}, {s->positions, 1}};
+    st = MapBlocks(s, s->position, s->position + 1, error);
+    if (st != KILN_OK) break;
     st = RunStage(s, s->model->stages[kDecode], in, 2, Binding{s->hidden, 1}, error);
     if (st != KILN_OK) break;
     ++s->position;
+    s->cached_ids[s->cached++] = token;
     st = Head(s, error);
     if (st != KILN_OK) break;
     token = Sample(s->logits, vocab, o, &rng, order, probs);
@@ -422,17 +504,25 @@ struct SessionPlan {
   uint32_t kv_group = 0;
   size_t kv_half = 0, kv_scales_half = 0;  // codes and scales of keys (and of values)
   size_t arena = 0, tokens = 0, hidden = 0, logits = 0;
+  size_t cached_ids = 0;  // the ids the KV cache holds: [context]
   size_t pixels = 0, vision = 0, image = 0;
   size_t scratch_floats = 0, scratch = 0;
   size_t value_rows = 0;  // the per-value row counts
+  // Paged: the model's pool holds the cache (kv_half and kv_scales_half are what the
+  // context would take unpaged); the session allocates its block table.
+  bool paged = false;
+  int32_t shift = 0;
+  int64_t max_blocks = 0;
+  size_t table = 0;
 
   // As allocated: every allocation carries a header of its alignment (64 bytes, the
   // thread pool's and arrays' 16; support/allocator.cc), an empty buffer still takes 64 bytes,
   // and the thread pool holds one std::thread per worker.
   uint64_t Total(bool multimodal) const {
     auto buf = [](uint64_t b) { return (b == 0 ? uint64_t{64} : b) + 64; };
-    uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + 2 * buf(kv_half) + 2 * buf(kv_scales_half) + buf(arena) +
-                     2 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + value_rows + 16;
+    const uint64_t kv = paged ? buf(table) : 2 * buf(kv_half) + 2 * buf(kv_scales_half);
+    uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + kv + buf(arena) +
+                     2 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + buf(cached_ids) + value_rows + 16;
     if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
     if (multimodal) total += buf(pixels) + buf(vision) + buf(image);
     return total;
@@ -481,6 +571,7 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
                SizeOf(p->kv_half + p->kv_scales_half, 2, 1, 1, &kv_total) &&
                kv_total <= static_cast<uint64_t>(INT64_MAX) &&
                SizeOf(max_prefill, sizeof(int32_t), 1, 1, &p->tokens) &&
+               SizeOf(p->context, sizeof(int32_t), 1, 1, &p->cached_ids) &&
                SizeOf(max_prefill, hidden, sizeof(float), 1, &p->hidden) &&
                SizeOf(vocab, sizeof(float), 1, 1, &p->logits) &&
                SizeOf(m->values()->size(), sizeof(int64_t), 1, 1, &p->value_rows);
@@ -499,7 +590,25 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   p->scratch_floats = std::max<size_t>(ScratchFloats(model, p->context, p->threads), static_cast<size_t>(2 * vocab));
   if (!SizeOf(p->scratch_floats, sizeof(float), 1, 1, &p->scratch))
     return Fail(error, KILN_ERROR_ARTIFACT_MALFORMED, "kernel scratch of %zu floats overflows", p->scratch_floats);
+  // The model's pool, when the session's encoding is the pool's.
+  if (model->kv_pool_blocks > 0 && p->kv_encoding == model->kv_pool_encoding && p->kv_group == model->kv_pool_group) {
+    p->paged = true;
+    p->shift = model->kv_block_shift;
+    p->max_blocks = (p->context + (int64_t{1} << p->shift) - 1) >> p->shift;
+    p->table = static_cast<size_t>(p->max_blocks) * sizeof(int32_t);
+  }
   return KILN_OK;
+}
+
+// The shape of a model's KV cache of `plan`'s encoding (no storage).
+KvCache KvShape(const kiln_model_t* model, const SessionPlan& plan) {
+  KvCache c;
+  c.layers = model->fb->text()->num_layers();
+  c.width = static_cast<int64_t>(model->fb->text()->num_kv_heads()) * model->fb->text()->head_dim();
+  c.encoding = plan.kv_encoding;
+  c.group = plan.kv_group;
+  c.context = c.rows = plan.context;
+  return c;
 }
 
 // The kiln_kv_cache_t of a cache encoding.
@@ -525,7 +634,127 @@ kiln_status_t PlanFromOptions(const kiln_model_t* model, const kiln_session_opti
   return PlanSession(model, *o, plan, error);
 }
 
+// ---- A paged cache's blocks (kv_pool.h) ----
+
+// Keeps blocks for positions [0, keep) and returns the others to the pool.
+void ReleaseBlocks(kiln_session_t* s, int64_t keep) {
+  if (s->kv_pool == nullptr) return;
+  const int64_t shift = s->kv_pool->shift();
+  const int64_t kept = std::min<int64_t>(s->held, (keep + (int64_t{1} << shift) - 1) >> shift);
+  for (int64_t b = kept; b < s->held; ++b) s->kv_pool->Release(s->block_table[b]);
+  s->held = kept;
+  s->kv.mapped = s->held << shift;
+}
+
+// Makes positions [begin, end) writable: blocks taken for positions not mapped yet,
+// and a block another session still reads (kiln_session_fork) copied first.
+kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_error_t* error) {
+  KvPool* pool = s->kv_pool;
+  if (pool == nullptr || begin >= end) return KILN_OK;
+  const int64_t shift = pool->shift();
+  for (int64_t b = begin >> shift; b <= (end - 1) >> shift; ++b) {
+    const bool fresh = b >= s->held;
+    if (!fresh && !pool->Shared(s->block_table[b])) continue;
+    const int32_t got = pool->Acquire();
+    if (got < 0) {
+      ReleaseBlocks(s, begin);  // what was taken for this call goes back
+      const double block_mb = static_cast<double>(s->kv.token_bytes() << shift) / 1e6;
+      return Fail(error, KILN_ERROR_RESOURCE_EXHAUSTED,
+                  "the KV block pool is full: its %d blocks of %lld tokens (%.1f MB) are taken, %lld of them by this "
+                  "session, which needs one more for position %lld; a larger pool (kiln_model_options_t."
+                  "kv_pool_tokens or memory_budget), fewer sessions or a shorter conversation fits",
+                  pool->capacity(), static_cast<long long>(int64_t{1} << shift), block_mb * pool->capacity(),
+                  static_cast<long long>(s->held), static_cast<long long>(std::max(begin, b << shift)));
+    }
+    if (fresh) {
+      s->block_table[b] = got;
+      s->held = b + 1;
+    } else {  // copy on write: the positions before `begin` in the block are kept
+      const int64_t keep = std::min<int64_t>(std::max<int64_t>(begin - (b << shift), 0), int64_t{1} << shift);
+      pool->store().CopyRows(static_cast<int64_t>(s->block_table[b]) << shift, static_cast<int64_t>(got) << shift,
+                             keep);
+      pool->Release(s->block_table[b]);
+      s->block_table[b] = got;
+    }
+  }
+  s->kv.mapped = s->held << shift;
+  return KILN_OK;
+}
+
 }  // namespace
+
+namespace kiln::rt {
+
+kiln_status_t SetUpKvPool(kiln_model_t* m, kiln_error_t* error) {
+  if (m->kv_pool_tokens < 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kv_pool_tokens %lld: must be >= 0",
+                static_cast<long long>(m->kv_pool_tokens));
+  if (m->kv_pool_tokens == 0 && m->memory_budget == 0) return KILN_OK;  // no pool
+  const int32_t block = m->kv_block_tokens == 0 ? 32 : m->kv_block_tokens;
+  if (block < 8 || block > 1024 || (block & (block - 1)) != 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kv_block_tokens %d: must be a power of two in [8, 1024]", block);
+  int32_t shift = 0;
+  while ((1 << shift) < block) ++shift;
+  // The pool holds caches of the budget's session's encoding.
+  kiln_session_options_t o;
+  SessionPlan plan;
+  const kiln_session_options_t* so = m->budget_session_given ? &m->budget_session : nullptr;
+  if (kiln_status_t st = PlanFromOptions(m, so, &o, &plan, error); st != KILN_OK) return st;
+  const KvCache shape = KvShape(m, plan);
+  const uint64_t per_block = (shape.token_bytes() << shift) + 8;  // + its reference count and free-stack slot
+  int64_t blocks = 0;
+  if (m->kv_pool_tokens > 0) {
+    blocks = (m->kv_pool_tokens + block - 1) >> shift;
+  } else {
+    // What the budget leaves after the weights, code, tables and the session's other
+    // buffers (its table included); the budget check passed, so at least its context.
+    kiln_memory_report_t r = {};
+    r.struct_size = sizeof(r);
+    if (kiln_status_t st = kiln_model_memory_report(m, so, &r, error); st != KILN_OK) return st;
+    const uint64_t table = static_cast<uint64_t>((plan.context + block - 1) >> shift) * 4 + 128;
+    const uint64_t others = r.total_bytes - r.kv_cache_bytes + table + sizeof(KvPool) + 4 * 128;
+    blocks = m->memory_budget > others ? static_cast<int64_t>((m->memory_budget - others) / per_block) : 0;
+    if (blocks < 1)
+      return Fail(error, KILN_ERROR_RESOURCE_EXHAUSTED,
+                  "the %.1f MB memory budget leaves no room for one KV block of %d tokens (%.1f MB)",
+                  m->memory_budget / 1e6, block, per_block / 1e6);
+  }
+  if (blocks > (int64_t{1} << 30) || static_cast<uint64_t>(blocks) > UINT64_MAX / 2 / per_block ||
+      (blocks << shift) > INT32_MAX)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "a KV pool of %lld blocks of %d tokens is too large",
+                static_cast<long long>(blocks), block);
+  m->kv_pool_blocks = static_cast<int32_t>(blocks);
+  m->kv_block_shift = shift;
+  m->kv_pool_encoding = plan.kv_encoding;
+  m->kv_pool_group = plan.kv_group;
+  if (m->memory_budget > 0 && m->kv_pool_tokens > 0) {
+    // An explicit pool instead of the session's own cache: the budget again.
+    kiln_memory_report_t r = {};
+    r.struct_size = sizeof(r);
+    if (kiln_status_t st = kiln_model_memory_report(m, so, &r, error); st != KILN_OK) return st;
+    if (r.total_bytes > m->memory_budget) {
+      m->kv_pool_blocks = 0;
+      return Fail(error, KILN_ERROR_RESOURCE_EXHAUSTED,
+                  "needs %.1f MB, over the %.1f MB memory budget: weights %.1f MB (mapped), code %.1f MB, model "
+                  "tables %.1f MB, KV pool %.1f MB (%lld blocks of %d tokens), session %.1f MB; a smaller "
+                  "kv_pool_tokens fits",
+                  r.total_bytes / 1e6, m->memory_budget / 1e6, r.weight_bytes / 1e6, r.code_bytes / 1e6,
+                  r.model_bytes / 1e6, r.kv_pool_bytes / 1e6, static_cast<long long>(blocks), block,
+                  r.session_bytes / 1e6);
+    }
+  }
+  const uint64_t before = m->allocator.current_bytes();
+  m->kv_pool = KvPool::Create(shape, m->kv_pool_blocks, shift, &m->allocator);
+  m->kv_pool_allocated = m->allocator.current_bytes() - before;
+  if (m->kv_pool == nullptr) {
+    m->kv_pool_blocks = 0;
+    return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for a KV pool of %lld blocks of %d tokens (%.1f MB)",
+                static_cast<long long>(blocks), block, KvPool::Bytes(shape, blocks, shift) / 1e6);
+  }
+  return KILN_OK;
+}
+
+}  // namespace kiln::rt
 
 // The calibration seam (kiln/kiln_calibration.h).
 extern "C" {
@@ -570,6 +799,8 @@ kiln_status_t kiln_calib_set_image_features(kiln_session_t* s, const float* feat
   std::memcpy(s->image_features, features, n * 4);
   s->has_image = true;
   s->image_encoded = true;
+  s->image_hash[0] = s->image_hash[1] = 0;  // features of no pixels: the next image is new
+  ForgetImageTokens(s);
   s->pending_preprocess_ms = 0;
   return KILN_OK;
 }
@@ -591,6 +822,7 @@ void kiln_generate_options_init(kiln_generate_options_t* options) {
   options->temperature = 0.0f;
   options->top_k = 0;
   options->top_p = 1.0f;
+  options->reuse_prefix = 1;
 }
 
 kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_session_options_t* options,
@@ -622,6 +854,14 @@ kiln_status_t kiln_model_memory_report(const kiln_model_t* model, const kiln_ses
   r.kv_cache_bytes = 2 * (static_cast<uint64_t>(plan.kv_half) + plan.kv_scales_half);
   r.arena_bytes = plan.arena;
   r.total_bytes = r.weight_bytes + r.code_bytes + r.model_bytes + r.session_bytes;
+  if (plan.paged) {  // the model's pool instead of the session's own cache
+    r.kv_pool_bytes = KvPool::Bytes(KvShape(model, plan), model->kv_pool_blocks, plan.shift);
+    r.kv_block_tokens = 1 << plan.shift;
+    r.kv_pool_blocks = model->kv_pool_blocks;
+    r.kv_cache_bytes = r.kv_pool_bytes;
+    if (model->kv_pool != nullptr) r.model_bytes -= std::min(r.model_bytes, model->kv_pool_allocated);
+    r.total_bytes = r.weight_bytes + r.code_bytes + r.model_bytes + r.session_bytes + r.kv_pool_bytes;
+  }
   r.context_length = static_cast<int32_t>(plan.context);
   r.kv_cache = KvCacheOption(plan.kv_encoding);
   if (!CopySizedOut(r, out_report))
@@ -652,23 +892,37 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   auto alloc = [&](size_t bytes, void** out, const char* what) {
     if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what);
   };
-  s->kv.layers = m->text()->num_layers();
-  s->kv.context = plan.context;
-  s->kv.width = static_cast<int64_t>(m->text()->num_kv_heads()) * m->text()->head_dim();
-  s->kv.encoding = plan.kv_encoding;
-  s->kv.group = plan.kv_group;
-  auto alloc_kv = [&](size_t bytes, void** out, const char* what) {
-    if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what, /*zero=*/false);
-  };
-  alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
-  alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
-  alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.key_scales), "KV cache (key scales)");
-  alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.value_scales), "KV cache (value scales)");
+  s->options = o;
+  s->kv = KvShape(model, plan);
+  if (plan.paged) {
+    // The model's pool holds the rows; the session maps its positions to blocks.
+    s->kv_pool = model->kv_pool;
+    const KvCache& store = s->kv_pool->store();
+    s->kv.keys = store.keys;
+    s->kv.values = store.values;
+    s->kv.key_scales = store.key_scales;
+    s->kv.value_scales = store.value_scales;
+    s->kv.rows = store.rows;
+    s->kv.block_shift = s->kv_pool->shift();
+    alloc(plan.table, reinterpret_cast<void**>(&s->block_table), "KV block table");
+    s->kv.blocks = s->block_table;
+    s->kv.mapped = 0;
+  } else {
+    auto alloc_kv = [&](size_t bytes, void** out, const char* what) {
+      if (st == KILN_OK) st = Alloc(s, bytes, out, out_error, what, /*zero=*/false);
+    };
+    alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.keys), "KV cache (keys)");
+    alloc_kv(plan.kv_half, reinterpret_cast<void**>(&s->kv.values), "KV cache (values)");
+    alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.key_scales), "KV cache (key scales)");
+    alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.value_scales), "KV cache (value scales)");
+    s->kv.mapped = plan.context;
+  }
   alloc(plan.arena, reinterpret_cast<void**>(&s->arena), "activation arena");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->ids), "token buffer");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->positions), "position buffer");
   alloc(plan.hidden, reinterpret_cast<void**>(&s->hidden), "hidden states");
   alloc(plan.logits, reinterpret_cast<void**>(&s->logits), "logits");
+  alloc(plan.cached_ids, reinterpret_cast<void**>(&s->cached_ids), "ids of the KV cache");
   if (model->multimodal) {
     // The verifier checked that the projector reads exactly the vision encoder's
     // output and writes [image_tokens, hidden]: these buffers are what they bind.
@@ -701,6 +955,7 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
 
 void kiln_session_release(kiln_session_t* session) {
   if (session == nullptr) return;
+  ReleaseBlocks(session, 0);
   ThreadPool::Destroy(session->pool);
   FreeBuffers(session);
   session->value_rows.set_allocator(nullptr);
@@ -725,11 +980,12 @@ kiln_status_t kiln_session_set_image_rgb(kiln_session_t* s, const uint8_t* rgb, 
                                      static_cast<size_t>(3 * size * size), out_error);
   if (st != KILN_OK) {
     s->has_image = false;
+    s->image_encoded = false;  // the pixels may be half overwritten
+    ForgetImageTokens(s);
     return st;
   }
+  PixelsChanged(s);
   s->pending_preprocess_ms = Ms(NowSeconds() - t0);
-  s->has_image = true;
-  s->image_encoded = false;
   return KILN_OK;
 }
 
@@ -746,8 +1002,7 @@ kiln_status_t kiln_session_set_pixel_values(kiln_session_t* s, const float* pixe
                 count);
   std::memcpy(s->pixels, pixel_values, count * 4);
   s->pending_preprocess_ms = 0;
-  s->has_image = true;
-  s->image_encoded = false;
+  PixelsChanged(s);
   return KILN_OK;
 }
 
@@ -756,6 +1011,8 @@ kiln_status_t kiln_session_reset(kiln_session_t* s) {
   s->has_image = false;
   s->image_encoded = false;
   s->position = 0;
+  s->cached = 0;
+  ReleaseBlocks(s, 0);
   s->output.clear();
   return KILN_OK;
 }
@@ -804,9 +1061,11 @@ kiln_status_t kiln_session_prefill_logits(kiln_session_t* s, const int32_t* ids,
     return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu x %zu logits do not fit in %zu floats", count, vocab,
                 capacity);
   s->position = 0;
+  s->cached = 0;
+  ReleaseBlocks(s, 0);
   if (s->model->multimodal && s->has_image && !s->image_encoded)
     if (kiln_status_t st = EncodeImage(s, out_error); st != KILN_OK) return st;
-  return Prefill(s, ids, count, out_logits, out_error);
+  return Prefill(s, ids, count, 0, out_logits, out_error);
 }
 
 kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_ids, size_t capacity,
@@ -818,7 +1077,62 @@ kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_
 }
 
 kiln_status_t kiln_session_get_stats(const kiln_session_t* s, kiln_stats_t* out_stats) {
-  if (s == nullptr || !kiln::rt::CopySizedOut(s->stats, out_stats)) return KILN_ERROR_INVALID_ARGUMENT;
+  if (s == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
+  kiln_stats_t stats = s->stats;
+  if (s->kv_pool != nullptr) {  // as of now
+    stats.kv_block_tokens = 1 << s->kv_pool->shift();
+    stats.kv_blocks = static_cast<int32_t>(s->held);
+    stats.kv_pool_blocks = s->kv_pool->capacity();
+    stats.kv_pool_blocks_used = s->kv_pool->used();
+  }
+  if (!kiln::rt::CopySizedOut(stats, out_stats)) return KILN_ERROR_INVALID_ARGUMENT;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_session, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (src == nullptr || out_session == nullptr)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_fork: session and out_session are required");
+  kiln_session_t* s = nullptr;
+  if (kiln_status_t st = kiln_session_create(src->model, &src->options, &s, out_error); st != KILN_OK) return st;
+  // The image: its pixels and, once encoded, its features.
+  const kiln_model_t* model = src->model;
+  if (model->multimodal) {
+    const size_t size = model->fb->image()->image_size();
+    std::memcpy(s->pixels, src->pixels, 3 * size * size * sizeof(float));
+    if (src->image_encoded)
+      std::memcpy(s->image_features, src->image_features,
+                  static_cast<size_t>(model->fb->image()->image_tokens()) * model->fb->text()->hidden_size() * 4);
+  }
+  s->has_image = src->has_image;
+  s->image_encoded = src->image_encoded;
+  s->image_hash[0] = src->image_hash[0];
+  s->image_hash[1] = src->image_hash[1];
+  s->pending_preprocess_ms = src->pending_preprocess_ms;
+  // The conversation: the ids the cache holds and their keys and values.
+  std::memcpy(s->cached_ids, src->cached_ids, static_cast<size_t>(src->cached) * sizeof(int32_t));
+  s->cached = src->cached;
+  if (s->kv_pool != nullptr) {  // the same pool (same options): share the blocks
+    for (int64_t b = 0; b < src->held; ++b) {
+      s->kv_pool->Retain(src->block_table[b]);
+      s->block_table[b] = src->block_table[b];
+    }
+    s->held = src->held;
+    s->kv.mapped = s->held << s->kv_pool->shift();
+  } else {
+    for (int64_t l = 0; l < s->kv.layers; ++l) {
+      const size_t codes = static_cast<size_t>(src->cached) * s->kv.row_bytes();
+      const size_t scales = static_cast<size_t>(src->cached) * s->kv.row_scales() * 4;
+      std::memcpy(s->kv.K(l, 0), src->kv.K(l, 0), codes);
+      std::memcpy(s->kv.V(l, 0), src->kv.V(l, 0), codes);
+      if (scales > 0) {
+        std::memcpy(s->kv.KS(l, 0), src->kv.KS(l, 0), scales);
+        std::memcpy(s->kv.VS(l, 0), src->kv.VS(l, 0), scales);
+      }
+    }
+  }
+  s->position = s->cached;
+  *out_session = s;
   return KILN_OK;
 }
 

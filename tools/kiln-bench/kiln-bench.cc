@@ -321,9 +321,11 @@ struct Bench {
   kiln::tools::RgbImage image;
   bool has_image = false;
 
-  // One answer on a ready session; fills the stage metrics.
+  // One answer on a ready session, from a cold start (the image encoded and every
+  // prompt token prefilled, nothing reused from the run before); fills the stage metrics.
   bool Answer(kiln_session_t* s, const std::string& prompt, Run* run, std::string* error) {
     kiln_error_t err;
+    kiln_session_reset(s);
     if (has_image &&
         kiln_session_set_image_rgb(s, image.pixels.data(), image.width, image.height,
                                    static_cast<size_t>(image.width) * 3, &err) != KILN_OK) {

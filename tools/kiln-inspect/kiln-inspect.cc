@@ -233,9 +233,16 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  weights          %12.1f MB (mapped)\n", r.weight_bytes / MB);
     std::printf("  code             %12.1f MB (generated kernels)\n", r.code_bytes / MB);
     std::printf("  model tables     %12.1f MB (tokenizer, kernel bindings)\n", r.model_bytes / MB);
-    std::printf("  session          %12.1f MB: KV cache %.1f MB, arena %.1f MB, scratch and buffers %.1f MB\n",
-                r.session_bytes / MB, r.kv_cache_bytes / MB, r.arena_bytes / MB,
-                (r.session_bytes - r.kv_cache_bytes - r.arena_bytes) / MB);
+    if (r.kv_pool_bytes > 0) {
+      std::printf("  KV pool          %12.1f MB (paged: %d blocks of %d tokens, shared by the sessions)\n",
+                  r.kv_pool_bytes / MB, r.kv_pool_blocks, r.kv_block_tokens);
+      std::printf("  session          %12.1f MB: arena %.1f MB, scratch, buffers and block table %.1f MB\n",
+                  r.session_bytes / MB, r.arena_bytes / MB, (r.session_bytes - r.arena_bytes) / MB);
+    } else {
+      std::printf("  session          %12.1f MB: KV cache %.1f MB, arena %.1f MB, scratch and buffers %.1f MB\n",
+                  r.session_bytes / MB, r.kv_cache_bytes / MB, r.arena_bytes / MB,
+                  (r.session_bytes - r.kv_cache_bytes - r.arena_bytes) / MB);
+    }
     std::printf("  total            %12.1f MB\n", r.total_bytes / MB);
   }
   std::printf("\nstages\n");
@@ -328,9 +335,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
     const kiln_memory_report_t& r = mem.report;
     std::printf("  \"memory\": {\"weight_bytes\": %" PRIu64 ", \"code_bytes\": %" PRIu64 ", \"model_bytes\": %" PRIu64
                 ", \"session_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
-                ", \"total_bytes\": %" PRIu64 ", \"context\": %d, \"kv_cache\": %s},\n",
+                ", \"total_bytes\": %" PRIu64 ", \"context\": %d, \"kv_cache\": %s, \"kv_pool_bytes\": %" PRIu64
+                ", \"kv_block_tokens\": %d, \"kv_pool_blocks\": %d},\n",
                 r.weight_bytes, r.code_bytes, r.model_bytes, r.session_bytes, r.kv_cache_bytes, r.arena_bytes,
-                r.total_bytes, r.context_length, J(kiln::tools::KvCacheName(r.kv_cache)).c_str());
+                r.total_bytes, r.context_length, J(kiln::tools::KvCacheName(r.kv_cache)).c_str(), r.kv_pool_bytes,
+                r.kv_block_tokens, r.kv_pool_blocks);
   }
   std::printf("  \"stages\": [\n");
   for (uint32_t i = 0; i < m->stages()->size(); ++i) {
@@ -401,6 +410,13 @@ int main(int argc, char** argv) {
           ->check(CLI::PositiveNumber);
   app.add_option("--kv-cache", kv_cache, "KV-cache encoding the session memory is reported for (default: the artifact's)")
       ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
+  int64_t kv_pool = 0;
+  int kv_block = 0;
+  app.add_option("--kv-pool", kv_pool,
+                 "TOKENS: the memory report with a paged KV cache, a pool of TOKENS positions shared by the sessions "
+                 "(kiln-run --kv-pool)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-block", kv_block, "positions per KV block with --kv-pool (default 32)");
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
   if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-inspect"); rc >= 0) return rc;
@@ -418,7 +434,18 @@ int main(int argc, char** argv) {
   mem.context = context;
   mem.threads = threads;
   mem.kv_cache = kv_cache;
-  if (kiln_model_load(path.c_str(), nullptr, &model, &err) != KILN_OK) {
+  // The session the report is for; with --kv-pool, the pool holds its encoding.
+  kiln_session_options_t so = {};
+  so.struct_size = sizeof(so);
+  so.context_length = context;
+  so.num_threads = threads;
+  so.kv_cache = mem.kv_cache;
+  kiln_model_options_t mo;
+  kiln_model_options_init(&mo);
+  mo.session = &so;
+  mo.kv_pool_tokens = kv_pool;
+  mo.kv_block_tokens = kv_block;
+  if (kiln_model_load(path.c_str(), &mo, &model, &err) != KILN_OK) {
     // An artifact for another device (verified for the CPU it was built for), or
     // one whose kernels are in a static library an app links (kiln-run cannot).
     kiln_error_t any;
@@ -432,11 +459,6 @@ int main(int argc, char** argv) {
     mem.why_not = err.message;
   } else {
     // Everything a session will allocate (KV cache, arena, kernel scratch, buffers).
-    kiln_session_options_t so = {};
-    so.struct_size = sizeof(so);
-    so.context_length = context;
-    so.num_threads = threads;
-    so.kv_cache = mem.kv_cache;
     mem.report.struct_size = sizeof(mem.report);
     if (kiln_model_memory_report(model, &so, &mem.report, &err) != KILN_OK) {
       std::fprintf(stderr, "kiln-inspect: error: %s (%s)\n", err.message, kiln_status_message(err.status));

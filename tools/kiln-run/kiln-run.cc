@@ -188,7 +188,38 @@ bool ScoreLine(kiln_model_t* model, kiln_session_t* session, int32_t vocab, cons
   return true;
 }
 
-int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path,
+// Resident set when main() began (the binary and its libraries): --json reports it
+// beside the peak, so that what the model and session added can be told apart.
+double g_start_rss = 0;
+
+// The statistics of the last answer as JSON members (no braces): what --json prints
+// and what every --batch line carries.
+std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model) {
+  char buf[2048];
+  std::snprintf(buf, sizeof(buf),
+                "\"model\": \"%s\", \"architecture\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
+                "\"reused_tokens\": %d, \"image_tokens\": %d, \"generated_tokens\": %d, \"image_preprocess_ms\": %.3f, "
+                "\"vision_encoder_ms\": %.3f, \"projector_ms\": %.3f, \"prefill_ms\": %.3f, "
+                "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
+                "\"decode_tokens_per_s\": %.3f, \"decode_steps\": %d, \"arena_bytes\": %" PRIu64
+                ", \"kv_cache_bytes\": %" PRIu64 ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
+                ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
+                ", \"kv_block_tokens\": %d, \"kv_blocks\": %d, \"kv_pool_blocks\": %d, \"kv_pool_blocks_used\": %d"
+                ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f",
+                JsonEscape(model).c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.reused_tokens,
+                s.image_tokens, s.generated_tokens, s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms,
+                s.prefill_ms, s.first_token_ms, s.ttft_ms, s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s,
+                s.decode_steps, s.arena_bytes, s.kv_cache_bytes, kiln::tools::KvCacheName(s.kv_cache),
+                s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes, s.kv_block_tokens, s.kv_blocks,
+                s.kv_pool_blocks, s.kv_pool_blocks_used, g_start_rss,
+                kiln::tools::PeakRssBytes());
+  return buf;
+}
+
+// Lines about the image of the line before keep it (the session neither preprocesses
+// nor encodes it again) and, with reuse_prefix, the cached prefix of their prompt; a
+// line without an image forgets the image.
+int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path, const std::string& model_path,
              const kiln_generate_options_t& base, const ScoreOptions& score) {
   FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) {
@@ -201,6 +232,7 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
   kiln_model_get_info(model, &info);
   char buf[1 << 16];
   int line_no = 0, failures = 0;
+  std::string current_image;  // the image the session holds ("" none)
   while (std::fgets(buf, sizeof(buf), f) != nullptr) {
     ++line_no;
     std::string line(buf), prompt, image, id;
@@ -212,9 +244,13 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     }
     JsonString(line, "id", &id);
     kiln_error_t err;
-    kiln_session_reset(session);
-    if (JsonString(line, "image", &image)) {
-      std::string full = image.empty() || image[0] == '/' ? image : dir + "/" + image;
+    std::string full;
+    if (JsonString(line, "image", &image)) full = image.empty() || image[0] == '/' ? image : dir + "/" + image;
+    if (base.reuse_prefix == 0 || full != current_image) {
+      kiln_session_reset(session);
+      current_image.clear();
+    }
+    if (!full.empty() && full != current_image) {
       kiln::tools::RgbImage img;
       std::string error;
       if (!kiln::tools::LoadRgbImage(full, &img, &error) ||
@@ -225,6 +261,7 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
         ++failures;
         continue;
       }
+      current_image = full;
     }
     if (score.enabled) {
       std::string expected, json, error;
@@ -254,38 +291,22 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     kiln_stats_t s = {};
     s.struct_size = sizeof(s);
     kiln_session_get_stats(session, &s);
-    std::printf("{\"id\": \"%s\", \"answer\": \"%s\", \"ttft_ms\": %.3f, \"generated_tokens\": %d}\n",
-                JsonEscape(id).c_str(), JsonEscape(answer).c_str(), s.ttft_ms, s.generated_tokens);
+    std::printf("{\"id\": \"%s\", \"answer\": \"%s\", %s}\n", JsonEscape(id).c_str(), JsonEscape(answer).c_str(),
+                StatsJson(s, info, model_path).c_str());
     std::fflush(stdout);
   }
   std::fclose(f);
   return failures == 0 ? 0 : 1;
 }
 
-// Resident set when main() began (the binary and its libraries): --json reports it
-// beside the peak, so that what the model and session added can be told apart.
-double g_start_rss = 0;
-
 void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out) {
   if (json) {
-    std::fprintf(out,
-                 "{\"model\": \"%s\", \"architecture\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
-                 "\"image_tokens\": %d, \"generated_tokens\": %d, \"image_preprocess_ms\": %.3f, "
-                 "\"vision_encoder_ms\": %.3f, \"projector_ms\": %.3f, \"prefill_ms\": %.3f, "
-                 "\"first_token_ms\": %.3f, \"ttft_ms\": %.3f, \"first_decode_ms\": %.3f, \"decode_ms\": %.3f, "
-                 "\"decode_tokens_per_s\": %.3f, \"decode_steps\": %d, \"arena_bytes\": %" PRIu64 ", \"kv_cache_bytes\": %" PRIu64
-                 ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
-                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
-                 ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f}\n",
-                 model.c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens,
-                 s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms, s.prefill_ms, s.first_token_ms, s.ttft_ms,
-                 s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s, s.decode_steps, s.arena_bytes, s.kv_cache_bytes,
-                 kiln::tools::KvCacheName(s.kv_cache), s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes,
-                 g_start_rss, kiln::tools::PeakRssBytes());
+    std::fprintf(out, "{%s}\n", StatsJson(s, info, model).c_str());
     return;
   }
-  std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image), %d generated\n", info.architecture,
-               s.num_threads, s.prompt_tokens, s.image_tokens, s.generated_tokens);
+  std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image, %d reused from the cache), %d generated\n",
+               info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.reused_tokens,
+               s.generated_tokens);
   std::fprintf(out, "   image preprocess %9.2f ms\n", s.image_preprocess_ms);
   std::fprintf(out, "   vision encoder   %9.2f ms\n", s.vision_encoder_ms);
   std::fprintf(out, "   projector        %9.2f ms\n", s.projector_ms);
@@ -350,9 +371,11 @@ int main(int argc, char** argv) {
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0, kv_cache = KILN_KV_CACHE_DEFAULT;
   std::string memory_budget;
+  int64_t kv_pool_tokens = 0;
+  int kv_block_tokens = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
-  bool json = false, quiet = false, no_special = false;
+  bool json = false, quiet = false, no_special = false, no_prefix_reuse = false;
   std::string tokenize_text;
   ScoreOptions score;
   app.add_option("model", model_path, "compiled model (.kiln)")->required()->check(CLI::ExistingFile);
@@ -384,9 +407,17 @@ int main(int argc, char** argv) {
   app.add_option("--memory-budget", memory_budget,
                  "refuse to run unless the model and its session fit this many bytes (800MB, 1.2GB, 512MiB): the "
                  "arithmetic of kiln-inspect --memory");
+  app.add_option("--kv-pool", kv_pool_tokens,
+                 "a paged KV cache: a pool of this many token positions shared by the sessions (default: none, or "
+                 "what --memory-budget leaves)");
+  app.add_option("--kv-block", kv_block_tokens, "positions per KV block of a paged cache: a power of two in [8, 1024] "
+                 "(default 32)");
   app.add_option("--kv-cache", kv_cache,
                  "KV-cache encoding: f32, f16, int8 or int4 (default: the artifact's, kiln-compile --kv-cache)")
       ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
+  app.add_flag("--no-prefix-reuse", no_prefix_reuse,
+               "prefill every prompt whole: --batch lines and the answer after --dump-logits do not reuse the "
+               "image or the cached prefix of the line before");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
   CLI::Option* tokenize_opt = app.add_option(
@@ -460,6 +491,8 @@ int main(int argc, char** argv) {
   kiln_model_options_t mo;
   kiln_model_options_init(&mo);
   mo.session = &so;
+  mo.kv_pool_tokens = kv_pool_tokens;
+  mo.kv_block_tokens = kv_block_tokens;
   if (!memory_budget.empty()) {
     std::optional<uint64_t> budget = kiln::format::ParseByteSize(memory_budget);
     if (!budget) {
@@ -502,10 +535,11 @@ int main(int argc, char** argv) {
   go.top_k = top_k;
   go.top_p = top_p;
   go.seed = seed;
+  go.reuse_prefix = no_prefix_reuse ? 0 : 1;
   if (!batch_path.empty()) {
     std::vector<float> scored_logits;
     if (!logits_path.empty()) score.logits_out = &scored_logits;
-    rc = RunBatch(model, session, batch_path, go, score);
+    rc = RunBatch(model, session, batch_path, model_path, go, score);
     if (!logits_path.empty() && rc == 0) {  // rows of failed lines would be missing
       std::string error;
       const size_t vocab = static_cast<size_t>(info.vocab_size);

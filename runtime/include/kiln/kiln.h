@@ -191,6 +191,18 @@ typedef struct kiln_model_options_t {
    * when that exceeds the budget; no weight is read before. */
   uint64_t memory_budget;
   const struct kiln_session_options_t* session; /* the session the budget is for (NULL: defaults) */
+  /* A paged KV cache: one pool of KV blocks shared by the model's sessions of the
+   * pool's encoding (`session`'s, else the artifact's). A session takes blocks of
+   * kv_block_tokens positions as its conversation grows and returns them when it
+   * shrinks or ends, so that several sessions fit where each holding its whole
+   * context would not; kiln_session_fork shares blocks copy-on-write; when no block
+   * is left, generation fails with KILN_ERROR_RESOURCE_EXHAUSTED. kv_pool_tokens:
+   * the pool's positions (all sessions together; 0: with a memory budget, what the
+   * budget leaves after the weights, code, tables and one session's other buffers,
+   * at least that session's context; without one, no pool: each session allocates
+   * its whole context). */
+  int64_t kv_pool_tokens;
+  int32_t kv_block_tokens; /* positions per block: a power of two in [8, 1024]; 0: 32 */
 } kiln_model_options_t;
 
 /* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact,
@@ -316,6 +328,11 @@ typedef struct kiln_memory_report_t {
   uint64_t total_bytes;      /* weights + code + model + session */
   int32_t context_length;    /* the session's context, resolved */
   int32_t kv_cache;          /* kiln_kv_cache_t of the session, resolved */
+  uint64_t kv_pool_bytes;    /* a paged cache's pool (kiln_model_options_t.kv_pool_tokens),
+                                shared by the sessions: then kv_cache_bytes is the pool's
+                                and session_bytes counts the session's block table */
+  int32_t kv_block_tokens;   /* positions per block of the pool (0: unpaged) */
+  int32_t kv_pool_blocks;    /* the pool's blocks */
 } kiln_memory_report_t;
 
 KILN_API kiln_status_t kiln_model_memory_report(const kiln_model_t* model,
@@ -334,6 +351,15 @@ KILN_API kiln_status_t kiln_session_create(kiln_model_t* model,
 
 /* NULL is a no-op. */
 KILN_API void kiln_session_release(kiln_session_t* session);
+
+/* A new session with `session`'s options, image and conversation: its KV cache holds
+ * the same positions, so that a question asked of either reuses the shared prefix
+ * (kiln_stats_t.reused_tokens). With a paged cache (kiln_model_options_t.
+ * kv_pool_tokens) the two share the blocks, and the first to write into a shared one
+ * copies it; otherwise the positions are copied. For several questions about one
+ * photo asked in parallel: prefill the image and system prompt once, then fork. */
+KILN_API kiln_status_t kiln_session_fork(kiln_session_t* session, kiln_session_t** out_session,
+                                         kiln_error_t* out_error);
 
 /* The bytes kiln_session_create would allocate for `options` (NULL: defaults): the
  * KV cache, the activation arena, the kernels' scratch for the thread count, the
@@ -376,15 +402,22 @@ typedef struct kiln_generate_options_t {
   uint64_t seed;            /* sampling seed */
   kiln_token_callback_t on_token; /* may be NULL */
   void* user;
+  int32_t reuse_prefix;     /* 1 (the default): the longest common prefix of this prompt's
+                               ids and those the session's KV cache holds (the previous
+                               prompt and answer, while the image is the same) is not
+                               prefilled again; 0: every id is */
 } kiln_generate_options_t;
 
-/* Defaults: greedy, max_new_tokens from the checkpoint (else 128). */
+/* Defaults: greedy, max_new_tokens from the checkpoint (else 128), prefix reuse. */
 KILN_API void kiln_generate_options_init(kiln_generate_options_t* options);
 
 /* Answers `prompt` (UTF-8) about the image set before (if any): applies the model's
  * prompt template, tokenizes, encodes the image, prefills, then decodes until an
  * end-of-sequence token or max_new_tokens, streaming tokens to on_token. Each call
- * starts a new conversation. `options` may be NULL (defaults). */
+ * starts a new conversation; what it shares with the previous call's prompt and
+ * answer from the start (the image, the system prompt) is not prefilled again
+ * (reuse_prefix; kiln_stats_t.reused_tokens), and an image set again unchanged is
+ * not encoded again. `options` may be NULL (defaults). */
 KILN_API kiln_status_t kiln_session_generate(kiln_session_t* session, const char* prompt,
                                              const kiln_generate_options_t* options,
                                              kiln_error_t* out_error);
@@ -446,6 +479,13 @@ typedef struct kiln_stats_t {
                                  end-of-sequence token ended the answer */
   int32_t kv_cache;           /* kiln_kv_cache_t of the session's cache (never DEFAULT) */
   uint64_t kv_cache_token_bytes; /* KV-cache bytes per token over every layer */
+  int32_t reused_tokens;      /* prompt tokens whose keys and values the previous call left in
+                                 the cache (kiln_generate_options_t.reuse_prefix): not
+                                 prefilled, not in prefill_ms */
+  int32_t kv_block_tokens;    /* a paged cache: positions per block (0: unpaged) */
+  int32_t kv_blocks;          /*   blocks this session holds (shared ones included) */
+  int32_t kv_pool_blocks;     /*   the pool's blocks */
+  int32_t kv_pool_blocks_used;/*   taken by any session */
 } kiln_stats_t;
 
 /* KILN_ERROR_INVALID_ARGUMENT when out_stats->struct_size is not set. */

@@ -152,12 +152,17 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
       if (pos[t] < 0 || pos[t] >= kv->context)
         return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
                     static_cast<long long>(kv->context));
+      if (pos[t] >= kv->mapped)  // the session maps blocks before it runs a stage
+        return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
+                    static_cast<long long>(kv->mapped));
       kv->Write(layer, pos[t], k + t * ldkv, v + t * ldkv);
     }
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = pos;
     p.kv_encoding = kv->encoding;
+    p.kv_blocks = kv->blocks;
+    p.kv_block_shift = kv->block_shift;
     if (kv->encoding == format::kEncF32) {
       p.k = reinterpret_cast<const float*>(kv->K(layer, 0));
       p.v = reinterpret_cast<const float*>(kv->V(layer, 0));
@@ -179,7 +184,8 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
   auto* attend = uk->attention;
   if (ap->cache_layer() >= 0) {
     const bool builtin = uk->attention_kv_supported == nullptr || uk->attention_kv_supported(&p) != 0;
-    if (uk->attention_reads_kv >= 0 ? uk->attention_reads_kv != p.kv_encoding : !builtin)
+    if ((uk->attention_reads_kv >= 0 ? uk->attention_reads_kv != p.kv_encoding : !builtin) ||
+        (p.kv_blocks != nullptr && !uk->attention_reads_blocks))
       attend = builtin ? uk->attention_kv : kiln_uk_attention_f32_f32_f32_ref_portable;
   }
   c.pool->For(rows * heads, 1, [&](int64_t b, int64_t e, int t) { attend(&p, b, e, scratch + t * per_thread); });

@@ -1198,6 +1198,366 @@ TEST(Stats, DecodeStepsAndRate) {
   kiln_model_release(model);
 }
 
+// Sessions asked questions, for the prefix-reuse and paged-cache tests.
+namespace paged {
+
+struct Answer {
+  kiln_status_t status = KILN_OK;
+  std::vector<int32_t> tokens;
+  kiln_stats_t stats = {};
+  std::string message;
+};
+
+Answer AskWith(kiln_session_t* s, const std::vector<int32_t>& ids, const kiln_generate_options_t& go) {
+  Answer a;
+  kiln_error_t err;
+  a.status = kiln_session_generate_ids(s, ids.data(), ids.size(), &go, &err);
+  if (a.status != KILN_OK) a.message = err.message;
+  a.tokens.resize(64);
+  size_t n = 0;
+  kiln_session_get_output_ids(s, a.tokens.data(), a.tokens.size(), &n);
+  a.tokens.resize(n);
+  a.stats.struct_size = sizeof(a.stats);
+  kiln_session_get_stats(s, &a.stats);
+  return a;
+}
+
+Answer Ask(kiln_session_t* s, const std::vector<int32_t>& ids, int max_new = 6) {
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = max_new;
+  return AskWith(s, ids, go);
+}
+
+// tiny-llava's reference prompt (with image tokens) and pixel values.
+void ReadLlava(const std::string& dir, std::vector<int32_t>* prompt, std::vector<float>* pixels) {
+  kiln::npy::Array ids_npy, px_npy;
+  std::string error;
+  ASSERT_TRUE(kiln::npy::Read(dir + "/tiny-llava.ids.npy", &ids_npy, &error)) << error;
+  ASSERT_TRUE(kiln::npy::Read(dir + "/tiny-llava.pixels.npy", &px_npy, &error)) << error;
+  for (int64_t v : ids_npy.AsInt()) prompt->push_back(static_cast<int32_t>(v));
+  *pixels = px_npy.AsFloat();
+}
+
+kiln_model_t* Load(const std::string& path, int64_t pool_tokens, int block, kiln_status_t* st = nullptr,
+                   std::string* message = nullptr) {
+  kiln_model_options_t mo;
+  kiln_model_options_init(&mo);
+  mo.kv_pool_tokens = pool_tokens;
+  mo.kv_block_tokens = block;
+  kiln_model_t* model = nullptr;
+  kiln_error_t err;
+  kiln_status_t status = kiln_model_load(path.c_str(), &mo, &model, &err);
+  if (st != nullptr) *st = status;
+  if (message != nullptr && status != KILN_OK) *message = err.message;
+  return model;
+}
+
+kiln_session_t* Session(kiln_model_t* model, int context = 128, int kv_cache = KILN_KV_CACHE_DEFAULT) {
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 2;
+  so.context_length = context;
+  so.kv_cache = kv_cache;
+  kiln_session_t* s = nullptr;
+  kiln_error_t err;
+  EXPECT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  return s;
+}
+
+}  // namespace paged
+
+// A follow-up question about the same image prefills only what differs from the
+// previous call's prompt and answer; the image is encoded once. Its greedy tokens are
+// a fresh session's.
+TEST(PrefixReuse, FollowUpPrefillsOnlyItsNewTokens) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load((dir + "/tiny-llava.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
+  kiln_model_get_info(model, &info);
+  std::vector<int32_t> prompt;
+  std::vector<float> pixels;
+  ASSERT_NO_FATAL_FAILURE(paged::ReadLlava(dir, &prompt, &pixels));
+  std::vector<float> other = pixels;
+  for (size_t i = 0; i < other.size(); i += 7) other[i] = -other[i] + 0.25f;
+  const size_t first_image =
+      std::find(prompt.begin(), prompt.end(), info.image_token_id) - prompt.begin();
+  ASSERT_LT(first_image, prompt.size());
+  ASSERT_GT(first_image, 0u);
+
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 1;
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  EXPECT_EQ(go.reuse_prefix, 1);
+  go.max_new_tokens = 6;
+  using Result = paged::Answer;
+  auto ask = [&](kiln_session_t* s, const std::vector<int32_t>& ids, const kiln_generate_options_t& o) {
+    Result r = paged::AskWith(s, ids, o);
+    EXPECT_EQ(r.status, KILN_OK) << r.message;
+    return r;
+  };
+  // What a new session answers (nothing to reuse).
+  auto fresh = [&](const std::vector<float>& px, const std::vector<int32_t>& ids) {
+    kiln_session_t* f = nullptr;
+    EXPECT_EQ(kiln_session_create(model, &so, &f, &err), KILN_OK) << err.message;
+    EXPECT_EQ(kiln_session_set_pixel_values(f, px.data(), px.size(), &err), KILN_OK) << err.message;
+    Result r = ask(f, ids, go);
+    EXPECT_EQ(r.stats.reused_tokens, 0);
+    EXPECT_GT(r.stats.vision_encoder_ms, 0.0);
+    kiln_session_release(f);
+    return r.tokens;
+  };
+
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  ASSERT_EQ(kiln_session_set_pixel_values(s, pixels.data(), pixels.size(), &err), KILN_OK) << err.message;
+  Result first = ask(s, prompt, go);
+  EXPECT_EQ(first.stats.reused_tokens, 0);
+  ASSERT_FALSE(first.tokens.empty());
+
+  // Another question: the prompt's last token differs.
+  std::vector<int32_t> second = prompt;
+  second.back() = second.back() == 66 ? 67 : 66;
+  Result r = ask(s, second, go);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+  EXPECT_EQ(r.stats.prompt_tokens, static_cast<int32_t>(second.size()));
+  EXPECT_EQ(r.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(r.stats.image_preprocess_ms, 0.0);
+  EXPECT_EQ(r.tokens, fresh(pixels, second));
+
+  // The same question again: everything but the last id, which gives the logits.
+  r = ask(s, second, go);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(second.size()) - 1);
+  // The same pixels set again keep the encoded image and the cache.
+  ASSERT_EQ(kiln_session_set_pixel_values(s, pixels.data(), pixels.size(), &err), KILN_OK) << err.message;
+  r = ask(s, prompt, go);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+  EXPECT_EQ(r.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(r.tokens, first.tokens);
+
+  // The conversation continued: the prompt, the answer, a new turn. The answer's
+  // tokens that were fed back (all but a last one that did not end it) are reused.
+  const bool ended_by_eos = r.stats.decode_steps == r.stats.generated_tokens;
+  const size_t fed = r.tokens.size() - (ended_by_eos ? 0 : 1);
+  std::vector<int32_t> turn = prompt;
+  turn.insert(turn.end(), r.tokens.begin(), r.tokens.end());
+  turn.insert(turn.end(), {13, 90, 107});
+  Result t = ask(s, turn, go);
+  EXPECT_EQ(t.stats.reused_tokens, static_cast<int32_t>(prompt.size() + fed));
+  EXPECT_EQ(t.tokens, fresh(pixels, turn));
+
+  // Another image: only the ids before its first image token stay.
+  ASSERT_EQ(kiln_session_set_pixel_values(s, other.data(), other.size(), &err), KILN_OK) << err.message;
+  r = ask(s, prompt, go);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(first_image));
+  EXPECT_GT(r.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(r.tokens, fresh(other, prompt));
+
+  // Reuse off: every id is prefilled. A caller built before reuse_prefix existed
+  // gets the default.
+  kiln_generate_options_t off = go;
+  off.reuse_prefix = 0;
+  r = ask(s, prompt, off);
+  EXPECT_EQ(r.stats.reused_tokens, 0);
+  kiln_generate_options_t old = go;
+  old.struct_size = offsetof(kiln_generate_options_t, reuse_prefix);
+  old.reuse_prefix = 0;
+  r = ask(s, prompt, old);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+
+  // prefill_logits and reset start over.
+  std::vector<float> logits(prompt.size() * static_cast<size_t>(info.vocab_size));
+  ASSERT_EQ(kiln_session_prefill_logits(s, prompt.data(), prompt.size(), logits.data(), logits.size(), &err), KILN_OK)
+      << err.message;
+  r = ask(s, prompt, go);
+  EXPECT_EQ(r.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);  // prefill_logits filled the cache
+  ASSERT_EQ(kiln_session_reset(s), KILN_OK);
+  ASSERT_EQ(kiln_session_set_pixel_values(s, pixels.data(), pixels.size(), &err), KILN_OK) << err.message;
+  r = ask(s, prompt, go);
+  EXPECT_EQ(r.stats.reused_tokens, 0);
+  EXPECT_GT(r.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(r.tokens, first.tokens);
+  kiln_session_release(s);
+  kiln_model_release(model);
+}
+
+// A paged KV cache (kiln_model_options_t.kv_pool_tokens): sessions take blocks from
+// the model's pool as they fill, in any order, and answer exactly as with their own
+// contiguous cache, through the built-in and the generated attention kernels (f32 and
+// int8 caches).
+
+TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 29; ++i) prompt.push_back(1 + (i * 37) % 200);
+  std::vector<int32_t> other = prompt;
+  other.resize(13);
+  // The portable artifact (reference kernels), the generated ones (f32 and int8
+  // caches), and a generated one with an f16 session cache, which its generated
+  // kernel does not read (the built-in one: AVX-512 on x86, the reference on Arm).
+  const std::string gen = GeneratedArtifact(dir, "tiny-llama").substr(dir.size() + 1);
+  const std::pair<std::string, int> cases[] = {{"tiny-llama.kiln", KILN_KV_CACHE_DEFAULT},
+                                               {gen, KILN_KV_CACHE_DEFAULT},
+                                               {GeneratedArtifact(dir, "tiny-llama.kv8").substr(dir.size() + 1),
+                                                KILN_KV_CACHE_DEFAULT},
+                                               {gen, KILN_KV_CACHE_F16}};
+  for (const auto& [name, kv] : cases) {
+    SCOPED_TRACE(name + " kv_cache " + std::to_string(kv));
+    const std::string path = dir + "/" + name;
+    kiln_model_t* flat = paged::Load(path, 0, 0);
+    ASSERT_NE(flat, nullptr);
+    kiln_session_t* f = paged::Session(flat, 128, kv);
+    const paged::Answer expected = paged::Ask(f, prompt, 12);
+    ASSERT_EQ(expected.status, KILN_OK) << expected.message;
+    EXPECT_EQ(expected.stats.kv_block_tokens, 0);
+    kiln_session_release(f);
+    kiln_model_release(flat);
+
+    // The pool's encoding is the budget session's (NULL: the artifact's).
+    kiln_session_options_t pool_so;
+    kiln_session_options_init(&pool_so);
+    pool_so.kv_cache = kv;
+    kiln_model_options_t mo;
+    kiln_model_options_init(&mo);
+    mo.kv_pool_tokens = 256;
+    mo.kv_block_tokens = 8;
+    mo.session = &pool_so;
+    kiln_model_t* model = nullptr;
+    kiln_error_t err;
+    ASSERT_EQ(kiln_model_load(path.c_str(), &mo, &model, &err), KILN_OK) << err.message;
+    // Session a takes the first blocks, b the next ones; a's return to the pool and
+    // c takes them in the order they were freed, so that its positions map to
+    // blocks out of order and away from row 0.
+    kiln_session_t* a = paged::Session(model, 128, kv);
+    kiln_session_t* b = paged::Session(model, 128, kv);
+    ASSERT_EQ(paged::Ask(a, prompt, 12).status, KILN_OK);
+    const paged::Answer in_b = paged::Ask(b, other, 4);
+    ASSERT_EQ(in_b.status, KILN_OK) << in_b.message;
+    EXPECT_EQ(in_b.stats.kv_block_tokens, 8);
+    EXPECT_EQ(in_b.stats.kv_pool_blocks, 32);
+    EXPECT_EQ(in_b.stats.kv_blocks, (13 + in_b.stats.decode_steps + 7) / 8);
+    kiln_session_release(a);
+    kiln_session_t* c = paged::Session(model, 128, kv);
+    const paged::Answer got = paged::Ask(c, prompt, 12);
+    ASSERT_EQ(got.status, KILN_OK) << got.message;
+    EXPECT_EQ(got.tokens, expected.tokens);
+    EXPECT_EQ(got.stats.kv_blocks, static_cast<int32_t>((prompt.size() + got.stats.decode_steps + 7) / 8));
+    // Shorter conversations return blocks; released sessions return all of theirs.
+    ASSERT_EQ(paged::Ask(c, other, 1).status, KILN_OK);
+    kiln_stats_t st = {};
+    st.struct_size = sizeof(st);
+    kiln_session_get_stats(c, &st);
+    EXPECT_EQ(st.kv_blocks, 2);
+    kiln_session_release(b);
+    kiln_session_release(c);
+    kiln_session_t* d = paged::Session(model, 128, kv);
+    kiln_session_get_stats(d, &st);
+    EXPECT_EQ(st.kv_pool_blocks_used, 0);
+    kiln_session_release(d);
+    kiln_model_release(model);
+  }
+}
+
+TEST(PagedKv, OutOfBlocksIsAStatusNotACrash) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_model_t* model = paged::Load(dir + "/tiny-llama.kiln", 24, 8);  // 3 blocks
+  ASSERT_NE(model, nullptr);
+  kiln_session_t* a = paged::Session(model);
+  kiln_session_t* b = paged::Session(model);
+  std::vector<int32_t> prompt(20, 5);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1 + static_cast<int32_t>(i) * 3;
+  ASSERT_EQ(paged::Ask(a, prompt, 2).status, KILN_OK);  // 3 blocks
+  paged::Answer full = paged::Ask(b, prompt, 2);
+  EXPECT_EQ(full.status, KILN_ERROR_RESOURCE_EXHAUSTED);
+  for (const char* part : {"KV block pool is full", "3 blocks of 8 tokens", "position 0"})
+    EXPECT_NE(full.message.find(part), std::string::npos) << part << ": " << full.message;
+  // Decode running out: a's own conversation grows past the pool.
+  paged::Answer longer = paged::Ask(a, prompt, 30);
+  EXPECT_EQ(longer.status, KILN_ERROR_RESOURCE_EXHAUSTED) << longer.message;
+  EXPECT_NE(longer.message.find("position 24"), std::string::npos) << longer.message;
+  // Blocks come back: b fits once a is reset.
+  kiln_session_reset(a);
+  EXPECT_EQ(paged::Ask(b, prompt, 2).status, KILN_OK);
+  kiln_session_release(a);
+  kiln_session_release(b);
+  kiln_model_release(model);
+  // Invalid pool settings.
+  kiln_status_t st = KILN_OK;
+  std::string message;
+  EXPECT_EQ(paged::Load(dir + "/tiny-llama.kiln", 64, 12, &st, &message), nullptr);
+  EXPECT_EQ(st, KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("power of two"), std::string::npos) << message;
+  EXPECT_EQ(paged::Load(dir + "/tiny-llama.kiln", -1, 0, &st, &message), nullptr);
+  EXPECT_EQ(st, KILN_ERROR_INVALID_ARGUMENT);
+}
+
+// kiln_session_fork: the fork shares the image and the prefix's blocks; each side's
+// next question copies the block it writes into, so neither disturbs the other.
+TEST(PagedKv, ForkSharesThePrefixCopyOnWrite) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<int32_t> prompt;
+  std::vector<float> pixels;
+  ASSERT_NO_FATAL_FAILURE(paged::ReadLlava(dir, &prompt, &pixels));
+  std::vector<int32_t> q2 = prompt, q3 = prompt;
+  q2.back() = 66;
+  q3.back() = 67;
+  q3.push_back(70);
+  for (int64_t pool : {int64_t{0}, int64_t{512}}) {
+    SCOPED_TRACE(pool);
+    kiln_model_t* model = paged::Load(dir + "/tiny-llava.kiln", pool, 16);
+    ASSERT_NE(model, nullptr);
+    auto fresh = [&](const std::vector<int32_t>& ids) {
+      kiln_session_t* f = paged::Session(model);
+      kiln_error_t err;
+      EXPECT_EQ(kiln_session_set_pixel_values(f, pixels.data(), pixels.size(), &err), KILN_OK);
+      paged::Answer r = paged::Ask(f, ids);
+      kiln_session_release(f);
+      return r.tokens;
+    };
+    const std::vector<int32_t> want2 = fresh(q2), want3 = fresh(q3), want1 = fresh(prompt);
+    kiln_session_t* a = paged::Session(model);
+    kiln_error_t err;
+    ASSERT_EQ(kiln_session_set_pixel_values(a, pixels.data(), pixels.size(), &err), KILN_OK);
+    ASSERT_EQ(paged::Ask(a, prompt).status, KILN_OK);
+    kiln_session_t* b = nullptr;
+    ASSERT_EQ(kiln_session_fork(a, &b, &err), KILN_OK) << err.message;
+    kiln_stats_t st = {};
+    st.struct_size = sizeof(st);
+    if (pool > 0) {
+      kiln_session_get_stats(a, &st);
+      const int32_t used = st.kv_pool_blocks_used;
+      kiln_session_get_stats(b, &st);
+      EXPECT_EQ(st.kv_pool_blocks_used, used);  // shared, not copied
+      EXPECT_EQ(st.kv_blocks, used);
+    }
+    paged::Answer rb = paged::Ask(b, q2);
+    ASSERT_EQ(rb.status, KILN_OK) << rb.message;
+    EXPECT_EQ(rb.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+    EXPECT_EQ(rb.stats.vision_encoder_ms, 0.0);
+    EXPECT_EQ(rb.tokens, want2);
+    paged::Answer ra = paged::Ask(a, q3);
+    ASSERT_EQ(ra.status, KILN_OK) << ra.message;
+    EXPECT_EQ(ra.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+    EXPECT_EQ(ra.tokens, want3);
+    // b again, after a wrote its own question: b's blocks are b's.
+    paged::Answer rb1 = paged::Ask(b, prompt);
+    EXPECT_EQ(rb1.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+    EXPECT_EQ(rb1.tokens, want1);
+    kiln_session_release(a);
+    kiln_session_release(b);
+    kiln_model_release(model);
+  }
+}
+
 // Sampling settings out of range are refused (they were read as "off" silently).
 TEST(GenerateOptions, OutOfRangeSamplingIsRejected) {
   const std::string dir = ArtifactsDir();

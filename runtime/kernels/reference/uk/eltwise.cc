@@ -91,6 +91,10 @@ namespace {
 const float* KvHead(const kiln_uk_attention_params_t* p, const float* f32, const void* codes, const float* scales,
                     int64_t j, int64_t kvh, float* row) {
   const int64_t hd = p->head_dim;
+  if (p->kv_blocks != nullptr) {  // paged: the block's physical row
+    const int64_t mask = (int64_t{1} << p->kv_block_shift) - 1;
+    j = (static_cast<int64_t>(p->kv_blocks[j >> p->kv_block_shift]) << p->kv_block_shift) + (j & mask);
+  }
   if (p->kv_encoding == format::kEncF32) return f32 + j * p->ldkv + kvh * hd;
   const uint64_t row_bytes = format::KvRowBytes(static_cast<uint8_t>(p->kv_encoding), static_cast<uint64_t>(p->ldkv));
   const uint64_t row_scales =

@@ -41,42 +41,55 @@ inline float Softmax(float* s, int64_t n, int64_t nmax) {
 // reads elements [d, d + 16) of head `col0 / head_dim` of row j. The encoded forms
 // (formats/kv_codec.h) need 16-element chunks inside one group: kv_group a multiple
 // of 16 (INT8) or 32 (INT4), checked by Encoded().
-struct F32Rows {
+// Position j's physical row: through the block table of a paged cache, else j.
+struct Pages {
+  const int32_t* blocks;
+  int32_t shift;
+  explicit Pages(const kiln_uk_attention_params_t* p)
+      : blocks(p->positions != nullptr ? p->kv_blocks : nullptr), shift(p->kv_block_shift) {}
+  int64_t Row(int64_t j) const {
+    if (blocks == nullptr) return j;
+    return (static_cast<int64_t>(blocks[j >> shift]) << shift) + (j & ((int64_t{1} << shift) - 1));
+  }
+};
+struct F32Rows : Pages {
   const float* base;  // head start
   int64_t ld;
   F32Rows(const kiln_uk_attention_params_t* p, const float* rows, const void*, const float*, int64_t col0)
-      : base(rows + col0), ld(p->ldkv) {}
-  __m512 Load(int64_t j, int64_t d, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, base + j * ld + d); }
+      : Pages(p), base(rows + col0), ld(p->ldkv) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, base + Row(j) * ld + d); }
 };
-struct F16Rows {
+struct F16Rows : Pages {
   const uint16_t* base;
   int64_t ld;
   F16Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float*, int64_t col0)
-      : base(static_cast<const uint16_t*>(codes) + col0), ld(p->ldkv) {}
+      : Pages(p), base(static_cast<const uint16_t*>(codes) + col0), ld(p->ldkv) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + j * ld + d));
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + Row(j) * ld + d));
   }
 };
-struct Int8Rows {
+struct Int8Rows : Pages {
   const int8_t* base;
   const float* scales;
   int64_t ld, lds, col0, group;
   Int8Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
-      : base(static_cast<const int8_t*>(codes) + c0), scales(s), ld(p->ldkv), lds(p->ldkv / p->kv_group),
+      : Pages(p), base(static_cast<const int8_t*>(codes) + c0), scales(s), ld(p->ldkv), lds(p->ldkv / p->kv_group),
         col0(c0), group(p->kv_group) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    j = Row(j);
     const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base + j * ld + d)));
     return _mm512_mul_ps(x, _mm512_set1_ps(scales[j * lds + (col0 + d) / group]));
   }
 };
-struct Int4Rows {
+struct Int4Rows : Pages {
   const uint8_t* base;  // row 0
   const float* scales;
   int64_t ld_bytes, lds, col0, group;
   Int4Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
-      : base(static_cast<const uint8_t*>(codes)), scales(s), ld_bytes(p->ldkv / 2), lds(p->ldkv / p->kv_group),
-        col0(c0), group(p->kv_group) {}
+      : Pages(p), base(static_cast<const uint8_t*>(codes)), scales(s), ld_bytes(p->ldkv / 2),
+        lds(p->ldkv / p->kv_group), col0(c0), group(p->kv_group) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    j = Row(j);
     const int64_t e = col0 + d, g = e / group, o = e - g * group, half = group / 2;
     const uint8_t* bytes = base + j * ld_bytes + g * half + (o < half ? o : o - half);
     __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, bytes));
