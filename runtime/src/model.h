@@ -90,6 +90,7 @@ struct kiln_session_t {
   kiln::rt::KvPool* kv_pool = nullptr;
   int32_t* block_table = nullptr;  // [ceil(context / block)]
   int64_t held = 0;
+  int64_t offered = 0;  // leading full blocks offered to the pool for other sessions to find
   kiln_session_options_t options = {};  // as resolved (kiln_session_fork)
   int64_t context = 0;
   int64_t max_prefill = 0;

@@ -110,6 +110,8 @@ kiln_status_t Alloc(kiln_session_t* s, size_t bytes, void** out, kiln_error_t* e
 }
 
 void ReleaseBlocks(kiln_session_t* s, int64_t keep);
+void OfferBlocks(kiln_session_t* s);
+int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t reuse);
 kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_error_t* error);
 
 void FreeBuffers(kiln_session_t* s) {
@@ -274,6 +276,7 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     s->position += n;
     std::memcpy(s->cached_ids + s->cached, ids + start, static_cast<size_t>(n) * sizeof(int32_t));
     s->cached += n;
+    OfferBlocks(s);
     if (all_logits != nullptr) {
       Binding h{s->hidden, n};
       if (kiln_status_t st = RunStage(s, s->model->stages[kHead], &h, 1,
@@ -362,8 +365,11 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   // and system prompt, another question): only the rest is prefilled. The last id is
   // always run, for the logits of the first token.
   size_t reuse = 0;
-  if (o.reuse_prefix != 0)
+  if (o.reuse_prefix != 0) {
     while (reuse + 1 < count && static_cast<int64_t>(reuse) < s->cached && s->cached_ids[reuse] == ids[reuse]) ++reuse;
+    // A paged cache: blocks another session published for the same tokens.
+    reuse = static_cast<size_t>(FindBlocks(s, ids, static_cast<int64_t>(count), static_cast<int64_t>(reuse)));
+  }
   s->cached = static_cast<int64_t>(reuse);
   s->position = static_cast<int64_t>(reuse);
   ReleaseBlocks(s, s->position);  // a paged cache keeps the blocks of the reused prefix
@@ -429,6 +435,7 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     if (st != KILN_OK) break;
     ++s->position;
     s->cached_ids[s->cached++] = token;
+    OfferBlocks(s);
     st = Head(s, error);
     if (st != KILN_OK) break;
     token = Sample(s->logits, vocab, o, &rng, order, probs);
@@ -643,18 +650,23 @@ void ReleaseBlocks(kiln_session_t* s, int64_t keep) {
   const int64_t kept = std::min<int64_t>(s->held, (keep + (int64_t{1} << shift) - 1) >> shift);
   for (int64_t b = kept; b < s->held; ++b) s->kv_pool->Release(s->block_table[b]);
   s->held = kept;
+  s->offered = std::min(s->offered, keep >> shift);
   s->kv.mapped = s->held << shift;
 }
 
 // Makes positions [begin, end) writable: blocks taken for positions not mapped yet,
-// and a block another session still reads (kiln_session_fork) copied first.
+// and a block another session still reads, or a published one, copied first (the
+// positions before `begin` in it).
 kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_error_t* error) {
   KvPool* pool = s->kv_pool;
   if (pool == nullptr || begin >= end) return KILN_OK;
   const int64_t shift = pool->shift();
   for (int64_t b = begin >> shift; b <= (end - 1) >> shift; ++b) {
     const bool fresh = b >= s->held;
-    if (!fresh && !pool->Shared(s->block_table[b])) continue;
+    if (!fresh && pool->Writable(s->block_table[b])) {
+      pool->Forget(s->block_table[b]);  // written in place: blocks naming it as parent go stale
+      continue;
+    }
     const int32_t got = pool->Acquire();
     if (got < 0) {
       ReleaseBlocks(s, begin);  // what was taken for this call goes back
@@ -681,6 +693,96 @@ kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_erro
   return KILN_OK;
 }
 
+// What block b's keys and values depend on besides its ids (kv_pool.h), for its ids
+// before `end`; false when they depend on image features the session has no hash of.
+bool BlockTag(const kiln_session_t* s, const int32_t* ids, int64_t end, int64_t b, KvPool::Tag* tag) {
+  const int64_t shift = s->kv_pool->shift();
+  *tag = KvPool::Tag();
+  if (b > 0) {
+    tag->parent = s->block_table[b - 1];
+    tag->parent_generation = s->kv_pool->Generation(tag->parent);
+  }
+  if (s->model->multimodal) {
+    const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
+    for (int64_t i = b << shift; i < std::min(end, (b + 1) << shift); ++i)
+      if (ids[i] == image_id) {
+        if (!s->has_image || (s->image_hash[0] == 0 && s->image_hash[1] == 0)) return false;
+        tag->image[0] = s->image_hash[0];
+        tag->image[1] = s->image_hash[1];
+        break;
+      }
+  }
+  return true;
+}
+
+// Offers the session's newly full blocks to the pool, for sessions that start with
+// the same tokens.
+void OfferBlocks(kiln_session_t* s) {
+  if (s->kv_pool == nullptr) return;
+  const int64_t shift = s->kv_pool->shift();
+  for (; (s->offered + 1) << shift <= s->cached && s->offered < s->held; ++s->offered) {
+    KvPool::Tag tag;
+    if (BlockTag(s, s->cached_ids, s->cached, s->offered, &tag))
+      s->kv_pool->Publish(s->block_table[s->offered], s->cached_ids + (s->offered << shift), tag);
+  }
+}
+
+// Extends a reuse of `reuse` ids with the pool's published blocks that continue
+// them (whole blocks, ending before the last id); returns the new reuse.
+int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t reuse) {
+  if (s->kv_pool == nullptr) return reuse;
+  const int64_t shift = s->kv_pool->shift();
+  int64_t b = reuse >> shift;
+  for (; ((b + 1) << shift) <= count - 1; ++b) {
+    KvPool::Tag tag;
+    if (!BlockTag(s, ids, count, b, &tag)) break;
+    const int32_t found = s->kv_pool->Find(ids + (b << shift), tag);
+    if (found < 0) break;
+    if (b < s->held) {
+      s->kv_pool->Release(s->block_table[b]);
+    } else {
+      s->held = b + 1;  // b == held: the blocks before b are mapped
+    }
+    s->block_table[b] = found;
+  }
+  int64_t found = b << shift;
+  // The next block in part: the longest prefix of it another session's block of the
+  // same parent holds, copied into a block of this session's (image tokens past a
+  // block boundary, then another question).
+  KvPool::Tag tag;
+  const int64_t room = std::min<int64_t>(int64_t{1} << shift, count - 1 - found);
+  if (room > 0 && found + room > reuse && b <= s->held && BlockTag(s, ids, found + room, b, &tag)) {
+    int64_t first_image = room;
+    if (s->model->multimodal) {
+      const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
+      for (int64_t i = 0; i < room; ++i)
+        if (ids[found + i] == image_id) {
+          first_image = i;
+          break;
+        }
+    }
+    int64_t common = 0;
+    const int32_t from = s->kv_pool->FindPrefix(ids + found, room, first_image, tag, &common);
+    if (from >= 0) {
+      if (found + common > reuse) {
+        const int32_t to = s->kv_pool->Acquire();
+        if (to >= 0) {
+          s->kv_pool->store().CopyRows(static_cast<int64_t>(from) << shift, static_cast<int64_t>(to) << shift, common);
+          if (b < s->held) s->kv_pool->Release(s->block_table[b]);
+          else s->held = b + 1;
+          s->block_table[b] = to;
+          found += common;
+        }
+      }
+      s->kv_pool->Release(from);
+    }
+  }
+  if (found <= reuse) return reuse;
+  std::memcpy(s->cached_ids, ids, static_cast<size_t>(found) * sizeof(int32_t));
+  s->kv.mapped = s->held << shift;
+  return found;
+}
+
 }  // namespace
 
 namespace kiln::rt {
@@ -701,18 +803,20 @@ kiln_status_t SetUpKvPool(kiln_model_t* m, kiln_error_t* error) {
   const kiln_session_options_t* so = m->budget_session_given ? &m->budget_session : nullptr;
   if (kiln_status_t st = PlanFromOptions(m, so, &o, &plan, error); st != KILN_OK) return st;
   const KvCache shape = KvShape(m, plan);
-  const uint64_t per_block = (shape.token_bytes() << shift) + 8;  // + its reference count and free-stack slot
+  // + its bookkeeping (kv_pool.cc: counts, tag, key, table slots, its positions' ids)
+  const uint64_t per_block = (shape.token_bytes() << shift) + (uint64_t{4} << shift) + 72;
   int64_t blocks = 0;
   if (m->kv_pool_tokens > 0) {
     blocks = (m->kv_pool_tokens + block - 1) >> shift;
   } else {
     // What the budget leaves after the weights, code, tables and the session's other
-    // buffers (its table included); the budget check passed, so at least its context.
+    // buffers (its table included), in whole blocks: the budget check passed, so about
+    // its context or more (a last partial block may not fit).
     kiln_memory_report_t r = {};
     r.struct_size = sizeof(r);
     if (kiln_status_t st = kiln_model_memory_report(m, so, &r, error); st != KILN_OK) return st;
     const uint64_t table = static_cast<uint64_t>((plan.context + block - 1) >> shift) * 4 + 128;
-    const uint64_t others = r.total_bytes - r.kv_cache_bytes + table + sizeof(KvPool) + 4 * 128;
+    const uint64_t others = r.total_bytes - r.kv_cache_bytes + table + sizeof(KvPool) + 16 * 128;  // + allocation headers
     blocks = m->memory_budget > others ? static_cast<int64_t>((m->memory_budget - others) / per_block) : 0;
     if (blocks < 1)
       return Fail(error, KILN_ERROR_RESOURCE_EXHAUSTED,

@@ -195,12 +195,17 @@ typedef struct kiln_model_options_t {
    * pool's encoding (`session`'s, else the artifact's). A session takes blocks of
    * kv_block_tokens positions as its conversation grows and returns them when it
    * shrinks or ends, so that several sessions fit where each holding its whole
-   * context would not; kiln_session_fork shares blocks copy-on-write; when no block
-   * is left, generation fails with KILN_ERROR_RESOURCE_EXHAUSTED. kv_pool_tokens:
+   * context would not. A session whose prompt starts with the same tokens (the same
+   * image and system prompt) as one whose blocks are in the pool maps those blocks
+   * instead of prefilling them (whole blocks; they stay findable after their session
+   * ended, until the pool needs them); kiln_session_fork shares blocks too; a block
+   * another session holds, or a full one others may find, is copied before it is
+   * written. When no block is
+   * left, generation fails with KILN_ERROR_RESOURCE_EXHAUSTED. kv_pool_tokens:
    * the pool's positions (all sessions together; 0: with a memory budget, what the
    * budget leaves after the weights, code, tables and one session's other buffers,
-   * at least that session's context; without one, no pool: each session allocates
-   * its whole context). */
+   * in whole blocks: about that session's context or more, since the budget held it;
+   * without one, no pool: each session allocates its whole context). */
   int64_t kv_pool_tokens;
   int32_t kv_block_tokens; /* positions per block: a power of two in [8, 1024]; 0: 32 */
 } kiln_model_options_t;

@@ -298,7 +298,8 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
         const bool positions = mode == 1, causal = mode == 0;
         kiln_uk_attention_params_t p = {q.data(), heads * hd, k.data(), v.data(), kv_heads * hd, whole.data(),
                                         heads * hd, heads, kv_heads, hd, t, 0.35f, causal ? 1 : 0,
-                                        positions ? pos.data() : nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr};
+                                        positions ? pos.data() : nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
+                                        nullptr, 0};
         set.uk->attention(&p, 0, t * heads, scratch.data());
         p.y = y.data();
         for (int threads = 2; threads <= 4; ++threads) {

@@ -1399,6 +1399,7 @@ TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
   for (int i = 0; i < 29; ++i) prompt.push_back(1 + (i * 37) % 200);
   std::vector<int32_t> other = prompt;
   other.resize(13);
+  other[0] = 251;  // nothing in common with the others
   // The portable artifact (reference kernels), the generated ones (f32 and int8
   // caches), and a generated one with an f16 session cache, which its generated
   // kernel does not read (the built-in one: AVX-512 on x86, the reference on Arm).
@@ -1426,30 +1427,35 @@ TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
     pool_so.kv_cache = kv;
     kiln_model_options_t mo;
     kiln_model_options_init(&mo);
-    mo.kv_pool_tokens = 256;
+    mo.kv_pool_tokens = 96;  // 12 blocks
     mo.kv_block_tokens = 8;
     mo.session = &pool_so;
     kiln_model_t* model = nullptr;
     kiln_error_t err;
     ASSERT_EQ(kiln_model_load(path.c_str(), &mo, &model, &err), KILN_OK) << err.message;
     // Session a takes the first blocks, b the next ones; a's return to the pool and
-    // c takes them in the order they were freed, so that its positions map to
-    // blocks out of order and away from row 0.
+    // c takes the never used ones, then a's in the order they were freed, so that its
+    // positions map to blocks out of order and away from row 0. (a asks something
+    // else, so that c finds none of a's blocks.)
     kiln_session_t* a = paged::Session(model, 128, kv);
     kiln_session_t* b = paged::Session(model, 128, kv);
-    ASSERT_EQ(paged::Ask(a, prompt, 12).status, KILN_OK);
+    std::vector<int32_t> shifted = prompt;
+    shifted[0] = 250;
+    ASSERT_EQ(paged::Ask(a, shifted, 12).status, KILN_OK);
     const paged::Answer in_b = paged::Ask(b, other, 4);
     ASSERT_EQ(in_b.status, KILN_OK) << in_b.message;
     EXPECT_EQ(in_b.stats.kv_block_tokens, 8);
-    EXPECT_EQ(in_b.stats.kv_pool_blocks, 32);
+    EXPECT_EQ(in_b.stats.kv_pool_blocks, 12);
     EXPECT_EQ(in_b.stats.kv_blocks, (13 + in_b.stats.decode_steps + 7) / 8);
     kiln_session_release(a);
     kiln_session_t* c = paged::Session(model, 128, kv);
     const paged::Answer got = paged::Ask(c, prompt, 12);
     ASSERT_EQ(got.status, KILN_OK) << got.message;
+    EXPECT_EQ(got.stats.reused_tokens, 0);
     EXPECT_EQ(got.tokens, expected.tokens);
     EXPECT_EQ(got.stats.kv_blocks, static_cast<int32_t>((prompt.size() + got.stats.decode_steps + 7) / 8));
-    // Shorter conversations return blocks; released sessions return all of theirs.
+    // Shorter conversations return blocks (c keeps the block it finds of b's); released
+    // sessions return all of theirs.
     ASSERT_EQ(paged::Ask(c, other, 1).status, KILN_OK);
     kiln_stats_t st = {};
     st.struct_size = sizeof(st);
@@ -1475,7 +1481,9 @@ TEST(PagedKv, OutOfBlocksIsAStatusNotACrash) {
   std::vector<int32_t> prompt(20, 5);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = 1 + static_cast<int32_t>(i) * 3;
   ASSERT_EQ(paged::Ask(a, prompt, 2).status, KILN_OK);  // 3 blocks
-  paged::Answer full = paged::Ask(b, prompt, 2);
+  std::vector<int32_t> other = prompt;
+  other[0] = 250;  // nothing of a's to find
+  paged::Answer full = paged::Ask(b, other, 2);
   EXPECT_EQ(full.status, KILN_ERROR_RESOURCE_EXHAUSTED);
   for (const char* part : {"KV block pool is full", "3 blocks of 8 tokens", "position 0"})
     EXPECT_NE(full.message.find(part), std::string::npos) << part << ": " << full.message;
@@ -1485,7 +1493,7 @@ TEST(PagedKv, OutOfBlocksIsAStatusNotACrash) {
   EXPECT_NE(longer.message.find("position 24"), std::string::npos) << longer.message;
   // Blocks come back: b fits once a is reset.
   kiln_session_reset(a);
-  EXPECT_EQ(paged::Ask(b, prompt, 2).status, KILN_OK);
+  EXPECT_EQ(paged::Ask(b, other, 2).status, KILN_OK);
   kiln_session_release(a);
   kiln_session_release(b);
   kiln_model_release(model);
@@ -1546,7 +1554,9 @@ TEST(PagedKv, ForkSharesThePrefixCopyOnWrite) {
     EXPECT_EQ(rb.tokens, want2);
     paged::Answer ra = paged::Ask(a, q3);
     ASSERT_EQ(ra.status, KILN_OK) << ra.message;
-    EXPECT_EQ(ra.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+    // Its own prompt's, or more: with a pool, the block the session that computed
+    // want3 filled is still there to be found.
+    EXPECT_GE(ra.stats.reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
     EXPECT_EQ(ra.tokens, want3);
     // b again, after a wrote its own question: b's blocks are b's.
     paged::Answer rb1 = paged::Ask(b, prompt);
@@ -1556,6 +1566,87 @@ TEST(PagedKv, ForkSharesThePrefixCopyOnWrite) {
     kiln_session_release(b);
     kiln_model_release(model);
   }
+}
+
+// Sessions of a paged cache that start with the same tokens (the same image and
+// prompt) find the blocks another session filled (whole ones, then the common part of
+// the next, copied), also after it ended, and prefill only the rest; another image
+// finds nothing past the first image token.
+TEST(PagedKv, SessionsFindTheBlocksOfTheSamePrefix) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<int32_t> prompt;
+  std::vector<float> pixels;
+  ASSERT_NO_FATAL_FAILURE(paged::ReadLlava(dir, &prompt, &pixels));
+  std::vector<float> other = pixels;
+  for (size_t i = 0; i < other.size(); i += 5) other[i] = 0.5f - other[i];
+  std::vector<int32_t> q2 = prompt;
+  q2.back() = q2.back() == 66 ? 67 : 66;
+  const int32_t all_but_last = static_cast<int32_t>(prompt.size()) - 1;
+  ASSERT_GE(all_but_last, 24);
+  // The answers of sessions with their own caches.
+  kiln_model_t* flat = paged::Load(dir + "/tiny-llava.kiln", 0, 0);
+  ASSERT_NE(flat, nullptr);
+  auto unpaged = [&](const std::vector<float>& px, const std::vector<int32_t>& ids) {
+    kiln_session_t* f = paged::Session(flat);
+    kiln_error_t err;
+    EXPECT_EQ(kiln_session_set_pixel_values(f, px.data(), px.size(), &err), KILN_OK);
+    paged::Answer r = paged::Ask(f, ids);
+    kiln_session_release(f);
+    return r.tokens;
+  };
+  kiln_model_t* model = paged::Load(dir + "/tiny-llava.kiln", 512, 8);
+  ASSERT_NE(model, nullptr);
+  auto ask = [&](const std::vector<float>& px, const std::vector<int32_t>& ids, kiln_session_t** keep = nullptr) {
+    kiln_session_t* s = paged::Session(model);
+    kiln_error_t err;
+    EXPECT_EQ(kiln_session_set_pixel_values(s, px.data(), px.size(), &err), KILN_OK);
+    paged::Answer r = paged::Ask(s, ids);
+    EXPECT_EQ(r.status, KILN_OK) << r.message;
+    if (keep != nullptr) *keep = s;
+    else kiln_session_release(s);
+    return r;
+  };
+  kiln_session_t* a = nullptr;
+  const paged::Answer first = ask(pixels, prompt, &a);
+  EXPECT_EQ(first.stats.reused_tokens, 0);
+  EXPECT_GT(first.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(first.tokens, unpaged(pixels, prompt));
+  // Another session, same image, another question: a's full blocks.
+  kiln_session_t* b = nullptr;
+  paged::Answer second = ask(pixels, q2, &b);
+  EXPECT_EQ(second.stats.reused_tokens, all_but_last);  // whole blocks, then part of the next
+  EXPECT_EQ(second.stats.vision_encoder_ms, 0.0);  // every image token was in a found block
+  EXPECT_EQ(second.tokens, unpaged(pixels, q2));
+  kiln_stats_t st = {};
+  st.struct_size = sizeof(st);
+  kiln_session_get_stats(b, &st);
+  EXPECT_LT(st.kv_pool_blocks_used, first.stats.kv_blocks + st.kv_blocks);  // shared
+  // b's next question writes into its own copies, a still answers as before.
+  std::vector<int32_t> turn = q2;
+  turn.insert(turn.end(), {13, 90, 107, 287});
+  paged::Answer b2 = paged::Ask(b, turn);
+  EXPECT_EQ(b2.tokens, unpaged(pixels, turn));
+  paged::Answer a2 = paged::Ask(a, prompt);
+  EXPECT_EQ(a2.tokens, first.tokens);
+  kiln_session_release(a);
+  kiln_session_release(b);
+  // The blocks stay findable after their sessions ended, until they are taken again.
+  paged::Answer third = ask(pixels, q2);
+  EXPECT_EQ(third.stats.reused_tokens, all_but_last);
+  EXPECT_EQ(third.tokens, second.tokens);
+  // Another image: what comes before the first image token is found (in part of a
+  // block), nothing after.
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
+  kiln_model_get_info(model, &info);
+  const int64_t first_image = std::find(prompt.begin(), prompt.end(), info.image_token_id) - prompt.begin();
+  paged::Answer changed = ask(other, prompt);
+  EXPECT_EQ(changed.stats.reused_tokens, first_image);
+  EXPECT_GT(changed.stats.vision_encoder_ms, 0.0);
+  EXPECT_EQ(changed.tokens, unpaged(other, prompt));
+  kiln_model_release(model);
+  kiln_model_release(flat);
 }
 
 // Sampling settings out of range are refused (they were read as "off" silently).
