@@ -5,14 +5,14 @@
 
 namespace kiln::rt {
 
-void KvCache::CopyRows(int64_t from, int64_t to, int64_t n) const {
+void KvCache::CopyRows(const KvCache& src, int64_t from, int64_t to, int64_t n) const {
   const size_t codes = static_cast<size_t>(n) * row_bytes(), scales = static_cast<size_t>(n) * row_scales() * 4;
   for (int64_t l = 0; l < layers; ++l) {
-    std::memcpy(K(l, to), K(l, from), codes);
-    std::memcpy(V(l, to), V(l, from), codes);
+    std::memcpy(K(l, to), src.K(l, from), codes);
+    std::memcpy(V(l, to), src.V(l, from), codes);
     if (scales > 0) {
-      std::memcpy(KS(l, to), KS(l, from), scales);
-      std::memcpy(VS(l, to), VS(l, from), scales);
+      std::memcpy(KS(l, to), src.KS(l, from), scales);
+      std::memcpy(VS(l, to), src.VS(l, from), scales);
     }
   }
 }

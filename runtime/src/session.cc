@@ -164,17 +164,19 @@ void HashPixels(const float* pixels, size_t count, uint64_t out[2]) {
   out[1] = b ^ (a >> 23);
 }
 
+// The index of the first image token in ids[begin, end), or end (none, or a text-only
+// model).
+int64_t FirstImageToken(const kiln_session_t* s, const int32_t* ids, int64_t begin, int64_t end) {
+  if (!s->model->multimodal) return end;
+  const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
+  for (int64_t i = begin; i < end; ++i)
+    if (ids[i] == image_id) return i;
+  return end;
+}
+
 // The image changed: its tokens' keys and values in the cache are stale, so the
 // cached prefix ends before the first image token.
-void ForgetImageTokens(kiln_session_t* s) {
-  if (!s->model->multimodal) return;
-  const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
-  for (int64_t i = 0; i < s->cached; ++i)
-    if (s->cached_ids[i] == image_id) {
-      s->cached = i;
-      break;
-    }
-}
+void ForgetImageTokens(kiln_session_t* s) { s->cached = FirstImageToken(s, s->cached_ids, 0, s->cached); }
 
 // New pixel values are in s->pixels: the encoded features stay when they are the
 // same image's.
@@ -683,8 +685,8 @@ kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_erro
       s->held = b + 1;
     } else {  // copy on write: the positions before `begin` in the block are kept
       const int64_t keep = std::min<int64_t>(std::max<int64_t>(begin - (b << shift), 0), int64_t{1} << shift);
-      pool->store().CopyRows(static_cast<int64_t>(s->block_table[b]) << shift, static_cast<int64_t>(got) << shift,
-                             keep);
+      const KvCache& rows = pool->store();
+      rows.CopyRows(rows, static_cast<int64_t>(s->block_table[b]) << shift, static_cast<int64_t>(got) << shift, keep);
       pool->Release(s->block_table[b]);
       s->block_table[b] = got;
     }
@@ -702,15 +704,11 @@ bool BlockTag(const kiln_session_t* s, const int32_t* ids, int64_t end, int64_t 
     tag->parent = s->block_table[b - 1];
     tag->parent_generation = s->kv_pool->Generation(tag->parent);
   }
-  if (s->model->multimodal) {
-    const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
-    for (int64_t i = b << shift; i < std::min(end, (b + 1) << shift); ++i)
-      if (ids[i] == image_id) {
-        if (!s->has_image || (s->image_hash[0] == 0 && s->image_hash[1] == 0)) return false;
-        tag->image[0] = s->image_hash[0];
-        tag->image[1] = s->image_hash[1];
-        break;
-      }
+  const int64_t stop = std::min(end, (b + 1) << shift);
+  if (FirstImageToken(s, ids, b << shift, stop) < stop) {
+    if (!s->has_image || (s->image_hash[0] == 0 && s->image_hash[1] == 0)) return false;
+    tag->image[0] = s->image_hash[0];
+    tag->image[1] = s->image_hash[1];
   }
   return true;
 }
@@ -752,22 +750,15 @@ int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t
   KvPool::Tag tag;
   const int64_t room = std::min<int64_t>(int64_t{1} << shift, count - 1 - found);
   if (room > 0 && found + room > reuse && b <= s->held && BlockTag(s, ids, found + room, b, &tag)) {
-    int64_t first_image = room;
-    if (s->model->multimodal) {
-      const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
-      for (int64_t i = 0; i < room; ++i)
-        if (ids[found + i] == image_id) {
-          first_image = i;
-          break;
-        }
-    }
+    const int64_t first_image = FirstImageToken(s, ids, found, found + room) - found;
     int64_t common = 0;
     const int32_t from = s->kv_pool->FindPrefix(ids + found, room, first_image, tag, &common);
     if (from >= 0) {
       if (found + common > reuse) {
         const int32_t to = s->kv_pool->Acquire();
         if (to >= 0) {
-          s->kv_pool->store().CopyRows(static_cast<int64_t>(from) << shift, static_cast<int64_t>(to) << shift, common);
+          const KvCache& rows = s->kv_pool->store();
+          rows.CopyRows(rows, static_cast<int64_t>(from) << shift, static_cast<int64_t>(to) << shift, common);
           if (b < s->held) s->kv_pool->Release(s->block_table[b]);
           else s->held = b + 1;
           s->block_table[b] = to;
@@ -1224,16 +1215,7 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
     s->held = src->held;
     s->kv.mapped = s->held << s->kv_pool->shift();
   } else {
-    for (int64_t l = 0; l < s->kv.layers; ++l) {
-      const size_t codes = static_cast<size_t>(src->cached) * s->kv.row_bytes();
-      const size_t scales = static_cast<size_t>(src->cached) * s->kv.row_scales() * 4;
-      std::memcpy(s->kv.K(l, 0), src->kv.K(l, 0), codes);
-      std::memcpy(s->kv.V(l, 0), src->kv.V(l, 0), codes);
-      if (scales > 0) {
-        std::memcpy(s->kv.KS(l, 0), src->kv.KS(l, 0), scales);
-        std::memcpy(s->kv.VS(l, 0), src->kv.VS(l, 0), scales);
-      }
-    }
+    s->kv.CopyRows(src->kv, 0, 0, src->cached);  // unpaged: position p is row p
   }
   s->position = s->cached;
   *out_session = s;

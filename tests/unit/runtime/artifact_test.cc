@@ -1265,6 +1265,20 @@ kiln_session_t* Session(kiln_model_t* model, int context = 128, int kv_cache = K
   return s;
 }
 
+// A new session of `model` (2 threads, 128 positions) asked `ids` about `pixels`;
+// kept in *keep when given, else released.
+Answer AskNew(kiln_model_t* model, const std::vector<float>& pixels, const std::vector<int32_t>& ids,
+              kiln_session_t** keep = nullptr) {
+  kiln_session_t* s = Session(model);
+  kiln_error_t err;
+  EXPECT_EQ(kiln_session_set_pixel_values(s, pixels.data(), pixels.size(), &err), KILN_OK) << err.message;
+  Answer r = Ask(s, ids);
+  EXPECT_EQ(r.status, KILN_OK) << r.message;
+  if (keep != nullptr) *keep = s;
+  else kiln_session_release(s);
+  return r;
+}
+
 }  // namespace paged
 
 // A follow-up question about the same image prefills only what differs from the
@@ -1391,7 +1405,6 @@ TEST(PrefixReuse, FollowUpPrefillsOnlyItsNewTokens) {
 // the model's pool as they fill, in any order, and answer exactly as with their own
 // contiguous cache, through the built-in and the generated attention kernels (f32 and
 // int8 caches).
-
 TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
@@ -1523,14 +1536,7 @@ TEST(PagedKv, ForkSharesThePrefixCopyOnWrite) {
     SCOPED_TRACE(pool);
     kiln_model_t* model = paged::Load(dir + "/tiny-llava.kiln", pool, 16);
     ASSERT_NE(model, nullptr);
-    auto fresh = [&](const std::vector<int32_t>& ids) {
-      kiln_session_t* f = paged::Session(model);
-      kiln_error_t err;
-      EXPECT_EQ(kiln_session_set_pixel_values(f, pixels.data(), pixels.size(), &err), KILN_OK);
-      paged::Answer r = paged::Ask(f, ids);
-      kiln_session_release(f);
-      return r.tokens;
-    };
+    auto fresh = [&](const std::vector<int32_t>& ids) { return paged::AskNew(model, pixels, ids).tokens; };
     const std::vector<int32_t> want2 = fresh(q2), want3 = fresh(q3), want1 = fresh(prompt);
     kiln_session_t* a = paged::Session(model);
     kiln_error_t err;
@@ -1588,24 +1594,12 @@ TEST(PagedKv, SessionsFindTheBlocksOfTheSamePrefix) {
   kiln_model_t* flat = paged::Load(dir + "/tiny-llava.kiln", 0, 0);
   ASSERT_NE(flat, nullptr);
   auto unpaged = [&](const std::vector<float>& px, const std::vector<int32_t>& ids) {
-    kiln_session_t* f = paged::Session(flat);
-    kiln_error_t err;
-    EXPECT_EQ(kiln_session_set_pixel_values(f, px.data(), px.size(), &err), KILN_OK);
-    paged::Answer r = paged::Ask(f, ids);
-    kiln_session_release(f);
-    return r.tokens;
+    return paged::AskNew(flat, px, ids).tokens;
   };
   kiln_model_t* model = paged::Load(dir + "/tiny-llava.kiln", 512, 8);
   ASSERT_NE(model, nullptr);
   auto ask = [&](const std::vector<float>& px, const std::vector<int32_t>& ids, kiln_session_t** keep = nullptr) {
-    kiln_session_t* s = paged::Session(model);
-    kiln_error_t err;
-    EXPECT_EQ(kiln_session_set_pixel_values(s, px.data(), px.size(), &err), KILN_OK);
-    paged::Answer r = paged::Ask(s, ids);
-    EXPECT_EQ(r.status, KILN_OK) << r.message;
-    if (keep != nullptr) *keep = s;
-    else kiln_session_release(s);
-    return r;
+    return paged::AskNew(model, px, ids, keep);
   };
   kiln_session_t* a = nullptr;
   const paged::Answer first = ask(pixels, prompt, &a);
