@@ -52,6 +52,12 @@ void* AllocateCodePages(size_t bytes);
 bool ProtectCodePages(void* p, size_t bytes);
 void FreeCodePages(void* p, size_t bytes);
 
+// Gives the whole pages inside [p, p + bytes) back to the system (madvise
+// MADV_DONTNEED): anonymous pages read as zeros afterwards, a private file mapping's
+// are read from the file again. For memory whose contents are no longer needed, or
+// can be read again.
+void DiscardPages(const void* p, size_t bytes);
+
 }  // namespace kiln::rt
 
 #endif  // KILN_RUNTIME_PLATFORM_PLATFORM_H_

@@ -4,7 +4,9 @@
 // one contiguous region each for keys and for values. Unpaged, position p of a layer
 // is row p (rows = the context). Paged, the rows are a pool's blocks of 2^block_shift
 // positions and position p is in row blocks[p >> block_shift] * 2^block_shift +
-// p % 2^block_shift (KvPool, kv_pool.h).
+// p % 2^block_shift (KvPool, kv_pool.h). After a sliding window evicted positions,
+// "position" below means the row's index in that order (the session's rows), which
+// the position the model sees exceeds by `evicted`.
 #ifndef KILN_RUNTIME_SRC_KV_CACHE_H_
 #define KILN_RUNTIME_SRC_KV_CACHE_H_
 
@@ -28,6 +30,10 @@ struct KvCache {
   const int32_t* blocks = nullptr;  // paged: the session's block table
   int32_t block_shift = 0;
   int64_t mapped = 0;  // positions with a row: the context, or the blocks held x their positions
+  // A sliding window evicted this many positions before the ones written now: position
+  // p is written at row p - evicted (row_scratch: [max_prefill] for those rows).
+  int64_t evicted = 0;
+  int32_t* row_scratch = nullptr;
 
   uint64_t row_bytes() const { return format::KvRowBytes(encoding, static_cast<uint64_t>(width)); }
   uint64_t row_scales() const { return format::KvRowScales(encoding, static_cast<uint64_t>(width), group); }

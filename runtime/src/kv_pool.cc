@@ -3,16 +3,18 @@
 #include <cstring>
 #include <new>
 
+#include "platform/platform.h"
+
 namespace kiln::rt {
 
 void KvCache::CopyRows(const KvCache& src, int64_t from, int64_t to, int64_t n) const {
   const size_t codes = static_cast<size_t>(n) * row_bytes(), scales = static_cast<size_t>(n) * row_scales() * 4;
   for (int64_t l = 0; l < layers; ++l) {
-    std::memcpy(K(l, to), src.K(l, from), codes);
-    std::memcpy(V(l, to), src.V(l, from), codes);
+    std::memmove(K(l, to), src.K(l, from), codes);  // overlapping when a window slides
+    std::memmove(V(l, to), src.V(l, from), codes);
     if (scales > 0) {
-      std::memcpy(KS(l, to), src.KS(l, from), scales);
-      std::memcpy(VS(l, to), src.VS(l, from), scales);
+      std::memmove(KS(l, to), src.KS(l, from), scales);
+      std::memmove(VS(l, to), src.VS(l, from), scales);
     }
   }
 }
@@ -225,6 +227,34 @@ int32_t KvPool::FindPrefix(const int32_t* ids, int64_t n, int64_t first_image, c
   if (best >= 0 && refs_[best]++ == 0) --free_count_;
   *common = best_len;
   return best;
+}
+
+int32_t KvPool::Trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t trimmed = 0;
+  for (int32_t b = 0; b < capacity_;) {
+    if (refs_[b] != 0) {
+      ++b;
+      continue;
+    }
+    int32_t e = b;
+    for (; e < capacity_ && refs_[e] == 0; ++e) {
+      Unpublish(e);
+      ++generation_[e];
+    }
+    const int64_t first = static_cast<int64_t>(b) << shift_, n = static_cast<int64_t>(e - b) << shift_;
+    for (int64_t l = 0; l < store_.layers; ++l) {
+      DiscardPages(store_.K(l, first), static_cast<size_t>(n * store_.row_bytes()));
+      DiscardPages(store_.V(l, first), static_cast<size_t>(n * store_.row_bytes()));
+      if (store_.row_scales() > 0) {
+        DiscardPages(store_.KS(l, first), static_cast<size_t>(n * store_.row_scales() * 4));
+        DiscardPages(store_.VS(l, first), static_cast<size_t>(n * store_.row_scales() * 4));
+      }
+    }
+    trimmed += e - b;
+    b = e;
+  }
+  return trimmed;
 }
 
 void KvPool::Forget(int32_t b) {

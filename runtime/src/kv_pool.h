@@ -65,6 +65,9 @@ class KvPool {
   int32_t FindPrefix(const int32_t* ids, int64_t n, int64_t first_image, const Tag& tag, int64_t* common);
   // `block` is about to be written in place: no longer findable, a new generation.
   void Forget(int32_t block);
+  // Gives the pages of every free block back to the system (platform DiscardPages);
+  // published ones are forgotten first. Returns the blocks trimmed.
+  int32_t Trim();
 
   const KvCache& store() const { return store_; }  // blocks == nullptr
   int32_t capacity() const { return capacity_; }

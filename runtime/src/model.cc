@@ -388,8 +388,17 @@ kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* opti
   ClearError(out_error);
   if (path == nullptr || out_model == nullptr)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_load: path and out_model are required");
+  return kiln::rt::LoadModelFile(path, options, UINT64_MAX, true, out_model, out_error);
+}
+
+}  // extern "C"
+
+kiln_status_t kiln::rt::LoadModelFile(const char* path, const kiln_model_options_t* options, uint64_t budget,
+                                      bool pool_from_budget, kiln_model_t** out_model, kiln_error_t* out_error) {
   kiln_model_t* m = NewModel(options);
   if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+  if (budget != UINT64_MAX) m->memory_budget = budget;
+  m->pool_from_budget = pool_from_budget;
   if (kiln_status_t st = MapFile(path, &m->mapping, out_error); st != KILN_OK) {
     kiln_model_release(m);
     return st;
@@ -399,6 +408,8 @@ kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* opti
   kiln_status_t st = Load(m, out_model, out_error);
   return NamePath(st, path, out_error);
 }
+
+extern "C" {
 
 kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_error_t* out_error) {
   ClearError(out_error);

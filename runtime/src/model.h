@@ -63,6 +63,7 @@ struct kiln_model_t {
   // planned at load (kv_pool_blocks > 0) and created after the budget check; the
   // sessions whose encoding and group are the pool's take their blocks from it.
   int64_t kv_pool_tokens = 0;  // as asked
+  bool pool_from_budget = true;  // without kv_pool_tokens, a budget sizes a pool (not under a shared budget)
   int32_t kv_block_tokens = 0;
   int32_t kv_pool_blocks = 0;
   int32_t kv_block_shift = 0;
@@ -76,6 +77,10 @@ struct kiln_model_t {
   // encodings, so an op reading a weight overridden for calibration runs its
   // kernel's own micro-kernels (op_uk null) until the weight is restored.
   kiln::rt::Vec<const kiln::rt::UkernelSet*> op_uk_loaded[kiln::rt::kNumStages];
+  // kiln_model_set_pressure: the level of each kiln_pressure_kind_t, and a count of
+  // changes the sessions compare with the one they applied.
+  std::atomic<int32_t> pressure[3] = {};
+  std::atomic<uint32_t> pressure_epoch{0};
 };
 
 struct kiln_session_t {
@@ -91,8 +96,18 @@ struct kiln_session_t {
   int32_t* block_table = nullptr;  // [ceil(context / block)]
   int64_t held = 0;
   int64_t offered = 0;  // leading full blocks offered to the pool for other sessions to find
-  kiln_session_options_t options = {};  // as resolved (kiln_session_fork)
+  kiln_session_options_t options = {};  // as resolved (kiln_session_fork; pressure_policy null)
+  kiln_pressure_policy_t policy = {};
   int64_t context = 0;
+  int64_t limit = 0;                     // positions the pressure policy lets it hold (<= context)
+  uint32_t pressure_epoch = UINT32_MAX;  // the model's pressure_epoch last applied
+  // A sliding window (kiln_context_overflow_t) evicted positions [hole_at, hole_at +
+  // evicted) of the conversation: rows [0, hole_at) hold its first positions, row
+  // r >= hole_at position r + evicted; evicted_hash identifies the evicted ids.
+  int64_t hole_at = 0;
+  int64_t evicted = 0;
+  uint64_t evicted_hash[2] = {0, 0};
+  int32_t* kv_rows = nullptr;  // [max_prefill]: the rows a stage writes (KvCache::row_scratch)
   int64_t max_prefill = 0;
 
   uint8_t* arena = nullptr;
@@ -137,6 +152,15 @@ namespace kiln::rt {
 
 // Restores the bytes and encoding the kernels read for `tensor` to the artifact's.
 void RestoreWeight(kiln_model_t* model, uint32_t tensor);
+
+// kiln_model_load with the budget `budget` in place of the options' (and, unless
+// `pool_from_budget`, no KV pool sized from it): loads under a shared budget.
+kiln_status_t LoadModelFile(const char* path, const kiln_model_options_t* options, uint64_t budget,
+                            bool pool_from_budget, kiln_model_t** out_model, kiln_error_t* error);
+
+// Gives back the pages of the vision encoder's and projector's weights of a model
+// mapped from a file (read from it again for the next image).
+void DiscardImageWeights(kiln_model_t* model);
 
 // Plans and creates the model's KV block pool, if one is asked for (after the memory
 // budget check, which it repeats for an explicit pool size).

@@ -113,9 +113,17 @@ void ReleaseBlocks(kiln_session_t* s, int64_t keep);
 void OfferBlocks(kiln_session_t* s);
 int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t reuse);
 kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_error_t* error);
+bool Slides(const kiln_session_t* s);
+int64_t Limit(const kiln_session_t* s);
+int64_t KeepRows(const kiln_session_t* s);
+kiln_status_t MakeRoom(kiln_session_t* s, int64_t n, kiln_error_t* error);
+kiln_status_t ApplyPressure(kiln_session_t* s, kiln_error_t* error);
+void ClearHole(kiln_session_t* s);
+int64_t ReuseWithHole(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t* rows);
 
 void FreeBuffers(kiln_session_t* s) {
-  void* bufs[] = {s->arena, s->scratch, s->ids, s->positions, s->hidden, s->logits, s->pixels,
+  void* bufs[] = {s->arena,           s->scratch,        s->ids,        s->positions,
+                  s->kv_rows,         s->hidden,         s->logits,     s->pixels,
                   s->vision_features, s->image_features, s->cached_ids, s->block_table};
   for (void* b : bufs) s->allocator.Free(b);
   if (s->kv_pool == nullptr) {  // its own cache (else the pool's rows)
@@ -176,7 +184,10 @@ int64_t FirstImageToken(const kiln_session_t* s, const int32_t* ids, int64_t beg
 
 // The image changed: its tokens' keys and values in the cache are stale, so the
 // cached prefix ends before the first image token.
-void ForgetImageTokens(kiln_session_t* s) { s->cached = FirstImageToken(s, s->cached_ids, 0, s->cached); }
+void ForgetImageTokens(kiln_session_t* s) {
+  s->cached = FirstImageToken(s, s->cached_ids, 0, s->cached);
+  if (s->evicted > 0 && s->cached <= s->hole_at) ClearHole(s);
+}
 
 // New pixel values are in s->pixels: the encoded features stay when they are the
 // same image's.
@@ -215,6 +226,7 @@ kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
   s->stats.vision_encoder_ms = Ms(t1 - t0);
   s->stats.projector_ms = Ms(t2 - t1);
   s->image_encoded = true;
+  if (s->model->pressure[KILN_PRESSURE_MEMORY].load() >= KILN_PRESSURE_SERIOUS) DiscardImageWeights(s->model);
   return KILN_OK;
 }
 
@@ -246,21 +258,26 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
       return Fail(error, KILN_ERROR_INPUT_TOKENS, "token id %d at position %zu is outside the vocabulary [0, %lld)",
                   ids[i], i, static_cast<long long>(vocab));
   }
-  if (static_cast<int64_t>(count) > s->context)
+  // The cache holds ids[0, begin) in rows [0, s->position) (fewer rows when a sliding
+  // window evicted some).
+  if (!Slides(s) && s->position + static_cast<int64_t>(count - begin) > Limit(s))
     return Fail(error, KILN_ERROR_CONTEXT_FULL, "%zu prompt tokens do not fit the %lld-token context", count,
-                static_cast<long long>(s->context));
-  s->cached = static_cast<int64_t>(begin);
+                static_cast<long long>(Limit(s)));
+  s->cached = s->position;
   int64_t image_used = 0;
   for (size_t i = 0; i < begin; ++i) image_used += ids[i] == image_id;
-  for (size_t start = begin; start < count; start += static_cast<size_t>(s->max_prefill)) {
-    int64_t n = std::min<int64_t>(s->max_prefill, static_cast<int64_t>(count - start));
+  for (size_t start = begin, n = 0; start < count; start += n) {
+    n = std::min<size_t>(static_cast<size_t>(s->max_prefill), count - start);
+    // A sliding window takes a chunk of at most half its free positions at a time.
+    if (Slides(s)) n = std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>((Limit(s) - KeepRows(s)) / 2, 1)));
+    if (kiln_status_t st = MakeRoom(s, static_cast<int64_t>(n), error); st != KILN_OK) return st;
     int64_t chunk_images = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i) {
       s->ids[i] = ids[start + i];
-      s->positions[i] = static_cast<int32_t>(s->position + i);
+      s->positions[i] = static_cast<int32_t>(s->position + s->evicted + static_cast<int64_t>(i));
       chunk_images += ids[start + i] == image_id;
     }
-    Binding in[3] = {{s->ids, n}, {s->positions, n}, {nullptr, 0}};
+    Binding in[3] = {{s->ids, static_cast<int64_t>(n)}, {s->positions, static_cast<int64_t>(n)}, {nullptr, 0}};
     int num_in = 2;
     if (mm) {
       // The image_features input has its own row count (the verifier's image-row
@@ -270,24 +287,24 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
       in[2] = {s->image_features + image_used * hidden, chunk_images};
       num_in = 3;
     }
-    if (kiln_status_t st = MapBlocks(s, s->position, s->position + n, error); st != KILN_OK) return st;
-    if (kiln_status_t st = RunStage(s, s->model->stages[kPrefill], in, num_in, Binding{s->hidden, n}, error);
+    const int64_t rows = static_cast<int64_t>(n);
+    if (kiln_status_t st = RunStage(s, s->model->stages[kPrefill], in, num_in, Binding{s->hidden, rows}, error);
         st != KILN_OK)
       return st;
     image_used += chunk_images;
-    s->position += n;
-    std::memcpy(s->cached_ids + s->cached, ids + start, static_cast<size_t>(n) * sizeof(int32_t));
-    s->cached += n;
+    s->position += rows;
+    std::memcpy(s->cached_ids + s->cached, ids + start, n * sizeof(int32_t));
+    s->cached += rows;
     OfferBlocks(s);
     if (all_logits != nullptr) {
-      Binding h{s->hidden, n};
+      Binding h{s->hidden, rows};
       if (kiln_status_t st = RunStage(s, s->model->stages[kHead], &h, 1,
-                                      Binding{all_logits + static_cast<int64_t>(start) * vocab, n}, error);
+                                      Binding{all_logits + static_cast<int64_t>(start) * vocab, rows}, error);
           st != KILN_OK)
         return st;
     }
-    if (start + static_cast<size_t>(n) >= count && n > 1)
-      std::memmove(s->hidden, s->hidden + (n - 1) * hidden, static_cast<size_t>(hidden) * 4);
+    if (start + n >= count && n > 1)
+      std::memmove(s->hidden, s->hidden + (rows - 1) * hidden, static_cast<size_t>(hidden) * 4);
   }
   return KILN_OK;
 }
@@ -366,14 +383,20 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   // The cache may hold a prefix of these ids from the previous call (the same image
   // and system prompt, another question): only the rest is prefilled. The last id is
   // always run, for the logits of the first token.
+  if (kiln_status_t st = ApplyPressure(s, error); st != KILN_OK) return st;
   size_t reuse = 0;
-  if (o.reuse_prefix != 0) {
+  int64_t rows = 0;  // of the cache, holding ids[0, reuse) (fewer after a sliding window)
+  if (o.reuse_prefix != 0 && s->evicted > 0) {
+    reuse = static_cast<size_t>(ReuseWithHole(s, ids, static_cast<int64_t>(count), &rows));
+  } else if (o.reuse_prefix != 0) {
     while (reuse + 1 < count && static_cast<int64_t>(reuse) < s->cached && s->cached_ids[reuse] == ids[reuse]) ++reuse;
     // A paged cache: blocks another session published for the same tokens.
     reuse = static_cast<size_t>(FindBlocks(s, ids, static_cast<int64_t>(count), static_cast<int64_t>(reuse)));
+    rows = static_cast<int64_t>(reuse);
   }
-  s->cached = static_cast<int64_t>(reuse);
-  s->position = static_cast<int64_t>(reuse);
+  if (static_cast<int64_t>(reuse) <= s->hole_at) ClearHole(s);  // no evicted position before the new ones
+  s->cached = rows;
+  s->position = rows;
   ReleaseBlocks(s, s->position);  // a paged cache keeps the blocks of the reused prefix
   // Reserve now so that streaming allocates nothing per token.
   if (!s->text.reserve(64) || !s->text_out.reserve(256) ||
@@ -423,16 +446,18 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   double decode_start = t_first;
   int decoded = 0;
   while (st == KILN_OK && !done && static_cast<int32_t>(s->output.size()) < o.max_new_tokens) {
-    if (s->position >= s->context) {
+    double t0 = NowSeconds();
+    st = ApplyPressure(s, error);  // the app may have signalled pressure while this call runs
+    if (st != KILN_OK) break;
+    if (!Slides(s) && s->position >= Limit(s)) {
       st = Fail(error, KILN_ERROR_CONTEXT_FULL, "the %lld-token context is full", static_cast<long long>(s->context));
       break;
     }
-    double t0 = NowSeconds();
-    s->ids[0] = token;
-    s->positions[0] = static_cast<int32_t>(s->position);
-    Binding in[2] = {{s->ids, 1}, {s->positions, 1}};
-    st = MapBlocks(s, s->position, s->position + 1, error);
+    st = MakeRoom(s, 1, error);
     if (st != KILN_OK) break;
+    s->ids[0] = token;
+    s->positions[0] = static_cast<int32_t>(s->position + s->evicted);
+    Binding in[2] = {{s->ids, 1}, {s->positions, 1}};
     st = RunStage(s, s->model->stages[kDecode], in, 2, Binding{s->hidden, 1}, error);
     if (st != KILN_OK) break;
     ++s->position;
@@ -458,6 +483,7 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   s->stats.decode_ms = Ms(NowSeconds() - decode_start);
   s->stats.generated_tokens = static_cast<int32_t>(s->output.size());
   s->stats.decode_steps = decoded;
+  s->stats.active_threads = s->pool->active_threads();
   s->stats.decode_tokens_per_s = decoded > 0 && s->stats.decode_ms > 0 ? decoded / (s->stats.decode_ms / 1000.0) : 0;
   s->stats.peak_allocated_bytes = s->allocator.peak_bytes();
   return st;
@@ -531,7 +557,7 @@ struct SessionPlan {
     auto buf = [](uint64_t b) { return (b == 0 ? uint64_t{64} : b) + 64; };
     const uint64_t kv = paged ? buf(table) : 2 * buf(kv_half) + 2 * buf(kv_scales_half);
     uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + kv + buf(arena) +
-                     2 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + buf(cached_ids) + value_rows + 16;
+                     3 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + buf(cached_ids) + value_rows + 16;
     if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
     if (multimodal) total += buf(pixels) + buf(vision) + buf(image);
     return total;
@@ -552,6 +578,12 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   if (o.num_threads < 0 || o.num_threads > 256)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "num_threads %d out of range", o.num_threads);
   p->threads = o.num_threads > 0 ? o.num_threads : PerformanceCpuCount();
+  if (o.context_overflow != KILN_CONTEXT_STOP && o.context_overflow != KILN_CONTEXT_SLIDE)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "context_overflow %d is not a kiln_context_overflow_t",
+                o.context_overflow);
+  if (o.keep_tokens < 0 || o.keep_tokens >= p->context)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "keep_tokens %d: must be >= 0 and below the %lld-token context",
+                o.keep_tokens, static_cast<long long>(p->context));
   // The KV cache's encoding: the artifact's, or the session's choice (with the
   // artifact's group when it has one for that encoding, else formats/kv_codec.h's).
   const uint32_t head_dim = m->text()->head_dim();
@@ -718,7 +750,9 @@ bool BlockTag(const kiln_session_t* s, const int32_t* ids, int64_t end, int64_t 
 void OfferBlocks(kiln_session_t* s) {
   if (s->kv_pool == nullptr) return;
   const int64_t shift = s->kv_pool->shift();
-  for (; (s->offered + 1) << shift <= s->cached && s->offered < s->held; ++s->offered) {
+  // After a window slid, the blocks after its start are not the prefix their ids say.
+  const int64_t prefix = s->evicted > 0 ? s->hole_at : s->cached;
+  for (; (s->offered + 1) << shift <= prefix && s->offered < s->held; ++s->offered) {
     KvPool::Tag tag;
     if (BlockTag(s, s->cached_ids, s->cached, s->offered, &tag))
       s->kv_pool->Publish(s->block_table[s->offered], s->cached_ids + (s->offered << shift), tag);
@@ -774,15 +808,194 @@ int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t
   return found;
 }
 
+// ---- A sliding window and pressure (kiln_context_overflow_t, kiln_pressure_policy_t) ----
+
+constexpr uint64_t kHashSeed[2] = {0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full};
+
+// Continues a 128-bit hash of ids (two multiply-rotate lanes, as HashPixels).
+void HashIds(uint64_t h[2], const int32_t* ids, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t w = static_cast<uint32_t>(ids[i]);
+    h[0] = (h[0] ^ w) * 0xff51afd7ed558ccdull;
+    h[0] = (h[0] << 29) | (h[0] >> 35);
+    h[1] = (h[1] + w) * 0xc4ceb9fe1a85ec53ull;
+    h[1] = (h[1] << 31) | (h[1] >> 33);
+  }
+}
+
+void ClearHole(kiln_session_t* s) {
+  s->hole_at = s->evicted = 0;
+  s->evicted_hash[0] = kHashSeed[0];
+  s->evicted_hash[1] = kHashSeed[1];
+  s->kv.evicted = 0;
+}
+
+// Whether a full context evicts positions instead of failing: the session's choice,
+// or a pressure policy's shorter context.
+bool Slides(const kiln_session_t* s) {
+  return s->options.context_overflow == KILN_CONTEXT_SLIDE || s->limit < s->context;
+}
+
+int64_t BlockTokens(const kiln_session_t* s) { return s->kv_pool != nullptr ? int64_t{1} << s->kv_pool->shift() : 1; }
+
+// The rows at the start a window keeps: keep_tokens, or through the last image token
+// the cache holds (at least 4), in whole blocks; once it slid, where it slid from.
+int64_t KeepRows(const kiln_session_t* s) {
+  if (s->evicted > 0) return s->hole_at;
+  int64_t keep = s->options.keep_tokens;
+  if (keep <= 0) {
+    keep = 4;
+    if (s->model->multimodal) {
+      const int32_t image_id = static_cast<int32_t>(s->model->fb->image()->image_token_id());
+      for (int64_t i = s->cached - 1; i >= keep; --i)
+        if (s->cached_ids[i] == image_id) {
+          keep = i + 1;
+          break;
+        }
+    }
+  }
+  const int64_t block = BlockTokens(s);
+  return (keep + block - 1) / block * block;
+}
+
+// The rows the session may hold now: its context, or the pressure policy's shorter
+// one, never less than the kept rows and 64 more (two blocks when larger).
+int64_t Limit(const kiln_session_t* s) {
+  if (s->limit >= s->context) return s->context;
+  return std::min(s->context, std::max(s->limit, KeepRows(s) + std::max<int64_t>(64, 2 * BlockTokens(s))));
+}
+
+// Evicts at least `at_least` rows' positions, the oldest after the kept rows, and an
+// eighth of the window more so that the next tokens do not slide again at once. A
+// paged cache drops whole blocks from its table (no copy); an unpaged one moves the
+// later rows down.
+kiln_status_t Evict(kiln_session_t* s, int64_t at_least, kiln_error_t* error) {
+  const int64_t keep = KeepRows(s), block = BlockTokens(s), limit = Limit(s);
+  const int64_t most = (s->position - keep) / block * block;
+  int64_t n = at_least + std::max<int64_t>((limit - keep) / 8, 1);
+  n = std::min((n + block - 1) / block * block, most);
+  if (n < at_least || n <= 0)
+    return Fail(error, KILN_ERROR_CONTEXT_FULL,
+                "the sliding window cannot make room for %lld more positions: it keeps the first %lld (the image "
+                "and the system prompt, keep_tokens) and holds %lld of its %lld",
+                static_cast<long long>(at_least), static_cast<long long>(keep), static_cast<long long>(s->position),
+                static_cast<long long>(limit));
+  HashIds(s->evicted_hash, s->cached_ids + keep, n);
+  if (s->kv_pool != nullptr) {
+    const int64_t shift = s->kv_pool->shift(), first = keep >> shift, count = n >> shift;
+    for (int64_t b = first; b < first + count; ++b) s->kv_pool->Release(s->block_table[b]);
+    std::memmove(s->block_table + first, s->block_table + first + count,
+                 static_cast<size_t>(s->held - first - count) * sizeof(int32_t));
+    s->held -= count;
+    s->offered = std::min(s->offered, first);  // blocks after the window's start are not a prefix
+    s->kv.mapped = s->held << shift;
+    if (s->model->pressure[KILN_PRESSURE_MEMORY].load() >= KILN_PRESSURE_SERIOUS) s->kv_pool->Trim();
+  } else {
+    s->kv.CopyRows(s->kv, keep + n, keep, s->position - keep - n);
+    if (s->limit < s->context) {  // under memory pressure: the rows past the window go back
+      const KvCache& kv = s->kv;
+      const int64_t from = s->position - n;
+      for (int64_t l = 0; l < kv.layers; ++l) {
+        DiscardPages(kv.K(l, from), static_cast<size_t>((kv.rows - from) * kv.row_bytes()));
+        DiscardPages(kv.V(l, from), static_cast<size_t>((kv.rows - from) * kv.row_bytes()));
+        if (kv.row_scales() > 0) {
+          DiscardPages(kv.KS(l, from), static_cast<size_t>((kv.rows - from) * kv.row_scales() * 4));
+          DiscardPages(kv.VS(l, from), static_cast<size_t>((kv.rows - from) * kv.row_scales() * 4));
+        }
+      }
+    }
+  }
+  std::memmove(s->cached_ids + keep, s->cached_ids + keep + n, static_cast<size_t>(s->cached - keep - n) * sizeof(int32_t));
+  s->position -= n;
+  s->cached -= n;
+  s->hole_at = keep;
+  s->evicted += n;
+  s->kv.evicted = s->evicted;
+  s->stats.evicted_tokens = static_cast<int32_t>(s->evicted);
+  return KILN_OK;
+}
+
+// Makes rows [position, position + n) writable: positions evicted first when the
+// window is full (a caller that does not slide checked the limit), and, with
+// KILN_CONTEXT_SLIDE, when the KV block pool is full.
+kiln_status_t MakeRoom(kiln_session_t* s, int64_t n, kiln_error_t* error) {
+  const int64_t max_positions = s->model->fb->text()->max_position_embeddings();
+  if (s->position + s->evicted + n > max_positions)
+    return Fail(error, KILN_ERROR_CONTEXT_FULL, "position %lld is past the model's %lld positions",
+                static_cast<long long>(s->position + s->evicted + n - 1), static_cast<long long>(max_positions));
+  if (const int64_t over = s->position + n - Limit(s); over > 0)
+    if (kiln_status_t st = Evict(s, over, error); st != KILN_OK) return st;
+  for (;;) {
+    kiln_status_t st = MapBlocks(s, s->position, s->position + n, error);
+    if (st != KILN_ERROR_RESOURCE_EXHAUSTED || s->options.context_overflow != KILN_CONTEXT_SLIDE) return st;
+    // The pool is full: the session's own oldest positions make room, while it has
+    // any to give.
+    kiln_error_t ignored;
+    if (Evict(s, 1, &ignored) != KILN_OK) return st;
+    ClearError(error);
+  }
+}
+
+// Applies the model's pressure levels if they changed since the last call: the
+// thread count, and the window (positions past it are evicted now).
+kiln_status_t ApplyPressure(kiln_session_t* s, kiln_error_t* error) {
+  kiln_model_t* model = s->model;
+  const uint32_t epoch = model->pressure_epoch.load(std::memory_order_acquire);
+  if (epoch == s->pressure_epoch) return KILN_OK;
+  s->pressure_epoch = epoch;
+  const int32_t memory = model->pressure[KILN_PRESSURE_MEMORY].load();
+  const int32_t heat = std::max(model->pressure[KILN_PRESSURE_THERMAL].load(), model->pressure[KILN_PRESSURE_BATTERY].load());
+  const int32_t threads = s->policy.max_threads[heat];
+  s->pool->SetActiveThreads(threads > 0 ? threads : s->pool->num_threads());
+  const int32_t cap = s->policy.max_context[memory];
+  s->limit = cap > 0 ? std::min<int64_t>(cap, s->context) : s->context;
+  s->stats.context_limit = static_cast<int32_t>(Limit(s));
+  if (const int64_t over = s->position - Limit(s); over > 0) return Evict(s, over, error);
+  return KILN_OK;
+}
+
+// The reuse of ids[0, count) by a cache whose window slid: its kept rows, the evicted
+// positions (by their hash), then its later rows, as far as they match. *rows gets
+// the rows that hold the reused ids.
+int64_t ReuseWithHole(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t* rows) {
+  int64_t i = 0;
+  while (i < s->hole_at && i + 1 < count && s->cached_ids[i] == ids[i]) ++i;
+  *rows = i;
+  if (i < s->hole_at || s->hole_at + s->evicted + 1 >= count) return i;
+  uint64_t h[2] = {kHashSeed[0], kHashSeed[1]};
+  HashIds(h, ids + s->hole_at, s->evicted);
+  if (h[0] != s->evicted_hash[0] || h[1] != s->evicted_hash[1]) return i;
+  int64_t j = 0;
+  while (s->hole_at + j < s->cached && s->hole_at + s->evicted + j + 1 < count &&
+         s->cached_ids[s->hole_at + j] == ids[s->hole_at + s->evicted + j])
+    ++j;
+  *rows = s->hole_at + j;
+  return s->hole_at + s->evicted + j;
+}
+
 }  // namespace
 
 namespace kiln::rt {
+
+void DiscardImageWeights(kiln_model_t* model) {
+  if (!model->multimodal || model->mapping.data == nullptr) return;  // not a file: the app's memory
+  const fb::Model* m = model->fb;
+  for (int stage : {kVision, kProjector})
+    for (const fb::Op* op : *model->stages[stage]->ops()) {
+      if (op->weights() == nullptr) continue;
+      for (uint32_t w : *op->weights()) {
+        if (model->weights[w].overridden) continue;
+        const fb::Tensor* t = m->tensors()->Get(w);
+        DiscardPages(model->data + t->offset(), static_cast<size_t>(t->size()));
+      }
+    }
+}
 
 kiln_status_t SetUpKvPool(kiln_model_t* m, kiln_error_t* error) {
   if (m->kv_pool_tokens < 0)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kv_pool_tokens %lld: must be >= 0",
                 static_cast<long long>(m->kv_pool_tokens));
-  if (m->kv_pool_tokens == 0 && m->memory_budget == 0) return KILN_OK;  // no pool
+  if (m->kv_pool_tokens == 0 && (m->memory_budget == 0 || !m->pool_from_budget)) return KILN_OK;  // no pool
   const int32_t block = m->kv_block_tokens == 0 ? 32 : m->kv_block_tokens;
   if (block < 8 || block > 1024 || (block & (block - 1)) != 0)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "kv_block_tokens %d: must be a power of two in [8, 1024]", block);
@@ -910,6 +1123,29 @@ void kiln_session_options_init(kiln_session_options_t* options) {
   options->struct_size = sizeof(*options);
 }
 
+void kiln_pressure_policy_init(kiln_pressure_policy_t* policy) {
+  if (policy == nullptr) return;
+  *policy = {};
+  policy->struct_size = sizeof(*policy);
+  policy->max_threads[KILN_PRESSURE_SERIOUS] = 2;
+  policy->max_threads[KILN_PRESSURE_CRITICAL] = 1;
+  policy->max_context[KILN_PRESSURE_SERIOUS] = 1024;
+  policy->max_context[KILN_PRESSURE_CRITICAL] = 512;
+}
+
+kiln_status_t kiln_model_set_pressure(kiln_model_t* model, int32_t kind, int32_t level) {
+  if (model == nullptr || kind < KILN_PRESSURE_MEMORY || kind > KILN_PRESSURE_BATTERY || level < KILN_PRESSURE_NONE ||
+      level > KILN_PRESSURE_CRITICAL)
+    return KILN_ERROR_INVALID_ARGUMENT;
+  model->pressure[kind].store(level);
+  model->pressure_epoch.fetch_add(1, std::memory_order_release);
+  if (kind == KILN_PRESSURE_MEMORY && level >= KILN_PRESSURE_SERIOUS) {
+    if (model->kv_pool != nullptr) model->kv_pool->Trim();
+    DiscardImageWeights(model);
+  }
+  return KILN_OK;
+}
+
 void kiln_generate_options_init(kiln_generate_options_t* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
@@ -1015,6 +1251,23 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   alloc(plan.arena, reinterpret_cast<void**>(&s->arena), "activation arena");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->ids), "token buffer");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->positions), "position buffer");
+  alloc(plan.tokens, reinterpret_cast<void**>(&s->kv_rows), "KV row buffer");
+  s->kv.row_scratch = s->kv_rows;
+  ClearHole(s);
+  s->limit = s->context;
+  kiln_pressure_policy_init(&s->policy);
+  if (o.pressure_policy != nullptr) {
+    if (o.pressure_policy->struct_size < sizeof(uint32_t) || o.pressure_policy->struct_size > 4096)
+      st = Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_pressure_policy_t.struct_size is not set");
+    else
+      std::memcpy(&s->policy, o.pressure_policy, std::min<size_t>(o.pressure_policy->struct_size, sizeof(s->policy)));
+    s->policy.struct_size = sizeof(s->policy);
+    for (int level = 0; level < 4 && st == KILN_OK; ++level)
+      if (s->policy.max_threads[level] < 0 || s->policy.max_context[level] < 0)
+        st = Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_pressure_policy_t level %d: max_threads %d and "
+                  "max_context %d must be >= 0", level, s->policy.max_threads[level], s->policy.max_context[level]);
+  }
+  s->options.pressure_policy = nullptr;  // copied: the caller's may go
   alloc(plan.hidden, reinterpret_cast<void**>(&s->hidden), "hidden states");
   alloc(plan.logits, reinterpret_cast<void**>(&s->logits), "logits");
   alloc(plan.cached_ids, reinterpret_cast<void**>(&s->cached_ids), "ids of the KV cache");
@@ -1107,6 +1360,8 @@ kiln_status_t kiln_session_reset(kiln_session_t* s) {
   s->image_encoded = false;
   s->position = 0;
   s->cached = 0;
+  ClearHole(s);
+  s->stats.evicted_tokens = 0;
   ReleaseBlocks(s, 0);
   s->output.clear();
   return KILN_OK;
@@ -1157,7 +1412,9 @@ kiln_status_t kiln_session_prefill_logits(kiln_session_t* s, const int32_t* ids,
                 capacity);
   s->position = 0;
   s->cached = 0;
+  ClearHole(s);
   ReleaseBlocks(s, 0);
+  if (kiln_status_t st = ApplyPressure(s, out_error); st != KILN_OK) return st;
   if (s->model->multimodal && s->has_image && !s->image_encoded)
     if (kiln_status_t st = EncodeImage(s, out_error); st != KILN_OK) return st;
   return Prefill(s, ids, count, 0, out_logits, out_error);
@@ -1174,6 +1431,8 @@ kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_
 kiln_status_t kiln_session_get_stats(const kiln_session_t* s, kiln_stats_t* out_stats) {
   if (s == nullptr) return KILN_ERROR_INVALID_ARGUMENT;
   kiln_stats_t stats = s->stats;
+  stats.context_limit = static_cast<int32_t>(Limit(s));
+  stats.evicted_tokens = static_cast<int32_t>(s->evicted);
   if (s->kv_pool != nullptr) {  // as of now
     stats.kv_block_tokens = 1 << s->kv_pool->shift();
     stats.kv_blocks = static_cast<int32_t>(s->held);
@@ -1190,6 +1449,7 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_fork: session and out_session are required");
   kiln_session_t* s = nullptr;
   if (kiln_status_t st = kiln_session_create(src->model, &src->options, &s, out_error); st != KILN_OK) return st;
+  s->policy = src->policy;
   // The image: its pixels and, once encoded, its features.
   const kiln_model_t* model = src->model;
   if (model->multimodal) {
@@ -1215,9 +1475,13 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
     s->held = src->held;
     s->kv.mapped = s->held << s->kv_pool->shift();
   } else {
-    s->kv.CopyRows(src->kv, 0, 0, src->cached);  // unpaged: position p is row p
+    s->kv.CopyRows(src->kv, 0, 0, src->cached);  // unpaged: the same rows
   }
   s->position = s->cached;
+  s->hole_at = src->hole_at;  // and the same window
+  s->evicted = s->kv.evicted = src->evicted;
+  s->evicted_hash[0] = src->evicted_hash[0];
+  s->evicted_hash[1] = src->evicted_hash[1];
   *out_session = s;
   return KILN_OK;
 }

@@ -14,6 +14,7 @@ ThreadPool* ThreadPool::Create(int num_threads, Allocator* allocator) {
   if (mem == nullptr) return nullptr;
   ThreadPool* pool = new (mem) ThreadPool();
   pool->num_threads_ = num_threads;
+  pool->active_.store(num_threads);
   pool->allocator_ = allocator;
   int workers = num_threads - 1;
   if (workers > 0) {
@@ -76,32 +77,57 @@ void ThreadPool::RunChunks(int thread) {
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
+    if (index >= active_.load(std::memory_order_acquire)) {
+      // Not needed: sleep until active again (no loop runs while active_ changes, so
+      // the generation to wait past is the one set then).
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_.load() || index < active_.load(); });
+      if (stop_.load()) return;
+      seen = active_generation_;
+      continue;
+    }
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed) &&
+           index < active_.load(std::memory_order_relaxed)) {
       if (++spins < kSpinBeforeSleep) {
         CpuRelax();
         continue;
       }
       std::unique_lock<std::mutex> lock(mutex_);
       sleepers_.fetch_add(1);
-      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen || index >= active_.load(); });
       sleepers_.fetch_sub(1);
     }
     if (stop_.load()) return;
+    // A loop started after active_ changed: workers past it are not counted in busy_.
+    if (index >= active_.load(std::memory_order_acquire)) continue;
+    if (generation_.load(std::memory_order_acquire) == seen) continue;
     seen = generation_.load(std::memory_order_acquire);
     RunChunks(index);
     busy_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
+void ThreadPool::SetActiveThreads(int n) {
+  n = n < 1 ? 1 : (n > num_threads_ ? num_threads_ : n);
+  if (n == active_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_generation_ = generation_.load();
+    active_.store(n, std::memory_order_release);
+  }
+  wake_.notify_all();
+}
+
 void ThreadPool::ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   // A few chunks per thread balance uneven work without much overhead.
-  int64_t chunks = static_cast<int64_t>(num_threads_) * 4;
+  const int active = active_.load(std::memory_order_relaxed);
+  int64_t chunks = static_cast<int64_t>(active) * 4;
   // Whole multiples of the grain, so that ranges start on its boundaries.
   int64_t chunk = ((n + chunks - 1) / chunks + grain - 1) / grain * grain;
-  if (num_workers_ == 0 || chunk >= n) {
+  if (active <= 1 || chunk >= n) {
     fn(ctx, 0, n, 0);
     return;
   }
@@ -110,7 +136,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   n_ = n;
   chunk_ = chunk;
   next_.store(0, std::memory_order_relaxed);
-  busy_.store(num_workers_, std::memory_order_relaxed);
+  busy_.store(active - 1, std::memory_order_relaxed);
   {
     // Under the mutex, so that a worker about to sleep either sees the new
     // generation or is counted in sleepers_ before it is read below.

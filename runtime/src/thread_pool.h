@@ -28,6 +28,10 @@ class ThreadPool {
   static void Destroy(ThreadPool* pool);
 
   int num_threads() const { return num_threads_; }
+  // Threads the parallel loops use (1..num_threads): the others sleep until they are
+  // needed again. Called between loops by the thread that runs them.
+  void SetActiveThreads(int n);
+  int active_threads() const { return active_.load(std::memory_order_relaxed); }
 
   // Runs fn over [0, n) in chunks of whole multiples of `grain` (the last one ends at
   // n), on every thread, and returns when all chunks are done. Not reentrant.
@@ -58,6 +62,8 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<int> busy_{0};
   std::atomic<int> sleepers_{0};
+  std::atomic<int> active_{1};
+  uint64_t active_generation_ = 0;  // the last loop's generation when active_ changed
 
   // The current job.
   RangeFn fn_ = nullptr;

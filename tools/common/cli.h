@@ -31,6 +31,34 @@ inline const char* KvCacheName(int kv_cache) {
   return kv_cache >= KILN_KV_CACHE_DEFAULT && kv_cache <= KILN_KV_CACHE_INT4 ? kNames[kv_cache] : "unknown";
 }
 
+// --pressure KIND=LEVEL[,KIND=LEVEL...] (memory|thermal|battery = none|moderate|serious|
+// critical) as (kiln_pressure_kind_t, kiln_pressure_level_t) pairs; false with a message
+// naming the part it cannot read.
+inline bool ParsePressure(const std::string& spec, std::vector<std::pair<int, int>>* out, std::string* error) {
+  static const std::map<std::string, int> kKinds = {
+      {"memory", KILN_PRESSURE_MEMORY}, {"thermal", KILN_PRESSURE_THERMAL}, {"battery", KILN_PRESSURE_BATTERY}};
+  static const std::map<std::string, int> kLevels = {{"none", KILN_PRESSURE_NONE},
+                                                     {"moderate", KILN_PRESSURE_MODERATE},
+                                                     {"serious", KILN_PRESSURE_SERIOUS},
+                                                     {"critical", KILN_PRESSURE_CRITICAL}};
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string part = spec.substr(start, end - start);
+    const size_t eq = part.find('=');
+    auto kind = kKinds.find(part.substr(0, eq));
+    auto level = eq == std::string::npos ? kLevels.end() : kLevels.find(part.substr(eq + 1));
+    if (kind == kKinds.end() || level == kLevels.end()) {
+      *error = "'" + part + "' is not KIND=LEVEL (KIND: memory, thermal, battery; LEVEL: none, moderate, serious, "
+               "critical)";
+      return false;
+    }
+    out->emplace_back(kind->second, level->second);
+    start = end + 1;
+  }
+  return true;
+}
+
 // Levenshtein distance.
 inline size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);

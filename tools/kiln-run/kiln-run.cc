@@ -22,6 +22,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -205,22 +206,70 @@ std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, cons
                 ", \"kv_cache_bytes\": %" PRIu64 ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
                 ", \"kv_block_tokens\": %d, \"kv_blocks\": %d, \"kv_pool_blocks\": %d, \"kv_pool_blocks_used\": %d"
+                ", \"context_limit\": %d, \"evicted_tokens\": %d, \"active_threads\": %d"
                 ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f",
                 JsonEscape(model).c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.reused_tokens,
                 s.image_tokens, s.generated_tokens, s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms,
                 s.prefill_ms, s.first_token_ms, s.ttft_ms, s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s,
                 s.decode_steps, s.arena_bytes, s.kv_cache_bytes, kiln::tools::KvCacheName(s.kv_cache),
                 s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes, s.kv_block_tokens, s.kv_blocks,
-                s.kv_pool_blocks, s.kv_pool_blocks_used, g_start_rss,
+                s.kv_pool_blocks, s.kv_pool_blocks_used, s.context_limit, s.evicted_tokens, s.active_threads,
+                g_start_rss,
                 kiln::tools::PeakRssBytes());
   return buf;
 }
 
+// Several models under one --memory-budget (--model): a --batch line's "model" picks
+// the one that answers it; the runtime loads it, unloading the least recently used.
+struct SharedModels {
+  kiln_shared_budget_t* budget = nullptr;
+  std::vector<std::string> paths;  // by id
+  const kiln_session_options_t* session_options = nullptr;
+  std::vector<std::pair<int, int>> pressure;  // --pressure, told to every model loaded
+  int current = -1;
+
+  // The id of `name`: a path as given, or its file name.
+  int Find(const std::string& name) const {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const std::string& p = paths[i];
+      const std::string base = p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+      if (name == p || name == base) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // Makes model `id` the current one, with a new session (the previous one's released
+  // and its model given back to the budget).
+  bool Use(int id, kiln_model_t** model, kiln_session_t** session, kiln_error_t* err) {
+    if (id == current) return true;
+    kiln_session_release(*session);
+    *session = nullptr;
+    if (current >= 0) kiln_shared_budget_return(budget, current);
+    current = -1;
+    if (kiln_shared_budget_acquire(budget, id, model, err) != KILN_OK) return false;
+    current = id;
+    for (const auto& [kind, level] : pressure) kiln_model_set_pressure(*model, kind, level);
+    return kiln_session_create(*model, session_options, session, err) == KILN_OK;
+  }
+  std::string Json() const {
+    kiln_shared_budget_info_t i = {};
+    i.struct_size = sizeof(i);
+    kiln_shared_budget_get_info(budget, -1, &i);
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  ", \"shared_budget_bytes\": %" PRIu64 ", \"shared_budget_used_bytes\": %" PRIu64
+                  ", \"models_loaded\": %d, \"model_loads\": %d, \"model_unloads\": %d",
+                  i.budget_bytes, i.used_bytes, i.loaded, i.loads, i.unloads);
+    return buf;
+  }
+};
+
 // Lines about the image of the line before keep it (the session neither preprocesses
 // nor encodes it again) and, with reuse_prefix, the cached prefix of their prompt; a
-// line without an image forgets the image.
-int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path, const std::string& model_path,
-             const kiln_generate_options_t& base, const ScoreOptions& score) {
+// line without an image forgets the image. With several models, a line's "model"
+// picks the one that answers (default: the line before's).
+int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& path, std::string model_path,
+             const kiln_generate_options_t& base, const ScoreOptions& score, SharedModels* shared,
+             kiln_session_t** session_out) {
   FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) {
     std::fprintf(stderr, "kiln-run: error: cannot open %s\n", path.c_str());
@@ -244,7 +293,29 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     }
     JsonString(line, "id", &id);
     kiln_error_t err;
-    std::string full;
+    std::string full, which;
+    if (JsonString(line, "model", &which)) {
+      const int wanted = shared != nullptr ? shared->Find(which) : -1;
+      if (wanted < 0) {
+        std::fprintf(stderr, "kiln-run: error: %s:%d: model '%s' is not one of the models given (--model)\n",
+                     path.c_str(), line_no, which.c_str());
+        ++failures;
+        continue;
+      }
+      if (wanted != shared->current) {
+        current_image.clear();
+        if (!shared->Use(wanted, &model, &session, &err)) {
+          *session_out = session;
+          std::fprintf(stderr, "kiln-run: error: %s:%d: %s\n", path.c_str(), line_no, err.message);
+          ++failures;
+          if (session == nullptr) break;  // no model to answer the next lines with
+          continue;
+        }
+        *session_out = session;
+        model_path = shared->paths[static_cast<size_t>(wanted)];
+        kiln_model_get_info(model, &info);
+      }
+    }
     if (JsonString(line, "image", &image)) full = image.empty() || image[0] == '/' ? image : dir + "/" + image;
     if (base.reuse_prefix == 0 || full != current_image) {
       kiln_session_reset(session);
@@ -291,8 +362,8 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
     kiln_stats_t s = {};
     s.struct_size = sizeof(s);
     kiln_session_get_stats(session, &s);
-    std::printf("{\"id\": \"%s\", \"answer\": \"%s\", %s}\n", JsonEscape(id).c_str(), JsonEscape(answer).c_str(),
-                StatsJson(s, info, model_path).c_str());
+    std::printf("{\"id\": \"%s\", \"answer\": \"%s\", %s%s}\n", JsonEscape(id).c_str(), JsonEscape(answer).c_str(),
+                StatsJson(s, info, model_path).c_str(), shared != nullptr ? shared->Json().c_str() : "");
     std::fflush(stdout);
   }
   std::fclose(f);
@@ -370,7 +441,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln-run ") + kiln_version_string());
   std::string model_path, image_path, prompt, ids_spec, pixels_path, logits_path, batch_path;
   int max_new_tokens = 0, threads = 0, context = 0, top_k = 0, kv_cache = KILN_KV_CACHE_DEFAULT;
-  std::string memory_budget;
+  std::string memory_budget, pressure_spec;
+  std::vector<std::string> more_models;
+  std::string pressure_threads, pressure_context;
+  int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0;
   int64_t kv_pool_tokens = 0;
   int kv_block_tokens = 0;
   float temperature = 0.0f, top_p = 1.0f;
@@ -415,6 +489,26 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache", kv_cache,
                  "KV-cache encoding: f32, f16, int8 or int4 (default: the artifact's, kiln-compile --kv-cache)")
       ->transform(CLI::CheckedTransformer(kiln::tools::KvCacheNames()));
+  app.add_option("--model", more_models,
+                 "more models (.kiln) under the same --memory-budget, loaded when a --batch line's \"model\" (a "
+                 "path as given or a file name) asks for one, the least recently used unloaded to make room")
+      ->check(CLI::ExistingFile);
+  app.add_option("--context-overflow", context_overflow,
+                 "when the conversation outgrows the context (or a full --kv-pool): stop (an error, the default) or "
+                 "slide (evict the oldest positions after --keep-tokens and go on)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"stop", KILN_CONTEXT_STOP},
+                                                                     {"slide", KILN_CONTEXT_SLIDE}}));
+  app.add_option("--keep-tokens", keep_tokens,
+                 "positions at the start a sliding window keeps (default: through the image, at least 4)");
+  app.add_option("--pressure", pressure_spec,
+                 "simulate device pressure before answering: KIND=LEVEL[,...] with KIND memory, thermal or battery "
+                 "and LEVEL none, moderate, serious or critical (the session's default pressure policy reacts)");
+  app.add_option("--pressure-threads", pressure_threads,
+                 "the session's threads at each pressure level none,moderate,serious,critical (0: all; default "
+                 "0,0,2,1; thermal or battery)");
+  app.add_option("--pressure-context", pressure_context,
+                 "the positions the session keeps at each memory pressure level none,moderate,serious,critical (0: "
+                 "its context; default 0,0,1024,512)");
   app.add_flag("--no-prefix-reuse", no_prefix_reuse,
                "prefill every prompt whole: --batch lines and the answer after --dump-logits do not reuse the "
                "image or the cached prefix of the line before");
@@ -482,11 +576,42 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  kiln_session_options_t so = {};
-  so.struct_size = sizeof(so);
+  if (keep_tokens < 0) {
+    std::fprintf(stderr, "kiln-run: error: --keep-tokens must be >= 0, got %d\n", keep_tokens);
+    return 2;
+  }
+  std::vector<std::pair<int, int>> pressure;
+  if (!pressure_spec.empty()) {
+    std::string error;
+    if (!kiln::tools::ParsePressure(pressure_spec, &pressure, &error)) {
+      std::fprintf(stderr, "kiln-run: error: --pressure: %s\n", error.c_str());
+      return 2;
+    }
+  }
+
+  kiln_pressure_policy_t policy;
+  kiln_pressure_policy_init(&policy);
+  for (auto [spec, levels, name] : {std::tuple{&pressure_threads, policy.max_threads, "--pressure-threads"},
+                                    std::tuple{&pressure_context, policy.max_context, "--pressure-context"}}) {
+    if (spec->empty()) continue;
+    int v[4], end = 0;
+    if (std::sscanf(spec->c_str(), "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &end) != 4 ||
+        static_cast<size_t>(end) != spec->size() || v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0) {
+      std::fprintf(stderr, "kiln-run: error: %s takes four numbers >= 0 (none,moderate,serious,critical), got '%s'\n",
+                   name, spec->c_str());
+      return 2;
+    }
+    for (int i = 0; i < 4; ++i) levels[i] = v[i];
+  }
+
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.pressure_policy = &policy;
   so.num_threads = threads;
   so.context_length = context;
   so.kv_cache = kv_cache;
+  so.context_overflow = context_overflow;
+  so.keep_tokens = keep_tokens;
   // --memory-budget: the runtime checks the model and this session against it at load.
   kiln_model_options_t mo;
   kiln_model_options_init(&mo);
@@ -502,12 +627,55 @@ int main(int argc, char** argv) {
     }
     mo.memory_budget = *budget;
   }
+  if (!more_models.empty() && (batch_path.empty() || !logits_path.empty())) {
+    std::fprintf(stderr, "kiln-run: error: --model needs --batch (its lines' \"model\" pick the model) and no "
+                         "--dump-logits\n");
+    return 2;
+  }
   kiln_error_t err;
   kiln_model_t* model = nullptr;
+  SharedModels shared;
+  if (!more_models.empty()) {
+    // The positional model and the others, under one budget (none: unlimited).
+    shared.session_options = &so;
+    shared.pressure = pressure;
+    shared.paths.push_back(model_path);
+    shared.paths.insert(shared.paths.end(), more_models.begin(), more_models.end());
+    const uint64_t bytes = mo.memory_budget > 0 ? mo.memory_budget : UINT64_MAX / 4;
+    mo.memory_budget = 0;
+    if (kiln_shared_budget_create(bytes, &shared.budget, &err) != KILN_OK) return Die("creating the budget", err);
+    for (const std::string& p : shared.paths) {
+      int32_t id = -1;
+      if (kiln_shared_budget_add(shared.budget, p.c_str(), &mo, &id, &err) != KILN_OK) {
+        kiln_shared_budget_release(shared.budget);
+        return Die("adding a model to the budget", err);
+      }
+    }
+    kiln_session_t* session = nullptr;
+    int rc = 1;
+    if (!shared.Use(0, &model, &session, &err)) {
+      rc = Die("loading the model", err);
+    } else {
+      kiln_generate_options_t go;
+      kiln_generate_options_init(&go);
+      go.max_new_tokens = max_new_tokens;
+      go.temperature = temperature;
+      go.top_k = top_k;
+      go.top_p = top_p;
+      go.seed = seed;
+      go.reuse_prefix = no_prefix_reuse ? 0 : 1;
+      rc = RunBatch(model, session, batch_path, model_path, go, score, &shared, &session);
+    }
+    kiln_session_release(session);
+    if (shared.current >= 0) kiln_shared_budget_return(shared.budget, shared.current);
+    kiln_shared_budget_release(shared.budget);
+    return rc;
+  }
   if (kiln_model_load(model_path.c_str(), &mo, &model, &err) != KILN_OK) return Die("loading the model", err);
   kiln_model_info_t info = {};
   info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
+  for (const auto& [kind, level] : pressure) kiln_model_set_pressure(model, kind, level);
   kiln_session_t* session = nullptr;
   if (kiln_session_create(model, &so, &session, &err) != KILN_OK) {
     kiln_model_release(model);
@@ -529,7 +697,8 @@ int main(int argc, char** argv) {
   // (the session's default context is the model's, at most 4096).
   {
     int64_t ctx = context > 0 ? context : std::min<int64_t>(info.max_position_embeddings, 4096);
-    if (ctx > 0 && go.max_new_tokens > ctx) go.max_new_tokens = static_cast<int32_t>(ctx);
+    if (ctx > 0 && go.max_new_tokens > ctx && context_overflow != KILN_CONTEXT_SLIDE)
+      go.max_new_tokens = static_cast<int32_t>(ctx);
   }
   go.temperature = temperature;
   go.top_k = top_k;
@@ -539,7 +708,7 @@ int main(int argc, char** argv) {
   if (!batch_path.empty()) {
     std::vector<float> scored_logits;
     if (!logits_path.empty()) score.logits_out = &scored_logits;
-    rc = RunBatch(model, session, batch_path, model_path, go, score);
+    rc = RunBatch(model, session, batch_path, model_path, go, score, nullptr, &session);
     if (!logits_path.empty() && rc == 0) {  // rows of failed lines would be missing
       std::string error;
       const size_t vocab = static_cast<size_t>(info.vocab_size);

@@ -284,6 +284,65 @@ KILN_API kiln_status_t kiln_detokenize(const kiln_model_t* model, const int32_t*
                                        kiln_error_t* out_error);
 
 /* ------------------------------------------------------------------------------
+ * Several models under one memory budget
+ *
+ * An app that runs a VLM and, say, a small text model opens both under one budget:
+ * each is loaded when it is acquired, and when it does not fit beside the others,
+ * the least recently used models nobody holds are unloaded first. What a model
+ * counts against the budget is kiln_model_memory_report's total for one session of
+ * its options' `session` (a paged KV cache only of kv_pool_tokens: the budget does
+ * not size pools here).
+ * ------------------------------------------------------------------------------ */
+
+typedef struct kiln_shared_budget_t kiln_shared_budget_t;
+
+/* A budget of `bytes` (> 0). Thread-safe: its functions may be called from any thread. */
+KILN_API kiln_status_t kiln_shared_budget_create(uint64_t bytes, kiln_shared_budget_t** out_budget,
+                                                 kiln_error_t* out_error);
+
+/* Unloads every model. None may be held (acquired and not returned). NULL is a no-op. */
+KILN_API void kiln_shared_budget_release(kiln_shared_budget_t* budget);
+
+/* Adds the artifact at `path`, loaded with `options` (NULL: defaults; their
+ * memory_budget is ignored, the pointers they hold must outlive the budget). It is
+ * loaded once now to verify it and measure what it needs, then unloaded: a model that
+ * cannot fit the whole budget on its own is refused here (KILN_ERROR_RESOURCE_EXHAUSTED
+ * naming each part). *out_id identifies it. */
+KILN_API kiln_status_t kiln_shared_budget_add(kiln_shared_budget_t* budget, const char* path,
+                                              const kiln_model_options_t* options, int32_t* out_id,
+                                              kiln_error_t* out_error);
+
+/* The model `id`, loaded if it is not, and held until kiln_shared_budget_return: a
+ * held model is never unloaded. When it does not fit beside the loaded ones, models
+ * nobody holds are unloaded, least recently used first; when those held leave no
+ * room, KILN_ERROR_RESOURCE_EXHAUSTED names them. A model may be held several times
+ * (each acquire returned once). */
+KILN_API kiln_status_t kiln_shared_budget_acquire(kiln_shared_budget_t* budget, int32_t id,
+                                                  kiln_model_t** out_model, kiln_error_t* out_error);
+
+/* Gives back one hold of model `id`; it stays loaded until another needs its room.
+ * Its sessions must be released before its last hold is given back. */
+KILN_API kiln_status_t kiln_shared_budget_return(kiln_shared_budget_t* budget, int32_t id);
+
+typedef struct kiln_shared_budget_info_t {
+  uint32_t struct_size;  /* sizeof(kiln_shared_budget_info_t), set by the caller */
+  uint64_t budget_bytes;
+  uint64_t used_bytes;   /* what the loaded models count */
+  int32_t models;        /* added */
+  int32_t loaded;        /* loaded now */
+  int32_t loads;         /* loads by acquire since the budget was created */
+  int32_t unloads;       /* models unloaded to make room */
+  /* With id >= 0 in kiln_shared_budget_get_info: that model's */
+  int32_t model_loaded;
+  int32_t model_holds;
+  uint64_t model_bytes;  /* what it counts (loaded or not) */
+} kiln_shared_budget_info_t;
+
+/* The budget's figures, and model `id`'s (-1: none). Thread-safe. */
+KILN_API kiln_status_t kiln_shared_budget_get_info(kiln_shared_budget_t* budget, int32_t id,
+                                                   kiln_shared_budget_info_t* out_info);
+
+/* ------------------------------------------------------------------------------
  * Sessions: one conversation with a model
  * ------------------------------------------------------------------------------ */
 
@@ -301,6 +360,21 @@ typedef enum kiln_kv_cache_t {
   KILN_KV_CACHE_INT4 = 4
 } kiln_kv_cache_t;
 
+/* What a session does when its conversation outgrows its context (the session's
+ * context_length, a shorter one a pressure policy sets, or a full KV block pool). */
+typedef enum kiln_context_overflow_t {
+  /* Generation fails: KILN_ERROR_CONTEXT_FULL (KILN_ERROR_RESOURCE_EXHAUSTED for a full
+   * pool). A pressure policy's shorter context still slides. */
+  KILN_CONTEXT_STOP = 0,
+  /* A sliding window: the oldest positions after the first keep_tokens (the image and
+   * the system prompt) are evicted, a few at a time (whole blocks of a paged cache), and
+   * generation goes on. The kept positions keep their places: later tokens' positions
+   * (RoPE) go on counting, and the window attends to what it holds. */
+  KILN_CONTEXT_SLIDE = 1
+} kiln_context_overflow_t;
+
+struct kiln_pressure_policy_t;
+
 typedef struct kiln_session_options_t {
   uint32_t struct_size;              /* sizeof(kiln_session_options_t) */
   int32_t num_threads;               /* 0: the performance cores this process may run on
@@ -310,11 +384,65 @@ typedef struct kiln_session_options_t {
   const kiln_allocator_t* allocator; /* NULL: the model's allocator */
   int32_t kv_cache;                  /* kiln_kv_cache_t; any encoding may replace the
                                         artifact's */
+  int32_t context_overflow;          /* kiln_context_overflow_t */
+  int32_t keep_tokens;               /* positions at the start a sliding window keeps;
+                                        0: through the last image token the cache holds,
+                                        at least 4 (rounded up to whole KV blocks) */
+  /* How the session reacts to kiln_model_set_pressure (copied at creation; NULL:
+   * kiln_pressure_policy_init's). */
+  const struct kiln_pressure_policy_t* pressure_policy;
 } kiln_session_options_t;
 
 /* Defaults: struct_size set, the performance cores, the model's context (at most
- * 4096), the model's allocator, the artifact's KV-cache encoding. */
+ * 4096), the model's allocator, the artifact's KV-cache encoding, KILN_CONTEXT_STOP,
+ * the default pressure policy. */
 KILN_API void kiln_session_options_init(kiln_session_options_t* options);
+
+/* ------------------------------------------------------------------------------
+ * Pressure: the device is short of memory, hot, or on a low battery
+ * ------------------------------------------------------------------------------ */
+
+typedef enum kiln_pressure_kind_t {
+  KILN_PRESSURE_MEMORY = 0,  /* Android onTrimMemory / iOS didReceiveMemoryWarning */
+  KILN_PRESSURE_THERMAL = 1, /* PowerManager thermal status / ProcessInfo.thermalState */
+  KILN_PRESSURE_BATTERY = 2  /* battery saver / Low Power Mode */
+} kiln_pressure_kind_t;
+
+typedef enum kiln_pressure_level_t {
+  KILN_PRESSURE_NONE = 0,
+  KILN_PRESSURE_MODERATE = 1,
+  KILN_PRESSURE_SERIOUS = 2,
+  KILN_PRESSURE_CRITICAL = 3
+} kiln_pressure_level_t;
+
+/* A session's reaction to each pressure level (index: kiln_pressure_level_t). A
+ * session applies its model's levels when a generate call starts and before every
+ * decode step. */
+typedef struct kiln_pressure_policy_t {
+  uint32_t struct_size; /* sizeof(kiln_pressure_policy_t) */
+  /* By the higher of the thermal and battery levels: the threads the session runs at
+   * most (0: all of its num_threads). The others sleep. */
+  int32_t max_threads[4];
+  /* By the memory level: the positions the session keeps at most (0: its context).
+   * Past it, the oldest positions after keep_tokens are evicted whatever
+   * context_overflow says; a paged cache's freed blocks go back to the pool. Never
+   * less than keep_tokens plus 64 positions (two KV blocks when larger). */
+  int32_t max_context[4];
+} kiln_pressure_policy_t;
+
+/* Defaults: max_threads {0, 0, 2, 1} (serious: two threads, critical: one);
+ * max_context {0, 0, 1024, 512}. */
+KILN_API void kiln_pressure_policy_init(kiln_pressure_policy_t* policy);
+
+/* Tells the runtime the device's `kind` of pressure is now at `level`. Thread-safe:
+ * call it from the system's callback while sessions generate. The model's sessions
+ * react at their next generate call or decode step, by their policies. At the memory
+ * level KILN_PRESSURE_SERIOUS or above the model also gives back what it can at once:
+ * the pages of a paged KV pool's free blocks (their cached prefixes are forgotten),
+ * and, for a model loaded from a file, the vision encoder's and projector's weight
+ * pages (read again from the file for the next image; dropped again after each image
+ * while the level lasts). KILN_PRESSURE_NONE ends the pressure of that kind. */
+KILN_API kiln_status_t kiln_model_set_pressure(kiln_model_t* model, int32_t kind, int32_t level);
 
 /* What a model needs in memory with one session of the given options (NULL:
  * defaults): the arithmetic kiln_model_options_t.memory_budget is checked against.
@@ -491,6 +619,12 @@ typedef struct kiln_stats_t {
   int32_t kv_blocks;          /*   blocks this session holds (shared ones included) */
   int32_t kv_pool_blocks;     /*   the pool's blocks */
   int32_t kv_pool_blocks_used;/*   taken by any session */
+  int32_t context_limit;      /* positions the session may hold now (its context, or less
+                                 under memory pressure) */
+  int32_t evicted_tokens;     /* positions of the conversation a sliding window evicted
+                                 (kiln_context_overflow_t): the cache holds the rest */
+  int32_t active_threads;     /* threads the last decode step ran (fewer than num_threads
+                                 under thermal or battery pressure) */
 } kiln_stats_t;
 
 /* KILN_ERROR_INVALID_ARGUMENT when out_stats->struct_size is not set. */

@@ -148,18 +148,25 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
     // each new row attends causally to every cached position up to its own.
     KvCache* kv = c.kv;
     const int64_t layer = ap->cache_layer();
+    // A sliding window evicted positions before these: their rows are that much lower
+    // (each new row attends to the rows before it).
+    const int32_t* row = pos;
+    if (kv->evicted > 0) {
+      for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(pos[t] - kv->evicted);
+      row = kv->row_scratch;
+    }
     for (int64_t t = 0; t < rows; ++t) {
-      if (pos[t] < 0 || pos[t] >= kv->context)
+      if (row[t] < 0 || row[t] >= kv->context)
         return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
                     static_cast<long long>(kv->context));
-      if (pos[t] >= kv->mapped)  // the session maps blocks before it runs a stage
+      if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
         return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
                     static_cast<long long>(kv->mapped));
-      kv->Write(layer, pos[t], k + t * ldkv, v + t * ldkv);
+      kv->Write(layer, row[t], k + t * ldkv, v + t * ldkv);
     }
     p.ldkv = kv->width;
     p.n_keys = kv->context;
-    p.positions = pos;
+    p.positions = row;
     p.kv_encoding = kv->encoding;
     p.kv_blocks = kv->blocks;
     p.kv_block_shift = kv->block_shift;
