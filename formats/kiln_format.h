@@ -3,6 +3,7 @@
 #ifndef KILN_FORMATS_KILN_FORMAT_H_
 #define KILN_FORMATS_KILN_FORMAT_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "formats/encoding.h"
@@ -37,6 +38,9 @@ constexpr uint64_t kAlignment = 64;
 // The FlatBuffer header is size-prefixed: [u32 size][u32 root][ "KILN" ]...
 constexpr char kFileIdentifier[4] = {'K', 'I', 'L', 'N'};
 constexpr uint64_t kMaxHeaderBytes = 1ull << 30;  // well under the 2 GB FlatBuffer limit
+
+// Precision tiers one artifact may hold (kiln-compile --tiers, formats/tiers.h).
+constexpr size_t kMaxTiers = 16;
 
 // required_cpu_features bits.
 enum CpuFeature : uint64_t {

@@ -323,4 +323,35 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
   return mlir::success();
 }
 
+mlir::LogicalResult emitTieredArtifact(mlir::MLIRContext& context, const CompileOptions& options,
+                                       const std::vector<uint64_t>& budgets, llvm::StringRef output) {
+  auto target = parseTarget(options.target, options.cpuFeatures);
+  std::vector<std::vector<uint8_t>> tiers;
+  mlir::OwningOpRef<mlir::ModuleOp> first;
+  for (size_t k = 0; k < budgets.size(); ++k) {
+    CompileOptions tier = options;
+    tier.memoryBudget = std::to_string(budgets[k]);
+    HessianTable hessians;
+    mlir::OwningOpRef<mlir::ModuleOp> module = importAndLower(context, tier, /*lower=*/true, &hessians);
+    if (!module)
+      return mlir::failure();
+    if (!target)
+      return module->emitError() << llvm::toString(target.takeError());
+    ArtifactOptions artifact;
+    artifact.targetTriple = target->triple;
+    artifact.compilerVersion = compilerVersion();
+    if (usesGptq(tier))
+      artifact.hessians = hessians;
+    std::vector<uint8_t> bytes;
+    if (mlir::failed(writeArtifactToMemory(*module, artifact, &bytes)))
+      return mlir::failure();
+    mlir::emitRemark(module->getLoc()) << "tier " << k << ": weight budget " << budgets[k] << " bytes, "
+                                       << bytes.size() << " bytes on its own";
+    tiers.push_back(std::move(bytes));
+    if (!first)
+      first = std::move(module);
+  }
+  return writeTieredArtifact(*first, output, tiers, budgets);
+}
+
 } // namespace kiln

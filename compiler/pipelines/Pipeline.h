@@ -77,6 +77,12 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
 mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& options,
                                  llvm::StringRef output, const HessianTable* hessians = nullptr);
 
+/// kiln-compile --tiers: compiles the checkpoint once per weight budget (`budgets`,
+/// largest first; each as --memory-budget) and writes one artifact holding every tier
+/// (formats/tiers.h) to `output`.
+mlir::LogicalResult emitTieredArtifact(mlir::MLIRContext& context, const CompileOptions& options,
+                                       const std::vector<uint64_t>& budgets, llvm::StringRef output);
+
 } // namespace kiln
 
 #endif // KILN_COMPILER_PIPELINES_PIPELINE_H

@@ -21,6 +21,7 @@
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
 #include "formats/numeric.h"
+#include "formats/tiers.h"
 #include "kiln/kiln.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -871,7 +872,9 @@ std::string verifyWithRuntime(const char* loadPath, bool kernelLibrary, bool* un
   kiln_status_t st = kiln_model_load(loadPath, nullptr, &model, &err);
   if (st == KILN_OK) {
     kiln_model_release(model);
-    return std::string();
+    st = kiln_artifact_verify(loadPath, 1, &err);  // every tier of a tiered artifact
+    if (st == KILN_OK)
+      return std::string();
   }
   // Kernels in a static library (not linked here) or an artifact for another CPU:
   // everything but running it is still checked, for the device it is built for.
@@ -897,7 +900,11 @@ std::string verifyWithRuntime(const char* loadPath, bool kernelLibrary, bool* un
   return message.empty() ? std::string(kiln_status_message(st)) : message;
 }
 
-LogicalResult Writer::writeFile(llvm::StringRef path) {
+// Writes the bytes `emit` produces to `path` atomically, after the runtime's verifier
+// accepted them; diagnostics go to `module`.
+LogicalResult writeAtomically(mlir::ModuleOp module, llvm::StringRef path, bool kernelLibrary,
+                              llvm::function_ref<LogicalResult(llvm::raw_ostream&)> emit) {
+  auto error = [&]() { return module.emitError(); };
   // The output must be a regular file or not exist: writing "onto" a device node,
   // FIFO or symlink would replace it (the rename below replaces whatever the name
   // points at, /dev/full included).
@@ -912,8 +919,6 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
                                                                        : "not a file")
                      << "); refusing to replace it";
   }
-  if (failed(prepare()))
-    return failure();
   // Write to a temporary file beside the destination, then rename: readers see a
   // complete artifact or none. On Linux the temporary file is anonymous (O_TMPFILE)
   // until it is complete and verified, so a crash or SIGKILL leaves nothing; where
@@ -970,14 +975,14 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   // The runtime's verifier, on the bytes written, before the file takes its name.
   std::string loadPath = tmp.empty() ? "/proc/self/fd/" + std::to_string(fd) : tmp.str().str();
   bool unverifiable = false;
-  std::string refusal = verifyWithRuntime(loadPath.c_str(), options_.kernelLibrary, &unverifiable);
+  std::string refusal = verifyWithRuntime(loadPath.c_str(), kernelLibrary, &unverifiable);
   if (!refusal.empty() && !unverifiable) {
     error() << "the runtime refuses the artifact it would write to '" << path << "': " << refusal;
     cleanup();
     return failure();
   }
   if (unverifiable)
-    mlir::emitWarning(module_.getLoc())
+    mlir::emitWarning(module.getLoc())
         << "'" << path << "' is verified for its target but cannot run on this machine (" << refusal << ")";
 
   if (tmp.empty()) {
@@ -1013,6 +1018,12 @@ LogicalResult Writer::writeFile(llvm::StringRef path) {
   return success();
 }
 
+LogicalResult Writer::writeFile(llvm::StringRef path) {
+  if (failed(prepare()))
+    return failure();
+  return writeAtomically(module_, path, options_.kernelLibrary, [&](llvm::raw_ostream& os) { return emit(os); });
+}
+
 LogicalResult Writer::run(llvm::StringRef path) {
   if (failed(collect()))
     return failure();
@@ -1040,6 +1051,22 @@ mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,
 mlir::LogicalResult writeArtifactToMemory(mlir::ModuleOp module, const ArtifactOptions& options,
                                           std::vector<uint8_t>* out) {
   return Writer(module, options).runToMemory(out);
+}
+
+mlir::LogicalResult writeTieredArtifact(mlir::ModuleOp module, llvm::StringRef path,
+                                        const std::vector<std::vector<uint8_t>>& tiers,
+                                        const std::vector<uint64_t>& budgets) {
+  std::vector<format::TierInput> inputs;
+  for (size_t k = 0; k < tiers.size(); ++k)
+    inputs.push_back({tiers[k].data(), tiers[k].size(), k < budgets.size() ? budgets[k] : 0});
+  std::vector<uint8_t> merged;
+  std::string error;
+  if (!format::MergeTiers(inputs, &merged, &error))
+    return module.emitError() << "--tiers: " << error;
+  return writeAtomically(module, path, false, [&](llvm::raw_ostream& os) {
+    os.write(reinterpret_cast<const char*>(merged.data()), merged.size());
+    return success();
+  });
 }
 
 } // namespace kiln

@@ -43,6 +43,14 @@ struct ArtifactOptions {
 mlir::LogicalResult writeArtifactToMemory(mlir::ModuleOp module, const ArtifactOptions& options,
                                           std::vector<uint8_t>* out);
 
+/// Writes the artifacts `tiers` (complete, in memory, of one model, largest first;
+/// compiled for the weight budgets `budgets`) to `path` as one tiered artifact
+/// (formats/tiers.h), atomically and verified as writeArtifact does; diagnostics go
+/// to `module`.
+mlir::LogicalResult writeTieredArtifact(mlir::ModuleOp module, llvm::StringRef path,
+                                        const std::vector<std::vector<uint8_t>>& tiers,
+                                        const std::vector<uint64_t>& budgets);
+
 /// Writes `module` to `path`. Errors (unreadable weights, an unsupported
 /// tokenizer, I/O) are emitted as diagnostics on the module and leave no file.
 mlir::LogicalResult writeArtifact(mlir::ModuleOp module, llvm::StringRef path,

@@ -265,8 +265,18 @@ kiln_status_t CheckMemoryBudget(kiln_model_t* m, kiln_error_t* error) {
               (r.session_bytes - r.kv_cache_bytes - r.arena_bytes) / mb);
 }
 
-kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* error) {
-  kiln_status_t st = VerifyArtifact(m->data, m->size, DetectCpuFeatures(), &m->allocator, &m->fb, error);
+// Loads tier `tier` of the artifact at m->data (m is released on failure); *tiers gets
+// the artifact's tier count once its root header is verified.
+kiln_status_t Load(kiln_model_t* m, uint32_t tier, uint32_t* tiers, kiln_model_t** out_model, kiln_error_t* error) {
+  kiln_status_t st = VerifyArtifact(m->data, m->size, DetectCpuFeatures(), &m->allocator, &m->fb, error, true, tier);
+  if (st == KILN_OK || (st == KILN_ERROR_INVALID_ARGUMENT && tier > 0)) {
+    const fb::Model* root = fb::GetSizePrefixedModel(m->data);  // verified (the tier's failure comes after)
+    *tiers = TierCount(root);
+    if (st == KILN_OK && root->tiers() != nullptr && root->tiers()->size() > 0)
+      m->info.tier_weight_budget = root->tiers()->Get(tier)->weight_budget();
+  }
+  m->info.tier = static_cast<int32_t>(tier);
+  m->info.tier_count = static_cast<int32_t>(*tiers);
   if (st == KILN_OK) st = Prepare(m, error);
   if (st == KILN_OK) st = BindCode(m, error);
   if (st == KILN_OK && m->memory_budget > 0) st = CheckMemoryBudget(m, error);
@@ -277,6 +287,30 @@ kiln_status_t Load(kiln_model_t* m, kiln_model_t** out_model, kiln_error_t* erro
   }
   *out_model = m;
   return KILN_OK;
+}
+
+// Loads the tier options ask for, or the largest that fits the budget: `open`
+// makes a new model over the artifact's bytes for each attempt.
+template <typename Open>
+kiln_status_t LoadTier(const kiln_model_options_t* options, Open open, kiln_model_t** out_model, kiln_error_t* error) {
+  int32_t asked = -1;
+  if (options != nullptr && options->struct_size >= offsetof(kiln_model_options_t, tier) + sizeof(options->tier))
+    asked = options->tier;
+  if (asked < -1) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "tier %d: must be >= 0 (or -1: the largest that fits)", asked);
+  uint32_t tiers = 1;
+  for (uint32_t k = asked >= 0 ? static_cast<uint32_t>(asked) : 0;; ++k) {
+    kiln_model_t* m = nullptr;
+    if (kiln_status_t st = open(&m); st != KILN_OK) return st;
+    kiln_status_t st = Load(m, k, &tiers, out_model, error);
+    if (st != KILN_ERROR_RESOURCE_EXHAUSTED || asked >= 0 || k + 1 >= tiers) {
+      if (st == KILN_ERROR_RESOURCE_EXHAUSTED && asked < 0 && tiers > 1 && error != nullptr) {
+        char msg[sizeof(error->message)];
+        std::snprintf(msg, sizeof(msg), "no tier of %u fits; the smallest, tier %u, %s", tiers, k, error->message);
+        std::memcpy(error->message, msg, sizeof(msg));
+      }
+      return st;
+    }
+  }
 }
 
 // Prefixes a failure's message with the file it is about.
@@ -395,18 +429,21 @@ kiln_status_t kiln_model_load(const char* path, const kiln_model_options_t* opti
 
 kiln_status_t kiln::rt::LoadModelFile(const char* path, const kiln_model_options_t* options, uint64_t budget,
                                       bool pool_from_budget, kiln_model_t** out_model, kiln_error_t* out_error) {
-  kiln_model_t* m = NewModel(options);
-  if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
-  if (budget != UINT64_MAX) m->memory_budget = budget;
-  m->pool_from_budget = pool_from_budget;
-  if (kiln_status_t st = MapFile(path, &m->mapping, out_error); st != KILN_OK) {
-    kiln_model_release(m);
-    return st;
-  }
-  m->data = m->mapping.data;
-  m->size = m->mapping.size;
-  kiln_status_t st = Load(m, out_model, out_error);
-  return NamePath(st, path, out_error);
+  auto open = [&](kiln_model_t** out) {
+    kiln_model_t* m = NewModel(options);
+    if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    if (budget != UINT64_MAX) m->memory_budget = budget;
+    m->pool_from_budget = pool_from_budget;
+    if (kiln_status_t st = MapFile(path, &m->mapping, out_error); st != KILN_OK) {
+      kiln_model_release(m);
+      return st;
+    }
+    m->data = m->mapping.data;
+    m->size = m->mapping.size;
+    *out = m;
+    return KILN_OK;
+  };
+  return NamePath(LoadTier(options, open, out_model, out_error), path, out_error);
 }
 
 extern "C" {
@@ -417,14 +454,19 @@ kiln_status_t kiln_artifact_verify(const char* path, int for_this_cpu, kiln_erro
   FileMapping mapping;
   if (kiln_status_t st = MapFile(path, &mapping, out_error); st != KILN_OK) return st;
   Allocator allocator(nullptr);
-  const fb::Model* fbm = nullptr;
-  kiln_status_t st =
-      VerifyArtifact(mapping.data, mapping.size, DetectCpuFeatures(), &allocator, &fbm, out_error, for_this_cpu != 0);
-  // A code segment for this machine must also load (its ELF structure and relocations).
-  if (st == KILN_OK && for_this_cpu != 0 && fbm->code() != nullptr && !fbm->code()->library()) {
-    CodeImage image;
-    const fb::Segment* seg = fbm->segments()->Get(fbm->code()->segment());
-    st = image.Load(mapping.data + seg->offset(), seg->size(), out_error);
+  kiln_status_t st = KILN_OK;
+  // Every tier of a tiered artifact (tier 0 is the root).
+  for (uint32_t tier = 0, tiers = 1; st == KILN_OK && tier < tiers; ++tier) {
+    const fb::Model* fbm = nullptr;
+    st = VerifyArtifact(mapping.data, mapping.size, DetectCpuFeatures(), &allocator, &fbm, out_error,
+                        for_this_cpu != 0, tier);
+    if (st == KILN_OK && tier == 0) tiers = TierCount(fbm);
+    // A code segment for this machine must also load (its ELF structure and relocations).
+    if (st == KILN_OK && for_this_cpu != 0 && fbm->code() != nullptr && !fbm->code()->library()) {
+      CodeImage image;
+      const fb::Segment* seg = fbm->segments()->Get(fbm->code()->segment());
+      st = image.Load(mapping.data + seg->offset(), seg->size(), out_error);
+    }
   }
   UnmapFile(&mapping);
   return NamePath(st, path, out_error);
@@ -435,11 +477,15 @@ kiln_status_t kiln_model_load_from_memory(const void* data, size_t size, const k
   ClearError(out_error);
   if (data == nullptr || out_model == nullptr)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_load_from_memory: data and out_model are required");
-  kiln_model_t* m = NewModel(options);
-  if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
-  m->data = static_cast<const uint8_t*>(data);
-  m->size = size;
-  return Load(m, out_model, out_error);
+  auto open = [&](kiln_model_t** out) {
+    kiln_model_t* m = NewModel(options);
+    if (m == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    m->data = static_cast<const uint8_t*>(data);
+    m->size = size;
+    *out = m;
+    return KILN_OK;
+  };
+  return LoadTier(options, open, out_model, out_error);
 }
 
 void kiln_model_release(kiln_model_t* model) {
@@ -469,6 +515,7 @@ void kiln_model_options_init(kiln_model_options_t* options) {
   if (options == nullptr) return;
   std::memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
+  options->tier = -1;
 }
 
 kiln_status_t kiln_tokenize(const kiln_model_t* model, const char* text, size_t length, int add_special,

@@ -139,8 +139,19 @@ kiln_status_t kiln_shared_budget_acquire(kiln_shared_budget_t* b, int32_t id, ki
   Entry& e = b->entries[static_cast<size_t>(id)];
   e.last_used = ++b->clock;
   if (e.model == nullptr) {
-    // Room: unload the least recently used models nobody holds until it fits.
-    while (b->Used() + e.bytes > b->bytes) {
+    // Loaded with the room left (a tiered artifact takes the largest tier that fits
+    // it); while it does not fit, the least recently used model nobody holds goes.
+    for (;;) {
+      kiln_model_t* model = nullptr;
+      kiln_status_t st = LoadModelFile(e.path, &e.options, b->bytes - b->Used(), false, &model, out_error);
+      if (st == KILN_OK) {
+        e.model = model;
+        ++b->loads;
+        if (CountedBytes(model, &e.bytes, out_error) != KILN_OK) e.bytes = 0;  // measured at add: cannot fail now
+        ClearError(out_error);
+        break;
+      }
+      if (st != KILN_ERROR_RESOURCE_EXHAUSTED) return st;
       Entry* lru = nullptr;
       for (Entry& x : b->entries)
         if (x.model != nullptr && x.holds == 0 && (lru == nullptr || x.last_used < lru->last_used)) lru = &x;
@@ -152,19 +163,14 @@ kiln_status_t kiln_shared_budget_acquire(kiln_shared_budget_t* b, int32_t id, ki
             at += static_cast<size_t>(std::snprintf(held + at, sizeof(held) - at, "%s%s (%.1f MB, %d holds)",
                                                     at == 0 ? "" : ", ", x.path, x.bytes / 1e6, x.holds));
         return Fail(out_error, KILN_ERROR_RESOURCE_EXHAUSTED,
-                    "%s needs %.1f MB; %.1f MB of the %.1f MB shared budget are held by models in use: %s", e.path,
-                    e.bytes / 1e6, b->Used() / 1e6, b->bytes / 1e6, held);
+                    "%s does not fit the %.1f MB left of the %.1f MB shared budget; the models in use hold %.1f MB: "
+                    "%s",
+                    e.path, (b->bytes - b->Used()) / 1e6, b->bytes / 1e6, b->Used() / 1e6, held);
       }
       kiln_model_release(lru->model);
       lru->model = nullptr;
       ++b->unloads;
     }
-    kiln_model_t* model = nullptr;
-    if (kiln_status_t st = LoadModelFile(e.path, &e.options, b->bytes - b->Used(), false, &model, out_error);
-        st != KILN_OK)
-      return st;
-    e.model = model;
-    ++b->loads;
   }
   ++e.holds;
   *out_model = e.model;

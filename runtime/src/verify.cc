@@ -44,13 +44,16 @@ bool Aligned8(const Vector<T>* v) {
 
 class Verifier {
  public:
-  Verifier(const uint8_t* data, size_t size, uint64_t cpu, bool this_cpu, Allocator* allocator, kiln_error_t* error)
-      : data_(data), size_(size), cpu_(cpu), this_cpu_(this_cpu), allocator_(allocator), error_(error) {}
+  Verifier(const uint8_t* data, size_t size, uint64_t cpu, bool this_cpu, Allocator* allocator, kiln_error_t* error,
+           uint64_t header_offset = 0)
+      : data_(data), size_(size), cpu_(cpu), this_cpu_(this_cpu), allocator_(allocator), error_(error),
+        header_offset_(header_offset) {}
 
   kiln_status_t Run(const fb::Model** out);
 
  private:
   kiln_status_t Header();
+  kiln_status_t Tiers();
   kiln_status_t VectorAlignment();
   kiln_status_t Segments();
   kiln_status_t Code();
@@ -85,6 +88,7 @@ class Verifier {
   bool this_cpu_;  // hold CPU features and the machine against this CPU
   Allocator* allocator_;
   kiln_error_t* error_;
+  uint64_t header_offset_ = 0;  // of the header verified: a tier's, in a tiered artifact
   const fb::Model* model_ = nullptr;
   uint64_t header_end_ = 0;
   Dims* value_dims_ = nullptr;
@@ -116,26 +120,27 @@ Dims Verifier::W(uint32_t i) const {
 kiln_status_t Verifier::Header() {
   if (reinterpret_cast<uintptr_t>(data_) % format::kAlignment != 0)
     return Bad(KILN_ERROR_INVALID_ARGUMENT, "artifact data is not 64-byte aligned");
-  if (size_ < 12)
+  if (size_ < 12 || header_offset_ > size_ - 12)
     return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "file of %zu bytes is too short for a Kiln artifact", size_);
-  if (std::memcmp(data_ + 8, format::kFileIdentifier, 4) != 0)
+  const uint8_t* header = data_ + header_offset_;
+  if (std::memcmp(header + 8, format::kFileIdentifier, 4) != 0)
     return Bad(KILN_ERROR_ARTIFACT_NOT_KILN, "no \"KILN\" file identifier: not a Kiln artifact");
   uint32_t fb_size;
-  std::memcpy(&fb_size, data_, 4);
+  std::memcpy(&fb_size, header, 4);
   if (fb_size > format::kMaxHeaderBytes)
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "header size %u exceeds the limit", fb_size);
-  if (static_cast<uint64_t>(fb_size) + 4 > size_)
+  if (static_cast<uint64_t>(fb_size) + 4 > size_ - header_offset_)
     return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "header of %u bytes runs past the end of the %zu-byte file",
                fb_size, size_);
-  header_end_ = static_cast<uint64_t>(fb_size) + 4;
+  header_end_ = header_offset_ + static_cast<uint64_t>(fb_size) + 4;
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 64;
   opts.max_tables = 1u << 24;
   opts.check_alignment = true;
-  flatbuffers::Verifier verifier(data_, header_end_, opts);
+  flatbuffers::Verifier verifier(header, static_cast<size_t>(fb_size) + 4, opts);
   if (!fb::VerifySizePrefixedModelBuffer(verifier))
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "the FlatBuffer header fails structural verification");
-  model_ = fb::GetSizePrefixedModel(data_);
+  model_ = fb::GetSizePrefixedModel(header);
   uint32_t version = model_->schema_version();
   if (version / 1000 != format::kSchemaMajor)
     return Bad(KILN_ERROR_ARTIFACT_VERSION, "schema version %u.%u; this runtime reads %u.x", version / 1000,
@@ -157,6 +162,46 @@ kiln_status_t Verifier::Header() {
       if (missing & b) used += snprintf(names + used, sizeof(names) - used, "%s%s", used ? "," : "", format::CpuFeatureName(b));
     return Bad(KILN_ERROR_ARTIFACT_CPU_FEATURES, "this CPU lacks %s, which the artifact's kernels need", names);
   }
+  return KILN_OK;
+}
+
+// The tier table (formats/tiers.h): in the root header only; tier 0 is the root
+// itself, the others' headers lie after it and before every segment, 64-byte aligned,
+// in order, within the file. Their contents are verified when a tier is loaded.
+kiln_status_t Verifier::Tiers() {
+  const auto* tiers = model_->tiers();
+  if (tiers == nullptr || tiers->size() == 0) return KILN_OK;
+  if (!Aligned8(tiers)) return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "the tier table is not 8-byte aligned");
+  if (header_offset_ != 0) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "a tier's header has a tier table of its own");
+  if (tiers->size() > format::kMaxTiers)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "%u tiers; at most %zu", tiers->size(), format::kMaxTiers);
+  const fb::Tier* root = tiers->Get(0);
+  if (root->header_offset() != 0 || root->header_size() != header_end_)
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "tier 0 is not the root header");
+  uint64_t prev_end = header_end_;
+  for (uint32_t k = 1; k < tiers->size(); ++k) {
+    const fb::Tier* t = tiers->Get(k);
+    uint64_t end;
+    if (t->header_offset() % format::kAlignment != 0)
+      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "tier %u: header at offset %llu is not 64-byte aligned", k,
+                 static_cast<unsigned long long>(t->header_offset()));
+    if (t->header_size() < 12 || AddOverflows(t->header_offset(), t->header_size(), &end) || end > size_)
+      return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "tier %u: header [%llu, +%llu) runs past the end of the %zu-byte file",
+                 k, static_cast<unsigned long long>(t->header_offset()),
+                 static_cast<unsigned long long>(t->header_size()), size_);
+    if (t->header_offset() < prev_end)
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "tier %u: header overlaps the one before", k);
+    uint32_t fb_size;
+    std::memcpy(&fb_size, data_ + t->header_offset(), 4);
+    if (static_cast<uint64_t>(fb_size) + 4 != t->header_size())
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "tier %u: its header's size prefix says %u bytes, the table %llu", k,
+                 fb_size, static_cast<unsigned long long>(t->header_size()) - 4);
+    prev_end = end;
+  }
+  // Every segment follows every header.
+  for (const fb::Segment* s : *model_->segments())
+    if (s->offset() < prev_end)
+      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "a segment overlaps the tier headers");
   return KILN_OK;
 }
 
@@ -734,6 +779,7 @@ kiln_status_t Verifier::Run(const fb::Model** out) {
   if (kiln_status_t st = Header(); st != KILN_OK) return st;
   if (kiln_status_t st = VectorAlignment(); st != KILN_OK) return st;
   if (kiln_status_t st = Segments(); st != KILN_OK) return st;
+  if (kiln_status_t st = Tiers(); st != KILN_OK) return st;
   if (kiln_status_t st = Code(); st != KILN_OK) return st;
   if (kiln_status_t st = Tensors(); st != KILN_OK) return st;
   if (kiln_status_t st = Values(); st != KILN_OK) return st;
@@ -769,11 +815,32 @@ kiln_status_t Verifier::Run(const fb::Model** out) {
 }  // namespace
 
 kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_features, Allocator* allocator,
-                             const fb::Model** out_model, kiln_error_t* error, bool for_this_cpu) {
+                             const fb::Model** out_model, kiln_error_t* error, bool for_this_cpu, uint32_t tier) {
   if (data == nullptr || out_model == nullptr || allocator == nullptr)
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null artifact");
-  Verifier v(data, size, cpu_features, for_this_cpu, allocator, error);
-  return v.Run(out_model);
+  Verifier root(data, size, cpu_features, for_this_cpu, allocator, error);
+  const fb::Model* model = nullptr;
+  if (kiln_status_t st = root.Run(&model); st != KILN_OK) return st;
+  if (tier >= TierCount(model))
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "tier %u: the artifact has %u", tier, TierCount(model));
+  if (tier == 0) {
+    *out_model = model;
+    return KILN_OK;
+  }
+  Verifier v(data, size, cpu_features, for_this_cpu, allocator, error, model->tiers()->Get(tier)->header_offset());
+  if (kiln_status_t st = v.Run(out_model); st != KILN_OK) {
+    if (error != nullptr) {  // name the tier
+      char msg[sizeof(error->message)];
+      std::snprintf(msg, sizeof(msg), "tier %u: %s", tier, error->message);
+      std::memcpy(error->message, msg, sizeof(msg));
+    }
+    return st;
+  }
+  return KILN_OK;
+}
+
+uint32_t TierCount(const fb::Model* root) {
+  return root->tiers() != nullptr && root->tiers()->size() > 0 ? root->tiers()->size() : 1;
 }
 
 }  // namespace kiln::rt

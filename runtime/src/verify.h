@@ -20,9 +20,15 @@ namespace kiln::rt {
 // architecture (CPU features, kernels built for another ISA, the code segment's
 // machine): the artifact is verified for the device it was built for.
 // Scratch memory comes from `allocator`.
+// A tiered artifact (formats/tiers.h): the root header describes tier 0 and lists the
+// tiers; tier k > 0 is verified with `tier` k, its header read at the offset the root's
+// table gives (out of range: KILN_ERROR_INVALID_ARGUMENT).
 kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_features,
                              Allocator* allocator, const fb::Model** out_model, kiln_error_t* error,
-                             bool for_this_cpu = true);
+                             bool for_this_cpu = true, uint32_t tier = 0);
+
+// The tiers the root header of a verified artifact lists (1 when it has no table).
+uint32_t TierCount(const fb::Model* root);
 
 // Largest values the runtime accepts, so that no declared size can make it
 // allocate absurd amounts of memory or overflow arithmetic.

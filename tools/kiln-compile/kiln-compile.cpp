@@ -12,11 +12,14 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
+#include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 
 #include "codegen/generators/KernelGenerator.h"
 #include "compiler/pipelines/Pipeline.h"
+#include "formats/tiers.h"
 #include "passes/Passes.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -114,6 +117,10 @@ static cl::opt<bool> showRemarks("remarks",
                                  cl::init(false), cl::cat(kilnCategory));
 static cl::opt<std::string> memoryBudget(
     "memory-budget", cl::desc("Bytes the weights may take: 1.2GB, 800MB, 512MiB (chooses a precision per weight)"),
+    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> tiersOption(
+    "tiers", cl::desc("Weight budgets of several precision tiers in one artifact, e.g. 1.2GB,800MB,500MB: the "
+                      "runtime loads the largest that fits its memory budget (or the one asked for)"),
     cl::init(""), cl::cat(kilnCategory));
 static cl::opt<double> bitsPerWeight("bits-per-weight",
                                      cl::desc("Average bits per weight, scales included (instead of a budget)"),
@@ -236,7 +243,7 @@ int main(int argc, char** argv) {
   if (!fromIr.empty()) {
     // Precision, calibration and lowering happened when the IR was produced.
     for (cl::Option* o : std::initializer_list<cl::Option*>{
-             &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight,
+             &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
              &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate})
       if (o->getNumOccurrences() > 0) {
@@ -271,6 +278,31 @@ int main(int argc, char** argv) {
   if (bitsPerWeight.getNumOccurrences() > 0 && !(bitsPerWeight > 0)) {
     llvm::errs() << "kiln-compile: error: --bits-per-weight must be positive\n";
     return 2;
+  }
+  std::vector<uint64_t> tierBudgets;
+  if (!tiersOption.empty()) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(tiersOption).split(parts, ',');
+    for (llvm::StringRef part : parts) {
+      std::optional<uint64_t> b = kiln::parseByteSize(part.trim());
+      if (!b || *b == 0) {
+        llvm::errs() << "kiln-compile: error: --tiers: '" << part << "' is not a size (e.g. 1.2GB, 800MB, 512MiB)\n";
+        return 2;
+      }
+      tierBudgets.push_back(*b);
+    }
+    std::sort(tierBudgets.begin(), tierBudgets.end(), std::greater<uint64_t>());
+    if (std::adjacent_find(tierBudgets.begin(), tierBudgets.end()) != tierBudgets.end() || tierBudgets.size() < 2 ||
+        tierBudgets.size() > kiln::format::kMaxTiers) {
+      llvm::errs() << "kiln-compile: error: --tiers takes 2 to " << kiln::format::kMaxTiers
+                   << " different weight budgets, got '" << tiersOption << "'\n";
+      return 2;
+    }
+    if (!memoryBudget.empty() || bitsPerWeight > 0 || emit != EmitKind::Artifact || !report.empty()) {
+      llvm::errs() << "kiln-compile: error: --tiers replaces --memory-budget and --bits-per-weight, and writes an "
+                      "artifact (no --emit other than artifact, no --report)\n";
+      return 2;
+    }
   }
   if (!memoryBudget.empty() && bitsPerWeight > 0) {
     llvm::errs() << "kiln-compile: error: give --memory-budget or --bits-per-weight, not both\n";
@@ -367,6 +399,9 @@ int main(int argc, char** argv) {
     llvm::errs() << "kiln-compile: error: --report goes with -o (the artifact)\n";
     return 2;
   }
+
+  if (!tierBudgets.empty())
+    return mlir::failed(kiln::emitTieredArtifact(context, options, tierBudgets, outputPath)) || failedAny ? 1 : 0;
 
   kiln::HessianTable hessians;
   mlir::OwningOpRef<mlir::ModuleOp> module;

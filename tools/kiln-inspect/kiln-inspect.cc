@@ -163,7 +163,24 @@ struct SessionMemory {
   kiln_memory_report_t report = {};
   bool runs_here = true;  // false: an artifact for another CPU (verified for its own)
   std::string why_not;
+  const fb::Model* root = nullptr;  // a tiered artifact's root header (its tier table)
+  int tier = 0;                     // the tier shown
 };
+
+// A tiered artifact's tiers (kiln-compile --tiers), one "tier K: ..." per tier.
+std::vector<std::string> TierLines(const SessionMemory& mem) {
+  std::vector<std::string> lines;
+  if (mem.root == nullptr || mem.root->tiers() == nullptr) return lines;
+  for (uint32_t k = 0; k < mem.root->tiers()->size(); ++k) {
+    const fb::Tier* t = mem.root->tiers()->Get(k);
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "tier %u: weight budget %.2f MB, weights %.2f MB, header at %" PRIu64 "%s", k,
+                  t->weight_budget() / 1e6, t->weight_bytes() / 1e6, t->header_offset(),
+                  static_cast<int>(k) == mem.tier ? " (shown)" : "");
+    lines.push_back(buf);
+  }
+  return lines;
+}
 
 void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, bool ops, const SessionMemory& mem) {
   const fb::Metadata* md = m->metadata();
@@ -176,6 +193,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  compiler         %s\n", S(md->compiler_version()));
   std::printf("  source hash      %s\n", S(md->source_hash()));
   std::printf("  prompt template  %s\n", S(md->prompt_template()));
+  for (const std::string& line : TierLines(mem)) std::printf("  tiers            %s\n", line.c_str());
   if (const fb::CodeSegment* code = m->code()) {
     const fb::Segment* seg = !code->library() && code->segment() < m->segments()->size()
                                  ? m->segments()->Get(code->segment())
@@ -301,6 +319,16 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
               J(Features(m->required_cpu_features()).c_str()).c_str());
   std::printf("  \"compiler\": %s, \"source_hash\": %s, \"prompt_template\": %s,\n", J(S(md->compiler_version())).c_str(),
               J(S(md->source_hash())).c_str(), J(S(md->prompt_template())).c_str());
+  if (mem.root != nullptr && mem.root->tiers() != nullptr) {
+    std::printf("  \"tier\": %d, \"tiers\": [", mem.tier);
+    for (uint32_t k = 0; k < mem.root->tiers()->size(); ++k) {
+      const fb::Tier* t = mem.root->tiers()->Get(k);
+      std::printf("%s{\"weight_budget\": %" PRIu64 ", \"weight_bytes\": %" PRIu64 ", \"header_offset\": %" PRIu64
+                  ", \"header_bytes\": %" PRIu64 "}",
+                  k ? ", " : "", t->weight_budget(), t->weight_bytes(), t->header_offset(), t->header_size());
+    }
+    std::printf("],\n");
+  }
   if (const fb::CodeSegment* code = m->code()) {
     const fb::Segment* seg = !code->library() && code->segment() < m->segments()->size()
                                  ? m->segments()->Get(code->segment())
@@ -417,6 +445,9 @@ int main(int argc, char** argv) {
                  "(kiln-run --kv-pool)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-block", kv_block, "positions per KV block with --kv-pool (default 32)");
+  int tier = 0;
+  app.add_option("--tier", tier, "a tiered artifact (kiln-compile --tiers): the tier shown (default 0, the largest)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--ops", ops, "list every op of every stage");
   if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-inspect"); rc >= 0) return rc;
@@ -445,6 +476,8 @@ int main(int argc, char** argv) {
   mo.session = &so;
   mo.kv_pool_tokens = kv_pool;
   mo.kv_block_tokens = kv_block;
+  mo.tier = tier;
+  mem.tier = tier;
   if (kiln_model_load(path.c_str(), &mo, &model, &err) != KILN_OK) {
     // An artifact for another device (verified for the CPU it was built for), or
     // one whose kernels are in a static library an app links (kiln-run cannot).
@@ -481,6 +514,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const fb::Model* m = fb::GetSizePrefixedModel(data);
+  if (m->tiers() != nullptr && m->tiers()->size() > 0) {  // verified: the tier asked for exists
+    mem.root = m;
+    m = fb::GetSizePrefixedModel(static_cast<const uint8_t*>(data) + m->tiers()->Get(tier)->header_offset());
+  }
   if (json)
     PrintJson(m, path, static_cast<uint64_t>(st.st_size), ops, mem);
   else

@@ -206,7 +206,7 @@ std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, cons
                 ", \"kv_cache_bytes\": %" PRIu64 ", \"kv_cache\": \"%s\", \"kv_cache_token_bytes\": %" PRIu64
                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
                 ", \"kv_block_tokens\": %d, \"kv_blocks\": %d, \"kv_pool_blocks\": %d, \"kv_pool_blocks_used\": %d"
-                ", \"context_limit\": %d, \"evicted_tokens\": %d, \"active_threads\": %d"
+                ", \"context_limit\": %d, \"evicted_tokens\": %d, \"active_threads\": %d, \"tier\": %d, \"tiers\": %d"
                 ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f",
                 JsonEscape(model).c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.reused_tokens,
                 s.image_tokens, s.generated_tokens, s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms,
@@ -214,6 +214,7 @@ std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, cons
                 s.decode_steps, s.arena_bytes, s.kv_cache_bytes, kiln::tools::KvCacheName(s.kv_cache),
                 s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes, s.kv_block_tokens, s.kv_blocks,
                 s.kv_pool_blocks, s.kv_pool_blocks_used, s.context_limit, s.evicted_tokens, s.active_threads,
+                info.tier, info.tier_count,
                 g_start_rss,
                 kiln::tools::PeakRssBytes());
   return buf;
@@ -378,6 +379,9 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
   std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image, %d reused from the cache), %d generated\n",
                info.architecture, s.num_threads, s.prompt_tokens, s.image_tokens, s.reused_tokens,
                s.generated_tokens);
+  if (info.tier_count > 1)
+    std::fprintf(out, "   tier %d of %d (compiled for %.1f MB of weights, %.1f MB mapped)\n", info.tier,
+                 info.tier_count, info.tier_weight_budget / 1e6, info.weight_bytes / 1e6);
   std::fprintf(out, "   image preprocess %9.2f ms\n", s.image_preprocess_ms);
   std::fprintf(out, "   vision encoder   %9.2f ms\n", s.vision_encoder_ms);
   std::fprintf(out, "   projector        %9.2f ms\n", s.projector_ms);
@@ -444,7 +448,7 @@ int main(int argc, char** argv) {
   std::string memory_budget, pressure_spec;
   std::vector<std::string> more_models;
   std::string pressure_threads, pressure_context;
-  int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0;
+  int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0, tier = -1;
   int64_t kv_pool_tokens = 0;
   int kv_block_tokens = 0;
   float temperature = 0.0f, top_p = 1.0f;
@@ -493,6 +497,10 @@ int main(int argc, char** argv) {
                  "more models (.kiln) under the same --memory-budget, loaded when a --batch line's \"model\" (a "
                  "path as given or a file name) asks for one, the least recently used unloaded to make room")
       ->check(CLI::ExistingFile);
+  app.add_option("--tier", tier,
+                 "a tiered artifact (kiln-compile --tiers): the precision tier to load, 0 the largest (default: the "
+                 "largest that fits --memory-budget)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--context-overflow", context_overflow,
                  "when the conversation outgrows the context (or a full --kv-pool): stop (an error, the default) or "
                  "slide (evict the oldest positions after --keep-tokens and go on)")
@@ -618,6 +626,7 @@ int main(int argc, char** argv) {
   mo.session = &so;
   mo.kv_pool_tokens = kv_pool_tokens;
   mo.kv_block_tokens = kv_block_tokens;
+  mo.tier = tier;
   if (!memory_budget.empty()) {
     std::optional<uint64_t> budget = kiln::format::ParseByteSize(memory_budget);
     if (!budget) {

@@ -208,10 +208,16 @@ typedef struct kiln_model_options_t {
    * without one, no pool: each session allocates its whole context). */
   int64_t kv_pool_tokens;
   int32_t kv_block_tokens; /* positions per block: a power of two in [8, 1024]; 0: 32 */
+  /* A tiered artifact (kiln-compile --tiers): the precision tier to load, 0 the
+   * largest; -1 (kiln_model_options_init's): the largest whose weights, code, tables
+   * and session fit memory_budget (the first without a budget), the smaller ones tried
+   * in turn. kiln_model_info_t says which was loaded. An artifact without tiers has
+   * tier 0 only. */
+  int32_t tier;
 } kiln_model_options_t;
 
 /* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact,
- * no memory budget. */
+ * no memory budget, the largest tier that fits. */
 KILN_API void kiln_model_options_init(kiln_model_options_t* options);
 
 /* Maps the artifact at `path` read-only and verifies it completely (structure and
@@ -259,6 +265,9 @@ typedef struct kiln_model_info_t {
   int32_t image_token_id;     /* -1: text-only */
   uint64_t weight_bytes;      /* bytes of weights in the file */
   uint64_t file_bytes;
+  int32_t tier;               /* the precision tier loaded (0: the largest) */
+  int32_t tier_count;         /* tiers in the artifact (1: not tiered) */
+  uint64_t tier_weight_budget;/* the weight budget the tier was compiled for (0: none) */
 } kiln_model_info_t;
 
 /* Facts about a loaded model. The strings are owned by the model. Thread-safe.
