@@ -9,9 +9,10 @@
 //   [tier 0's code segment] ... [tier N-1's code segment]
 // Each tier's header is a complete size-prefixed Model whose tensors point into the
 // shared weights (a tensor whose bytes equal another tier's points at the same
-// offset: the tokenizer lives in every header, a vision encoder compiled to the same
-// precision is stored once) and whose segments are the weights region and its own
-// code. A runtime reads tier 0 as an ordinary artifact; one that knows tiers picks.
+// offset: a vision encoder compiled to the same precision is stored once) and whose
+// segments are the weights region and its own code; a tier whose tokenizer is tier
+// 0's leaves it out and uses the root's. A runtime reads tier 0 as an ordinary
+// artifact; one that knows tiers picks.
 //
 // Header-only, on the generated schema's object API: the compiler and the runtime's
 // tests use it; the runtime reads tiers through the zero-copy accessors.
@@ -114,6 +115,18 @@ inline bool MergeTiers(const std::vector<TierInput>& inputs, std::vector<uint8_t
       return false;
     }
   }
+
+  // A tier whose tokenizer is tier 0's leaves it out: the runtime reads the root's.
+  auto packed_tokenizer = [](const fb::TokenizerT* t) {
+    flatbuffers::FlatBufferBuilder b;
+    b.ForceDefaults(true);
+    if (t != nullptr) b.Finish(fb::Tokenizer::Pack(b, t));
+    return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  };
+  const std::vector<uint8_t> root_tokenizer = packed_tokenizer(models[0]->tokenizer.get());
+  for (size_t k = 1; k < n; ++k)
+    if (models[k]->tokenizer && packed_tokenizer(models[k]->tokenizer.get()) == root_tokenizer)
+      models[k]->tokenizer.reset();
 
   // The weights, each distinct byte string once (found by size and a hash of its first
   // bytes, then compared whole).

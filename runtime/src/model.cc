@@ -39,7 +39,8 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   }
 
   // Tokenizer: views into the artifact.
-  const fb::Tokenizer* tok = f->tokenizer();
+  // A tier's header may leave it out: the root's (formats/tiers.h).
+  const fb::Tokenizer* tok = f->tokenizer() != nullptr ? f->tokenizer() : fb::GetSizePrefixedModel(m->data)->tokenizer();
   m->vocab.set_allocator(&m->allocator);
   m->merges.set_allocator(&m->allocator);
   m->added.set_allocator(&m->allocator);

@@ -89,6 +89,14 @@ class Verifier {
   Allocator* allocator_;
   kiln_error_t* error_;
   uint64_t header_offset_ = 0;  // of the header verified: a tier's, in a tiered artifact
+  // A tier's header may leave its tokenizer out: the root's (verified) serves.
+  const fb::Tokenizer* shared_tokenizer_ = nullptr;
+
+ public:
+  void ShareTokenizer(const fb::Tokenizer* tok) { shared_tokenizer_ = tok; }
+
+ private:
+  const fb::Tokenizer* Tok() const { return model_->tokenizer() != nullptr ? model_->tokenizer() : shared_tokenizer_; }
   const fb::Model* model_ = nullptr;
   uint64_t header_end_ = 0;
   Dims* value_dims_ = nullptr;
@@ -148,7 +156,7 @@ kiln_status_t Verifier::Header() {
   // Required tables.
   if (model_->metadata() == nullptr || model_->segments() == nullptr || model_->tensors() == nullptr ||
       model_->values() == nullptr || model_->stages() == nullptr || model_->memory_plan() == nullptr ||
-      model_->text() == nullptr || model_->tokenizer() == nullptr || model_->generation() == nullptr)
+      model_->text() == nullptr || Tok() == nullptr || model_->generation() == nullptr)
     return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "a required table is missing from the header");
   uint64_t req = model_->required_cpu_features();
   if (req & ~format::kKnownCpuFeatures)
@@ -446,7 +454,7 @@ kiln_status_t Verifier::Configs() {
 }
 
 kiln_status_t Verifier::TokenizerData() {
-  const fb::Tokenizer* tok = model_->tokenizer();
+  const fb::Tokenizer* tok = Tok();
   if (tok->vocab() == nullptr || tok->vocab()->size() < 1 || tok->vocab()->size() > static_cast<uint32_t>(kMaxVocab))
     return Bad(KILN_ERROR_ARTIFACT_TOKENIZER, "tokenizer vocabulary missing or too large");
   uint32_t n = tok->vocab()->size();
@@ -828,6 +836,7 @@ kiln_status_t VerifyArtifact(const uint8_t* data, size_t size, uint64_t cpu_feat
     return KILN_OK;
   }
   Verifier v(data, size, cpu_features, for_this_cpu, allocator, error, model->tiers()->Get(tier)->header_offset());
+  v.ShareTokenizer(model->tokenizer());
   if (kiln_status_t st = v.Run(out_model); st != KILN_OK) {
     if (error != nullptr) {  // name the tier
       char msg[sizeof(error->message)];

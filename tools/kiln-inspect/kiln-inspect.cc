@@ -219,7 +219,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 m->image()->image_size(), m->image()->image_size(), m->image()->image_tokens(),
                 m->image()->image_token_id(), fb::EnumNameImageProcessor(p->processor()), p->resample());
   }
-  const fb::Tokenizer* tok = m->tokenizer();
+  const fb::Tokenizer* tok = m->tokenizer() != nullptr ? m->tokenizer() : mem.root->tokenizer();  // a tier shares the root's
   std::printf("  tokenizer        byte-level BPE (%s), %u ids, %u merges, %u added tokens, bos %d%s\n",
               fb::EnumNamePreTokenizer(tok->pretokenizer()), tok->vocab()->size(),
               tok->merges() ? tok->merges()->size() : 0, tok->added_tokens() ? tok->added_tokens()->size() : 0,

@@ -90,8 +90,12 @@ class Tiers : public ::testing::Test {
 };
 
 TEST_F(Tiers, EachTierAnswersAsItsOwnArtifact) {
-  // The tokenizer, norms and other tensors of equal bytes are stored once.
+  // The tokenizer (in the root only), norms and other tensors of equal bytes are stored once.
   EXPECT_LT(merged.size(), f32.size() + int8.size());
+  const auto* root = kiln::fb::GetSizePrefixedModel(merged.data());
+  ASSERT_NE(root->tiers(), nullptr);
+  EXPECT_NE(root->tokenizer(), nullptr);
+  EXPECT_EQ(kiln::fb::GetSizePrefixedModel(merged.data() + root->tiers()->Get(1)->header_offset())->tokenizer(), nullptr);
   Aligned tiered(merged), alone0(f32), alone1(int8);
   kiln_model_t *m0 = nullptr, *m1 = nullptr, *r0 = nullptr, *r1 = nullptr;
   ASSERT_EQ(LoadTier(tiered, 0, 0, &m0, nullptr), KILN_OK);
