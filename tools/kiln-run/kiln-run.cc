@@ -207,7 +207,7 @@ std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, cons
                 ", \"peak_allocated_bytes\": %" PRIu64 ", \"weight_bytes\": %" PRIu64
                 ", \"kv_block_tokens\": %d, \"kv_blocks\": %d, \"kv_pool_blocks\": %d, \"kv_pool_blocks_used\": %d"
                 ", \"context_limit\": %d, \"evicted_tokens\": %d, \"active_threads\": %d, \"tier\": %d, \"tiers\": %d"
-                ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f",
+                ", \"start_rss_bytes\": %.0f, \"peak_rss_bytes\": %.0f, \"rss_bytes\": %.0f",
                 JsonEscape(model).c_str(), info.architecture, s.num_threads, s.prompt_tokens, s.reused_tokens,
                 s.image_tokens, s.generated_tokens, s.image_preprocess_ms, s.vision_encoder_ms, s.projector_ms,
                 s.prefill_ms, s.first_token_ms, s.ttft_ms, s.first_decode_ms, s.decode_ms, s.decode_tokens_per_s,
@@ -215,8 +215,7 @@ std::string StatsJson(const kiln_stats_t& s, const kiln_model_info_t& info, cons
                 s.kv_cache_token_bytes, s.peak_allocated_bytes, s.weight_bytes, s.kv_block_tokens, s.kv_blocks,
                 s.kv_pool_blocks, s.kv_pool_blocks_used, s.context_limit, s.evicted_tokens, s.active_threads,
                 info.tier, info.tier_count,
-                g_start_rss,
-                kiln::tools::PeakRssBytes());
+                g_start_rss, kiln::tools::PeakRssBytes(), kiln::tools::ProcStatusBytes("VmRSS:"));
   return buf;
 }
 
