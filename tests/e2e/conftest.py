@@ -42,3 +42,21 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("e2e")
+
+
+def calibrated_tiny_llava(root):
+    """A generated tiny-llava checkpoint in root/tiny-llava with a calibration.jsonl of four
+    random images beside it (kiln-compile finds it without --calibration), for budgets and
+    tiers, which measure the model."""
+    import json
+    import numpy as np
+    from PIL import Image
+    d = root / "tiny-llava"
+    run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llava", "--out", d])
+    rng = np.random.default_rng(5)
+    lines = []
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize((40, 40)).save(d / f"calib{i}.png")
+        lines.append(json.dumps({"image": f"calib{i}.png", "prompt": "What is in the picture?", "answer": "a part"}))
+    (d / "calibration.jsonl").write_text("\n".join(lines) + "\n")
+    return d

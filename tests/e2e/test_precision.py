@@ -7,9 +7,8 @@ import os
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from conftest import MODELS, run, tool
+from conftest import MODELS, calibrated_tiny_llava, run, tool
 
 from kiln_models import quant
 from kiln_models.safetensors_io import Checkpoint
@@ -39,17 +38,7 @@ def tiny_llama(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_llava(tmp_path_factory):
-    root = tmp_path_factory.mktemp("precision-vlm")
-    d = root / "tiny-llava"
-    run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llava", "--out", d])
-    rng = np.random.default_rng(5)
-    lines = []
-    for i in range(4):
-        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize((40, 40)).save(d / f"calib{i}.png")
-        lines.append(json.dumps({"image": f"calib{i}.png", "prompt": "What is in the picture?", "answer": "a part"}))
-    # In the checkpoint directory: kiln-compile finds it without --calibration.
-    (d / "calibration.jsonl").write_text("\n".join(lines) + "\n")
-    return d
+    return calibrated_tiny_llava(tmp_path_factory.mktemp("precision-vlm"))
 
 
 @pytest.mark.parametrize("label", ["int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64_asym"])

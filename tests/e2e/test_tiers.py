@@ -9,9 +9,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from conftest import MODELS, run, tool
+from conftest import calibrated_tiny_llava, run, tool
 
 CONTEXT = "128"
 
@@ -19,14 +18,7 @@ CONTEXT = "128"
 @pytest.fixture(scope="module")
 def tiers(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiers")
-    ckpt = root / "tiny-llava"
-    run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llava", "--out", ckpt])
-    rng = np.random.default_rng(7)
-    lines = []
-    for i in range(4):
-        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize((40, 40)).save(ckpt / f"c{i}.png")
-        lines.append(json.dumps({"image": f"c{i}.png", "prompt": "What is in the picture?"}))
-    (ckpt / "calibration.jsonl").write_text("\n".join(lines) + "\n")
+    ckpt = calibrated_tiny_llava(root)
     full = root / "f32.kiln"
     run([tool("kiln-compile"), ckpt, "-o", full])
     total = sum(r["bytes"] for r in _inspect(full)["precision"])

@@ -36,11 +36,17 @@ struct Aligned {
   }
 };
 
-kiln_status_t LoadTier(const Aligned& a, int tier, uint64_t budget, kiln_model_t** model, std::string* message) {
+// The session every load here is measured for: one thread, 128 positions.
+kiln_session_options_t SmallSession() {
   kiln_session_options_t so;
   kiln_session_options_init(&so);
   so.num_threads = 1;
   so.context_length = 128;
+  return so;
+}
+
+kiln_status_t LoadTier(const Aligned& a, int tier, uint64_t budget, kiln_model_t** model, std::string* message) {
+  const kiln_session_options_t so = SmallSession();
   kiln_model_options_t mo;
   kiln_model_options_init(&mo);
   mo.tier = tier;
@@ -61,10 +67,7 @@ std::vector<int32_t> Answer(kiln_model_t* model) {
 }
 
 uint64_t Need(kiln_model_t* model) {
-  kiln_session_options_t so;
-  kiln_session_options_init(&so);
-  so.num_threads = 1;
-  so.context_length = 128;
+  const kiln_session_options_t so = SmallSession();
   kiln_memory_report_t r = {};
   r.struct_size = sizeof(r);
   kiln_error_t err;
@@ -155,10 +158,7 @@ TEST_F(Tiers, SharedBudgetLoadsTheTierThatFits) {
   const uint64_t need0 = Need(m0), need1 = Need(m1);
   kiln_model_release(m0);
   kiln_model_release(m1);
-  kiln_session_options_t so;
-  kiln_session_options_init(&so);
-  so.num_threads = 1;
-  so.context_length = 128;
+  const kiln_session_options_t so = SmallSession();
   kiln_model_options_t mo;
   kiln_model_options_init(&mo);
   mo.session = &so;
