@@ -529,7 +529,9 @@ kiln_status_t kiln_tokenize(const kiln_model_t* model, const char* text, size_t 
   if (kiln_status_t st = model->tokenizer->Encode(text, length, add_special != 0, &ids, out_error); st != KILN_OK)
     return st;
   *out_count = ids.size();
-  std::memcpy(out_ids, ids.data(), (ids.size() < capacity ? ids.size() : capacity) * sizeof(int32_t));
+  // A size query passes no buffer (out_ids null, capacity 0): nothing to copy.
+  if (const size_t n = ids.size() < capacity ? ids.size() : capacity; n > 0)
+    std::memcpy(out_ids, ids.data(), n * sizeof(int32_t));
   if (ids.size() > capacity)
     return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu ids do not fit in %zu", ids.size(), capacity);
   return KILN_OK;
@@ -546,7 +548,7 @@ kiln_status_t kiln_detokenize(const kiln_model_t* model, const int32_t* ids, siz
     return st;
   *out_length = text.size();
   size_t n = text.size() < capacity ? text.size() : capacity;
-  std::memcpy(out_text, text.data(), n);
+  if (n > 0) std::memcpy(out_text, text.data(), n);  // a size query passes no buffer
   if (text.size() >= capacity) {
     if (capacity > 0 && text.size() > capacity)
       return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu bytes do not fit in %zu", text.size(), capacity);

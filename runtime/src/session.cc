@@ -1383,7 +1383,8 @@ kiln_status_t kiln_session_prompt_ids(kiln_session_t* s, const char* prompt, int
   Vec<int32_t> ids(&s->allocator);
   if (kiln_status_t st = BuildPrompt(s, prompt, &ids, out_error); st != KILN_OK) return st;
   *out_count = ids.size();
-  std::memcpy(out_ids, ids.data(), std::min(capacity, ids.size()) * sizeof(int32_t));
+  if (const size_t n = std::min(capacity, ids.size()); n > 0)  // a size query passes no buffer
+    std::memcpy(out_ids, ids.data(), n * sizeof(int32_t));
   if (ids.size() > capacity)
     return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu ids do not fit in %zu", ids.size(), capacity);
   return KILN_OK;
@@ -1424,7 +1425,8 @@ kiln_status_t kiln_session_get_output_ids(const kiln_session_t* s, int32_t* out_
                                           size_t* out_count) {
   if (s == nullptr || out_count == nullptr || (out_ids == nullptr && capacity > 0)) return KILN_ERROR_INVALID_ARGUMENT;
   *out_count = s->output.size();
-  std::memcpy(out_ids, s->output.data(), std::min(capacity, s->output.size()) * sizeof(int32_t));
+  if (const size_t n = std::min(capacity, s->output.size()); n > 0)  // a size query passes no buffer
+    std::memcpy(out_ids, s->output.data(), n * sizeof(int32_t));
   return KILN_OK;
 }
 

@@ -254,6 +254,26 @@ def test_text_emits_go_to_the_output_file(ckpt, tmp_path):
     assert p.returncode != 0 and not missing.exists()
 
 
+def test_compile_input_may_be_a_file(ckpt, tmp_path):
+    """A checkpoint's config.json stands for its directory and a lowered .mlir module is
+    --from-ir's input (it used to say "checkpoint directory ... does not exist"); any other
+    file is named as a file."""
+    by_dir, by_config = tmp_path / "dir.kiln", tmp_path / "config.kiln"
+    run([tool("kiln-compile"), str(ckpt), "-o", str(by_dir)])
+    run([tool("kiln-compile"), str(ckpt / "config.json"), "-o", str(by_config)])
+    assert by_dir.read_bytes() == by_config.read_bytes()
+    planned = tmp_path / "planned.mlir"
+    run([tool("kiln-compile"), str(ckpt), "--emit=planned-ir", "--mlir-print-debuginfo", "-o", str(planned)])
+    by_ir, by_flag = tmp_path / "ir.kiln", tmp_path / "flag.kiln"
+    run([tool("kiln-compile"), str(planned), "-o", str(by_ir)])
+    run([tool("kiln-compile"), "--from-ir", str(planned), "-o", str(by_flag)])
+    assert by_ir.read_bytes() == by_flag.read_bytes()
+    p = subprocess.run([tool("kiln-compile"), str(ckpt / "tokenizer.json"), "-o", str(tmp_path / "x.kiln")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "is a file, not a checkpoint directory" in p.stderr, p.stderr
+    assert not (tmp_path / "x.kiln").exists()
+
+
 @pytest.mark.parametrize("name,args,suggestion", [
     ("kiln-run", ["--promt", "hi"], "did you mean --prompt (not --promt)?"),
     ("kiln-run", ["--prompt", "hi", "--max-new-token", "3"], "did you mean --max-new-tokens"),

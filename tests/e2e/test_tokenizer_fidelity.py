@@ -102,7 +102,7 @@ def compile_with(name, tmp_path):
     return out, p
 
 
-@pytest.mark.parametrize("name", ["llama2", "llama3", "qwen3"])
+@pytest.mark.parametrize("name", ["llama2", "llama3", "qwen3", "gpt2"])
 def test_matches_reference(lib, name, tmp_path):
     artifact, p = compile_with(name, tmp_path)
     assert p.returncode == 0, p.stderr

@@ -45,7 +45,8 @@ namespace cl = llvm::cl;
 
 static cl::OptionCategory kilnCategory("kiln-compile options");
 
-static cl::opt<std::string> checkpointDir(cl::Positional, cl::desc("<checkpoint directory>"),
+static cl::opt<std::string> checkpointDir(cl::Positional,
+                                          cl::desc("<checkpoint directory, its config.json, or a lowered .mlir module>"),
                                           cl::Optional, cl::cat(kilnCategory));
 static cl::opt<std::string> fromIr(
     "from-ir",
@@ -236,6 +237,26 @@ int main(int argc, char** argv) {
   if (!cl::ParseCommandLineOptions(argc, argv, "Kiln: compile a Hugging Face checkpoint for phones\n", &llvm::errs()))
     return 2;
 
+  // A file where the checkpoint goes: a .mlir module is --from-ir's input (as
+  // iree-compile takes one); a checkpoint's config.json stands for its directory.
+  if (!checkpointDir.empty()) {
+    struct stat st;
+    if (::stat(checkpointDir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+      llvm::StringRef given(checkpointDir.getValue());
+      if (given.ends_with(".mlir") && fromIr.empty()) {
+        fromIr = given.str();
+        checkpointDir = "";
+      } else if (llvm::sys::path::filename(given) == "config.json") {
+        llvm::StringRef dir = llvm::sys::path::parent_path(given);
+        checkpointDir = dir.empty() ? std::string(".") : dir.str();
+      } else {
+        llvm::errs() << "kiln-compile: error: '" << given
+                     << "' is a file, not a checkpoint directory: give the directory that holds config.json "
+                        "(or the config.json itself), or a lowered .mlir module\n";
+        return 2;
+      }
+    }
+  }
   if (fromIr.empty() == checkpointDir.empty()) {
     llvm::errs() << "kiln-compile: error: give a checkpoint directory or --from-ir FILE.mlir (one of them)\n";
     return 2;
