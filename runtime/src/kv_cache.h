@@ -59,6 +59,9 @@ struct KvCache {
   // Copies rows [from, from + n) of every layer of `src` (this cache, or another of
   // the same encoding and width) to rows [to, to + n) of this one.
   void CopyRows(const KvCache& src, int64_t from, int64_t to, int64_t n) const;
+  // Gives the pages of rows [from, from + n) of every layer back to the system
+  // (platform DiscardPages): their contents are no longer needed.
+  void DiscardRows(int64_t from, int64_t n) const;
   // Bytes per token over every layer, keys and values, codes and scales.
   uint64_t token_bytes() const {
     return 2 * static_cast<uint64_t>(layers) * (row_bytes() + 4 * row_scales());

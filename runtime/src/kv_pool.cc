@@ -19,6 +19,18 @@ void KvCache::CopyRows(const KvCache& src, int64_t from, int64_t to, int64_t n) 
   }
 }
 
+void KvCache::DiscardRows(int64_t from, int64_t n) const {
+  const size_t codes = static_cast<size_t>(n) * row_bytes(), scales = static_cast<size_t>(n) * row_scales() * 4;
+  for (int64_t l = 0; l < layers; ++l) {
+    DiscardPages(K(l, from), codes);
+    DiscardPages(V(l, from), codes);
+    if (scales > 0) {
+      DiscardPages(KS(l, from), scales);
+      DiscardPages(VS(l, from), scales);
+    }
+  }
+}
+
 namespace {
 
 uint64_t Half(const KvCache& c) { return static_cast<uint64_t>(c.layers) * c.rows * c.row_bytes(); }
@@ -242,15 +254,7 @@ int32_t KvPool::Trim() {
       Unpublish(e);
       ++generation_[e];
     }
-    const int64_t first = static_cast<int64_t>(b) << shift_, n = static_cast<int64_t>(e - b) << shift_;
-    for (int64_t l = 0; l < store_.layers; ++l) {
-      DiscardPages(store_.K(l, first), static_cast<size_t>(n * store_.row_bytes()));
-      DiscardPages(store_.V(l, first), static_cast<size_t>(n * store_.row_bytes()));
-      if (store_.row_scales() > 0) {
-        DiscardPages(store_.KS(l, first), static_cast<size_t>(n * store_.row_scales() * 4));
-        DiscardPages(store_.VS(l, first), static_cast<size_t>(n * store_.row_scales() * 4));
-      }
-    }
+    store_.DiscardRows(static_cast<int64_t>(b) << shift_, static_cast<int64_t>(e - b) << shift_);
     trimmed += e - b;
     b = e;
   }

@@ -63,8 +63,7 @@ struct kiln_model_t {
   // planned at load (kv_pool_blocks > 0) and created after the budget check; the
   // sessions whose encoding and group are the pool's take their blocks from it.
   int64_t kv_pool_tokens = 0;  // as asked
-  bool pool_from_budget = true;
-  int32_t tier = -1;  // kiln_model_options_t.tier as asked; the one loaded in info.tier  // without kv_pool_tokens, a budget sizes a pool (not under a shared budget)
+  bool pool_from_budget = true;  // without kv_pool_tokens, a budget sizes a pool (not under a shared budget)
   int32_t kv_block_tokens = 0;
   int32_t kv_pool_blocks = 0;
   int32_t kv_block_shift = 0;

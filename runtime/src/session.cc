@@ -892,18 +892,8 @@ kiln_status_t Evict(kiln_session_t* s, int64_t at_least, kiln_error_t* error) {
     if (s->model->pressure[KILN_PRESSURE_MEMORY].load() >= KILN_PRESSURE_SERIOUS) s->kv_pool->Trim();
   } else {
     s->kv.CopyRows(s->kv, keep + n, keep, s->position - keep - n);
-    if (s->limit < s->context) {  // under memory pressure: the rows past the window go back
-      const KvCache& kv = s->kv;
-      const int64_t from = s->position - n;
-      for (int64_t l = 0; l < kv.layers; ++l) {
-        DiscardPages(kv.K(l, from), static_cast<size_t>((kv.rows - from) * kv.row_bytes()));
-        DiscardPages(kv.V(l, from), static_cast<size_t>((kv.rows - from) * kv.row_bytes()));
-        if (kv.row_scales() > 0) {
-          DiscardPages(kv.KS(l, from), static_cast<size_t>((kv.rows - from) * kv.row_scales() * 4));
-          DiscardPages(kv.VS(l, from), static_cast<size_t>((kv.rows - from) * kv.row_scales() * 4));
-        }
-      }
-    }
+    if (s->limit < s->context)  // under memory pressure: the rows past the window go back
+      s->kv.DiscardRows(s->position - n, s->kv.rows - (s->position - n));
   }
   std::memmove(s->cached_ids + keep, s->cached_ids + keep + n, static_cast<size_t>(s->cached - keep - n) * sizeof(int32_t));
   s->position -= n;
@@ -911,7 +901,6 @@ kiln_status_t Evict(kiln_session_t* s, int64_t at_least, kiln_error_t* error) {
   s->hole_at = keep;
   s->evicted += n;
   s->kv.evicted = s->evicted;
-  s->stats.evicted_tokens = static_cast<int32_t>(s->evicted);
   return KILN_OK;
 }
 
@@ -949,7 +938,6 @@ kiln_status_t ApplyPressure(kiln_session_t* s, kiln_error_t* error) {
   s->pool->SetActiveThreads(threads > 0 ? threads : s->pool->num_threads());
   const int32_t cap = s->policy.max_context[memory];
   s->limit = cap > 0 ? std::min<int64_t>(cap, s->context) : s->context;
-  s->stats.context_limit = static_cast<int32_t>(Limit(s));
   if (const int64_t over = s->position - Limit(s); over > 0) return Evict(s, over, error);
   return KILN_OK;
 }
@@ -1361,7 +1349,6 @@ kiln_status_t kiln_session_reset(kiln_session_t* s) {
   s->position = 0;
   s->cached = 0;
   ClearHole(s);
-  s->stats.evicted_tokens = 0;
   ReleaseBlocks(s, 0);
   s->output.clear();
   return KILN_OK;

@@ -55,6 +55,7 @@ class Verifier {
   kiln_status_t Header();
   kiln_status_t Tiers();
   kiln_status_t VectorAlignment();
+  kiln_status_t Region(const char* what, uint64_t offset, uint64_t size, uint64_t* prev_end);
   kiln_status_t Segments();
   kiln_status_t Code();
   kiln_status_t Tensors();
@@ -189,22 +190,17 @@ kiln_status_t Verifier::Tiers() {
   uint64_t prev_end = header_end_;
   for (uint32_t k = 1; k < tiers->size(); ++k) {
     const fb::Tier* t = tiers->Get(k);
-    uint64_t end;
-    if (t->header_offset() % format::kAlignment != 0)
-      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "tier %u: header at offset %llu is not 64-byte aligned", k,
-                 static_cast<unsigned long long>(t->header_offset()));
-    if (t->header_size() < 12 || AddOverflows(t->header_offset(), t->header_size(), &end) || end > size_)
-      return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "tier %u: header [%llu, +%llu) runs past the end of the %zu-byte file",
-                 k, static_cast<unsigned long long>(t->header_offset()),
-                 static_cast<unsigned long long>(t->header_size()), size_);
-    if (t->header_offset() < prev_end)
-      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "tier %u: header overlaps the one before", k);
+    if (t->header_size() < 12)
+      return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "tier %u's header of %llu bytes is too short", k,
+                 static_cast<unsigned long long>(t->header_size()));
+    char what[32];
+    std::snprintf(what, sizeof(what), "tier %u's header", k);
+    if (kiln_status_t st = Region(what, t->header_offset(), t->header_size(), &prev_end); st != KILN_OK) return st;
     uint32_t fb_size;
     std::memcpy(&fb_size, data_ + t->header_offset(), 4);
     if (static_cast<uint64_t>(fb_size) + 4 != t->header_size())
       return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "tier %u: its header's size prefix says %u bytes, the table %llu", k,
                  fb_size, static_cast<unsigned long long>(t->header_size()) - 4);
-    prev_end = end;
   }
   // Every segment follows every header.
   for (const fb::Segment* s : *model_->segments())
@@ -236,18 +232,27 @@ kiln_status_t Verifier::Segments() {
   uint64_t prev_end;
   if (!AlignUp(header_end_, &prev_end)) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "header size overflows");
   for (uint32_t i = 0; i < segs->size(); ++i) {
-    const fb::Segment* s = segs->Get(i);
-    uint64_t end;
-    if (s->offset() % format::kAlignment != 0)
-      return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "segment %u at offset %llu is not 64-byte aligned", i,
-                 static_cast<unsigned long long>(s->offset()));
-    if (AddOverflows(s->offset(), s->size(), &end) || end > size_)
-      return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "segment %u [%llu, +%llu) runs past the end of the %zu-byte file",
-                 i, static_cast<unsigned long long>(s->offset()), static_cast<unsigned long long>(s->size()), size_);
-    if (s->offset() < prev_end)
-      return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "segment %u overlaps the header or the previous segment", i);
-    prev_end = end;
+    char what[32];
+    std::snprintf(what, sizeof(what), "segment %u", i);
+    if (kiln_status_t st = Region(what, segs->Get(i)->offset(), segs->Get(i)->size(), &prev_end); st != KILN_OK)
+      return st;
   }
+  return KILN_OK;
+}
+
+// A region of the file (a segment, a tier's header): 64-byte aligned, inside the
+// file, at or after *prev_end (the end of the header or of the region before it),
+// which then moves to its end.
+kiln_status_t Verifier::Region(const char* what, uint64_t offset, uint64_t size, uint64_t* prev_end) {
+  uint64_t end;
+  if (offset % format::kAlignment != 0)
+    return Bad(KILN_ERROR_ARTIFACT_ALIGNMENT, "%s at offset %llu is not 64-byte aligned", what,
+               static_cast<unsigned long long>(offset));
+  if (AddOverflows(offset, size, &end) || end > size_)
+    return Bad(KILN_ERROR_ARTIFACT_TRUNCATED, "%s [%llu, +%llu) runs past the end of the %zu-byte file", what,
+               static_cast<unsigned long long>(offset), static_cast<unsigned long long>(size), size_);
+  if (offset < *prev_end) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "%s overlaps the header or the one before it", what);
+  *prev_end = end;
   return KILN_OK;
 }
 

@@ -640,6 +640,14 @@ int main(int argc, char** argv) {
                          "--dump-logits\n");
     return 2;
   }
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = max_new_tokens;
+  go.temperature = temperature;
+  go.top_k = top_k;
+  go.top_p = top_p;
+  go.seed = seed;
+  go.reuse_prefix = no_prefix_reuse ? 0 : 1;
   kiln_error_t err;
   kiln_model_t* model = nullptr;
   SharedModels shared;
@@ -664,14 +672,6 @@ int main(int argc, char** argv) {
     if (!shared.Use(0, &model, &session, &err)) {
       rc = Die("loading the model", err);
     } else {
-      kiln_generate_options_t go;
-      kiln_generate_options_init(&go);
-      go.max_new_tokens = max_new_tokens;
-      go.temperature = temperature;
-      go.top_k = top_k;
-      go.top_p = top_p;
-      go.seed = seed;
-      go.reuse_prefix = no_prefix_reuse ? 0 : 1;
       rc = RunBatch(model, session, batch_path, model_path, go, score, &shared, &session);
     }
     kiln_session_release(session);
@@ -697,9 +697,6 @@ int main(int argc, char** argv) {
     return rc;
   };
 
-  kiln_generate_options_t go;
-  kiln_generate_options_init(&go);
-  go.max_new_tokens = max_new_tokens;
   // More new tokens than the context holds can never be generated, and the session
   // reserves its output buffer for max_new_tokens up front: cap it at the context
   // (the session's default context is the model's, at most 4096).
@@ -708,11 +705,6 @@ int main(int argc, char** argv) {
     if (ctx > 0 && go.max_new_tokens > ctx && context_overflow != KILN_CONTEXT_SLIDE)
       go.max_new_tokens = static_cast<int32_t>(ctx);
   }
-  go.temperature = temperature;
-  go.top_k = top_k;
-  go.top_p = top_p;
-  go.seed = seed;
-  go.reuse_prefix = no_prefix_reuse ? 0 : 1;
   if (!batch_path.empty()) {
     std::vector<float> scored_logits;
     if (!logits_path.empty()) score.logits_out = &scored_logits;

@@ -207,12 +207,10 @@ TEST_F(Tiers, DamagedTierTableIsAnErrorNotACrash) {
   for (const Damage& d : damages) {
     SCOPED_TRACE(d.what);
     model->tiers[1] = d.tier;
-    flatbuffers::FlatBufferBuilder b;
-    b.ForceDefaults(true);
-    b.FinishSizePrefixed(kiln::fb::Model::Pack(b, model.get()), kiln::fb::ModelIdentifier());
+    const std::vector<uint8_t> header = kiln::format::tiers_detail::Pack(*model);
     std::vector<uint8_t> bytes = merged;
-    ASSERT_EQ(b.GetSize(), root->tiers()->Get(0)->header_size());  // the same size: written in place
-    std::memcpy(bytes.data(), b.GetBufferPointer(), b.GetSize());
+    ASSERT_EQ(header.size(), root->tiers()->Get(0)->header_size());  // the same size: written in place
+    std::memcpy(bytes.data(), header.data(), header.size());
     Aligned a(bytes);
     kiln_model_t* m = nullptr;
     std::string message;
