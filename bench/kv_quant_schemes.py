@@ -54,6 +54,52 @@ def per_token(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (codes * scale).reshape(b, h, t, d)
 
 
+def per_token_asym(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [B, H, T, D]: one asymmetric scale and minimum per GROUP channels of each
+    position (2^bits levels from min to max)."""
+    b, h, t, d = x.shape
+    g = GROUP if d % GROUP == 0 else d
+    xs = x.reshape(b, h, t, d // g, g)
+    lo, hi = xs.amin(-1, keepdim=True), xs.amax(-1, keepdim=True)
+    levels = 2 ** bits - 1
+    scale = (hi - lo) / levels
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = torch.round((xs - lo) / safe).clamp(0, levels)
+    return torch.where(scale > 0, codes * scale + lo, xs).reshape(b, h, t, d)
+
+
+def per_token_signed_max(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [B, H, T, D]: one symmetric scale per GROUP channels of each position, the
+    element of largest magnitude mapped to the most negative code (-2^(bits-1)) so all
+    2^bits codes are used (ggml's q4_0 rule)."""
+    b, h, t, d = x.shape
+    g = GROUP if d % GROUP == 0 else d
+    xs = x.reshape(b, h, t, d // g, g)
+    idx = xs.abs().argmax(-1, keepdim=True)
+    mx = torch.gather(xs, -1, idx)
+    lo = -(2 ** (bits - 1))
+    scale = mx / lo
+    safe = torch.where(scale != 0, scale, torch.ones_like(scale))
+    codes = torch.where(scale != 0, torch.round(xs / safe), torch.zeros_like(xs)).clamp(lo, -lo - 1)
+    return (codes * scale).reshape(b, h, t, d)
+
+
+def per_channel_symmetric(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x [B, H, T, D]: complete groups of GROUP positions, one symmetric scale per channel
+    each (max|x| / (2^(bits-1) - 1)); the rest unchanged."""
+    b, h, t, d = x.shape
+    full = t // GROUP * GROUP
+    out = x.clone()
+    if full:
+        xs = x[:, :, :full].reshape(b, h, full // GROUP, GROUP, d)
+        qmax = 2 ** (bits - 1) - 1
+        scale = xs.abs().amax(3, keepdim=True) / qmax
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        codes = torch.round(xs / safe).clamp(-qmax, qmax)
+        out[:, :, :full] = (codes * scale).reshape(b, h, full, d)
+    return out
+
+
 def per_channel(x: torch.Tensor, bits: int) -> torch.Tensor:
     """x [B, H, T, D]: complete groups of GROUP positions, one asymmetric scale per channel
     each; the rest (the group being filled) unchanged."""
@@ -71,7 +117,7 @@ def per_channel(x: torch.Tensor, bits: int) -> torch.Tensor:
     return out
 
 
-def kivi_attention(q, k, v, mask, scaling, bits, keys=per_channel):
+def kivi_attention(q, k, v, mask, scaling, bits, keys=per_channel, values=per_token):
     """softmax(q k^T) v where the query at t reads keys and values of complete groups
     (positions < GROUP * floor((t + 1) / GROUP)) quantised, the others at full precision."""
     t = q.shape[2]
@@ -81,7 +127,7 @@ def kivi_attention(q, k, v, mask, scaling, bits, keys=per_channel):
         kq[:, :, :full] = keys(k[:, :, :full], bits)
     vq = v.clone()
     if full:
-        vq[:, :, :full] = per_token(v[:, :, :full], bits)
+        vq[:, :, :full] = values(v[:, :, :full], bits)
     pos = torch.arange(t)
     quantised = pos[None, :] < (GROUP * ((pos[:, None] + 1) // GROUP))  # [t, t]: key j quantised for query t
     scores = torch.where(quantised, q @ kq.transpose(2, 3), q @ k.transpose(2, 3)) * scaling
@@ -92,6 +138,17 @@ def kivi_attention(q, k, v, mask, scaling, bits, keys=per_channel):
 
 
 SCHEME = {"name": "f32", "bits": 0}
+# Schemes that quantise every position as it arrives.
+STREAMING = {"per-token": per_token, "per-token-signed-max": per_token_signed_max}
+# Schemes that keep the group being filled at full precision: their keys' and values'
+# quantisers.
+RESIDUAL = {
+    "kivi": (per_channel, per_token),
+    "kivi-symmetric": (per_channel_symmetric, per_token),
+    "per-token-residual": (per_token, per_token),
+    "per-token-asym-residual": (per_token_asym, per_token_asym),
+    "per-token-signed-max-residual": (per_token_signed_max, per_token_signed_max),
+}
 
 
 def forward(self, x, cos, sin, mask):
@@ -102,11 +159,11 @@ def forward(self, x, cos, sin, mask):
     q, k = apply_rotary(q, k, cos, sin)
     n_rep = self.num_heads // self.num_kv_heads
     name, bits = SCHEME["name"], SCHEME["bits"]
-    if name == "per-token":
-        k, v = per_token(k, bits), per_token(v, bits)
-    if name in ("kivi", "per-token-residual"):
-        out = kivi_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, self.scaling, bits,
-                             per_channel if name == "kivi" else per_token)
+    if name in STREAMING:
+        k, v = STREAMING[name](k, bits), STREAMING[name](v, bits)
+    if name in RESIDUAL:
+        keys, values = RESIDUAL[name]
+        out = kivi_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, self.scaling, bits, keys, values)
     else:
         out = llama.eager_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, self.scaling)
     out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
@@ -118,6 +175,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", default=os.path.join(ROOT, "tests", "models", "shapes", "checkpoints", "dense"))
     ap.add_argument("--tokens", type=int, default=240, help="tokens per window (below the model's positions)")
     ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--schemes", help="comma-separated NAME:BITS (default: all)")
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)
@@ -131,8 +189,10 @@ def main() -> None:
     windows = [ids[i * a.tokens:(i + 1) * a.tokens] for i in range(a.prompts)]
     windows = [w for w in windows if len(w) == a.tokens]
     logp = {}
-    schemes = [("f32", 0), ("per-token", 8), ("kivi", 8), ("per-token", 4), ("per-token-residual", 4), ("kivi", 4),
-               ("kivi", 2)]
+    schemes = [("f32", 0), ("per-token", 8), ("kivi", 8), ("per-token", 4), ("per-token-signed-max", 4),
+               ("per-token-residual", 4), ("per-token-asym-residual", 4), ("per-token-signed-max-residual", 4), ("kivi-symmetric", 4), ("kivi", 4), ("kivi", 2)]
+    if a.schemes:
+        schemes = [("f32", 0)] + [(n, int(b)) for n, b in (x.split(":") for x in a.schemes.split(","))]
     with torch.no_grad():
         for name, bits in schemes:
             SCHEME.update(name=name, bits=bits)

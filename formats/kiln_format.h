@@ -20,8 +20,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // with rope, Op.symbols and Op.fused), which older runtimes refuse by their arity or
 // parameter kind; 6: the KV cache's encoding (TextConfig.kv_cache_encoding/_group),
 // which older runtimes ignore (their caches stay f32); 7: generated attention kernels
-// read paged KV caches (kiln_uk_attention_params_t.kv_blocks), nothing else changed
-constexpr uint32_t kSchemaMinor = 7;
+// read paged KV caches (kiln_uk_attention_params_t.kv_blocks), nothing else changed;
+// 8: generated attention kernels read quantised caches with keys per channel over
+// spans and the span being filled at full precision (kiln_uk_attention_params_t.kv_span)
+constexpr uint32_t kSchemaMinor = 8;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -9,6 +9,14 @@
 // elements into g / 2 bytes: byte i = (code[i] + 8) | (code[i + g / 2] + 8) << 4, so a
 // vector kernel reads the first half of a group from the low nibbles of g / 2
 // consecutive bytes and the second half from their high nibbles.
+//
+// Spans (kiln_uk_attention_params_t.kv_span): a session's INT8/INT4 cache whose group
+// is a power of two quantises keys per channel, as KIVI does: the keys of a span of
+// `group` consecutive positions share one scale per element of the row
+// (EncodeKeySpan, written when the span's last position is), stored in the span's
+// rows' scale slots (group rows x width / group slots = width scales); values keep
+// their per-row groups. Until its span is complete a position's keys and values are
+// read at full precision.
 #ifndef KILN_FORMATS_KV_CODEC_H_
 #define KILN_FORMATS_KV_CODEC_H_
 
@@ -56,6 +64,60 @@ inline uint32_t KvDefaultGroup(uint8_t encoding, uint32_t head_dim) {
   return head_dim % 32 == 0 ? 32 : head_dim;
 }
 
+// The code of x times `inv` (qmax / max|x|) for a symmetric quantiser of `qmax`,
+// rounded to nearest, ties away from zero; a NaN becomes code 0 (never converted to an
+// integer).
+inline int KvCode(float x, float inv, float qmax) {
+  const float r = std::round(x * inv);
+  return r == r ? static_cast<int>(std::clamp(r, -qmax, qmax)) : 0;
+}
+
+// Packs the codes of a row of `width` elements (code(i) for element i) as `encoding`
+// stores them: INT8 one byte each, INT4 two per byte within each group.
+template <class Code>
+inline void PackKvCodes(uint8_t encoding, uint32_t group, uint64_t width, void* codes, Code code) {
+  if (encoding == kEncINT8) {
+    int8_t* c = static_cast<int8_t*>(codes);
+    for (uint64_t i = 0; i < width; ++i) c[i] = static_cast<int8_t>(code(i));
+    return;
+  }
+  const uint32_t half = group / 2;
+  for (uint64_t g0 = 0; g0 < width; g0 += group) {
+    uint8_t* c = static_cast<uint8_t*>(codes) + g0 / 2;
+    for (uint32_t i = 0; i < half; ++i)
+      c[i] = static_cast<uint8_t>((code(g0 + i) + 8) | ((code(g0 + i + half) + 8) << 4));
+  }
+}
+
+// Keys per channel (kiln_uk_attention_params_t.kv_span, INT8/INT4): the keys of `span`
+// consecutive positions (rows x + t * ldx, `width` floats each) get one symmetric
+// scale per element of the row, max|x| over the span / 127 or / 7, written to
+// scales[0, width); row t's codes go to codes + t * KvRowBytes (packed as rows are).
+inline void EncodeKeySpan(uint8_t encoding, uint32_t group, const float* x, uint64_t ldx, uint64_t span,
+                          uint64_t width, uint8_t* codes, float* scales) {
+  const float qmax = encoding == kEncINT8 ? 127.0f : 7.0f;
+  const uint64_t row_bytes = KvRowBytes(encoding, width);
+  const uint32_t half = group / 2;
+  for (uint64_t e = 0; e < width; ++e) {
+    float amax = 0.0f;
+    for (uint64_t t = 0; t < span; ++t) amax = std::max(amax, std::fabs(x[t * ldx + e]));
+    scales[e] = amax / qmax;
+    const float inv = amax > 0.0f ? qmax / amax : 0.0f;
+    // Element e's byte in a row, and whether it is the high nibble (INT4).
+    const uint64_t i = e % group, at = encoding == kEncINT8 ? e : (e - i) / 2 + (i < half ? i : i - half);
+    for (uint64_t t = 0; t < span; ++t) {
+      const int c = KvCode(x[t * ldx + e], inv, qmax);
+      uint8_t* b = codes + t * row_bytes + at;
+      if (encoding == kEncINT8)
+        *b = static_cast<uint8_t>(static_cast<int8_t>(c));
+      else if (i < half)
+        *b = static_cast<uint8_t>((*b & 0xF0) | (c + 8));
+      else
+        *b = static_cast<uint8_t>((*b & 0x0F) | ((c + 8) << 4));
+    }
+  }
+}
+
 // Encodes `width` floats into `codes` (KvRowBytes) and `scales` (KvRowScales).
 inline void EncodeKvRow(uint8_t encoding, uint32_t group, const float* x, uint64_t width, void* codes,
                         float* scales) {
@@ -68,27 +130,15 @@ inline void EncodeKvRow(uint8_t encoding, uint32_t group, const float* x, uint64
     }
     case kEncINT8:
     case kEncINT4: {
+      // Infinities make their group's scale infinite.
       const float qmax = encoding == kEncINT8 ? 127.0f : 7.0f;
       for (uint64_t g0 = 0; g0 < width; g0 += group) {
         float amax = 0.0f;
         for (uint32_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[g0 + i]));
-        const float scale = amax / qmax, inv = amax > 0.0f ? qmax / amax : 0.0f;
-        scales[g0 / group] = scale;
-        // A NaN element becomes code 0 (never converted to an integer); infinities
-        // make the group's scale infinite.
-        auto code = [&](uint32_t i) {
-          const float r = std::round(x[g0 + i] * inv);
-          return r == r ? static_cast<int>(std::clamp(r, -qmax, qmax)) : 0;
-        };
-        if (encoding == kEncINT8) {
-          int8_t* c = static_cast<int8_t*>(codes) + g0;
-          for (uint32_t i = 0; i < group; ++i) c[i] = static_cast<int8_t>(code(i));
-        } else {
-          uint8_t* c = static_cast<uint8_t*>(codes) + g0 / 2;
-          const uint32_t half = group / 2;
-          for (uint32_t i = 0; i < half; ++i)
-            c[i] = static_cast<uint8_t>((code(i) + 8) | ((code(i + half) + 8) << 4));
-        }
+        scales[g0 / group] = amax / qmax;
+        const float inv = amax > 0.0f ? qmax / amax : 0.0f;
+        PackKvCodes(encoding, group, group, static_cast<uint8_t*>(codes) + KvRowBytes(encoding, g0),
+                    [&](uint64_t i) { return KvCode(x[g0 + i], inv, qmax); });
       }
       return;
     }
@@ -125,6 +175,26 @@ inline void DecodeKvSpan(uint8_t encoding, uint32_t group, const void* codes, co
       return;
     }
     default: return;
+  }
+}
+
+// Elements [first, first + n) of a key row of a span (EncodeKeySpan) as floats:
+// `span_scales` are the span's, one per element of the row.
+inline void DecodeKeySpanRow(uint8_t encoding, uint32_t group, const void* codes, const float* span_scales,
+                             uint64_t first, uint64_t n, float* out) {
+  if (encoding == kEncINT8) {
+    const int8_t* c = static_cast<const int8_t*>(codes) + first;
+    for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(c[i]) * span_scales[first + i];
+    return;
+  }
+  const uint32_t half = group / 2;
+  for (uint64_t g0 = 0; g0 < n; g0 += group) {
+    const uint8_t* c = static_cast<const uint8_t*>(codes) + (first + g0) / 2;
+    const float* s = span_scales + first + g0;
+    for (uint32_t i = 0; i < half; ++i) {
+      out[g0 + i] = static_cast<float>((c[i] & 15) - 8) * s[i];
+      out[g0 + i + half] = static_cast<float>((c[i] >> 4) - 8) * s[i + half];
+    }
   }
 }
 

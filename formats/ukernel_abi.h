@@ -120,7 +120,16 @@ typedef struct kiln_uk_rope_params_t {
  * kv_blocks[j >> kv_block_shift] * 2^kv_block_shift + j % 2^kv_block_shift of k, v,
  * kc, vc, ks and vs (blocks of 2^kv_block_shift positions taken from a pool in any
  * order); NULL: row j. Kernels built before schema 1.7 ignore kv_blocks: the runtime
- * calls them with unpaged caches alone. */
+ * calls them with unpaged caches alone.
+ * Spans (kv_span = S > 0, INT8/INT4 caches with S == kv_group, S a power of two
+ * dividing a paged cache's block): the keys of positions [s, s + S) (s a multiple of
+ * S) share one scale per element of the row (keys per channel, as KIVI quantises them):
+ * key element e of position j is code * ks[row(s) * (ldkv / kv_group) + e], the S rows'
+ * scale slots of the span holding its ldkv scales; values keep their groups per row.
+ * Row t reads positions [positions[t] & ~(S - 1), positions[t]] (its own span, not
+ * complete) at full precision from kr and vr: position j at row j - kv_exact_from
+ * (row stride ldkv; kv_exact_from <= the least such position of the call). Kernels
+ * built before schema 1.8 read caches without spans alone. */
 #define KILN_UK_ATTENTION_SCRATCH_ROWS 8
 #define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
   ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys) + (size_t)(head_dim) \
@@ -149,6 +158,11 @@ typedef struct kiln_uk_attention_params_t {
   /* appended in schema 1.7: a paged cache (see above) */
   const int32_t* kv_blocks;
   int32_t kv_block_shift;
+  /* appended in schema 1.8: keys per channel over spans, the open span exact */
+  int32_t kv_span;
+  int64_t kv_exact_from;
+  const float* kr;
+  const float* vr;
 } kiln_uk_attention_params_t;
 
 /* ---- gather rows of a weight table (embedding, position and class embeddings) ----

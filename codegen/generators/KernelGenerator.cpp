@@ -790,7 +790,10 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
 //    of `kvGroup`; formats/kv_codec.h), decoded lane by lane as it is loaded: f16
 //    widened (`nativeF16`: by the target's conversion instructions, else by integer
 //    operations), int8 and int4 codes times their group's scale; a paged cache's
-//    position j through its block table (kv_blocks), else row j.
+//    position j through its block table (kv_blocks), else row j. An int8 or int4
+//    cache whose group is a power of two has spans of kvGroup positions
+//    (kiln_uk_attention_params_t.kv_span == kvGroup, schema 1.8): keys times their
+//    span's per-channel scales, and the row's own span read exactly from kr and vr.
 constexpr int64_t kTiledMinKeys = 64;
 void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int64_t kvHeads, int64_t headDim,
                     uint8_t kvEncoding, int64_t kvGroup, bool nativeF16, int64_t maxLanes, int64_t registers,
@@ -833,6 +836,12 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   // A paged cache (schema 1.7): the block table and log2 of the block's positions.
   Value kvBlocks = field(offsetof(kiln_uk_attention_params_t, kv_blocks), f.ptr);
   Value kvShift = b.create<mlir::arith::ExtSIOp>(loc, f.i64, field(offsetof(kiln_uk_attention_params_t, kv_block_shift), f.i32));
+  // Spans (schema 1.8): the exact rows of the row's own span.
+  const bool spans = (kvEncoding == format::kEncINT8 || kvEncoding == format::kEncINT4) && kvGroup > 0 &&
+                     (kvGroup & (kvGroup - 1)) == 0;
+  Value kExact = field(offsetof(kiln_uk_attention_params_t, kr), f.ptr);
+  Value vExact = field(offsetof(kiln_uk_attention_params_t, vr), f.ptr);
+  Value exactBase = field(offsetof(kiln_uk_attention_params_t, kv_exact_from), f.i64);
   Value zero = f.cI64(0), one = f.cI64(1);
   Value hasPositions = b.create<mlir::LLVM::ICmpOp>(loc, mlir::LLVM::ICmpPredicate::ne, positions,
                                                     b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
@@ -1041,9 +1050,16 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
                                                b.create<mlir::LLVM::ZeroOp>(loc, f.ptr));
     Value blockLen = b.create<mlir::arith::SelectOp>(loc, paged, b.create<mlir::arith::ShLIOp>(loc, one, kvShift),
                                                      b.create<mlir::arith::MaxSIOp>(loc, n, one));
+    // Keys [0, nq) from the cache; with spans [nq, n) (the row's own span) exact.
+    Value nq = n;
+    if (spans) {
+      Value at = f.addi(n, f.cI64(-1));
+      Value start = b.create<mlir::arith::SubIOp>(loc, at, b.create<mlir::arith::AndIOp>(loc, at, f.cI64(kvGroup - 1)));
+      nq = b.create<mlir::arith::SelectOp>(loc, hasPositions, b.create<mlir::arith::MinSIOp>(loc, start, n), n);
+    }
     auto forKeys = [&](mlir::ValueRange init,
                        const std::function<llvm::SmallVector<Value>(Value, Value, mlir::ValueRange)>& body) {
-      auto outer = b.create<mlir::scf::ForOp>(loc, zero, n, blockLen, init);
+      auto outer = b.create<mlir::scf::ForOp>(loc, zero, nq, blockLen, init);
       mlir::OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(outer.getBody());
       Value j0 = outer.getInductionVar();
@@ -1056,7 +1072,7 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
             return b.create<mlir::arith::SubIOp>(loc, base, j0).getResult();
           },
           [&] { return zero; });
-      Value j1 = b.create<mlir::arith::MinSIOp>(loc, f.addi(j0, blockLen), n);
+      Value j1 = b.create<mlir::arith::MinSIOp>(loc, f.addi(j0, blockLen), nq);
       auto inner = b.create<mlir::scf::ForOp>(loc, j0, j1, one, outer.getRegionIterArgs());
       {
         mlir::OpBuilder::InsertionGuard g2(b);
@@ -1065,11 +1081,24 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         b.create<mlir::scf::YieldOp>(loc, body(j, f.addi(j, delta), inner.getRegionIterArgs()));
       }
       b.create<mlir::scf::YieldOp>(loc, inner.getResults());
-      return outer;
+      if (!spans) return llvm::SmallVector<Value>(outer.getResults());
+      // The exact keys: `body(j, null row, args)` (read kr / vr).
+      b.setInsertionPointAfter(outer);
+      auto exact = b.create<mlir::scf::ForOp>(loc, nq, n, one, outer.getResults());
+      b.setInsertionPointToStart(exact.getBody());
+      Value j = exact.getInductionVar();
+      b.create<mlir::scf::YieldOp>(loc, body(j, Value(), exact.getRegionIterArgs()));
+      b.setInsertionPointAfter(exact);
+      return llvm::SmallVector<Value>(exact.getResults());
     };
-    // Lanes c of the head in key or value row j of the cache, as f32.
-    auto kvLanes = [&](Value f32Rows, Value codes, Value scales, Value j, int64_t c) -> Value {
+    // Lanes c of the head in the key (`key`) or value of position pos, as f32: row j
+    // of the cache, or with a null j the exact row of a span being filled.
+    auto kvLanes = [&](bool key, Value pos, Value j, int64_t c) -> Value {
+      Value f32Rows = key ? k : v, codes = key ? kCodes : vCodes, scales = key ? kScales : vScales;
       Value e = f.addi(kvOff, f.cI64(c * lanes));  // element in the row
+      if (!j)
+        return loadLanes(f, vf32, key ? kExact : vExact,
+                         f.addi(f.muli(b.create<mlir::arith::SubIOp>(loc, pos, exactBase), ldkv), e), Value());
       switch (kvEncoding) {
       case format::kEncF16: {
         auto i16 = b.getI16Type();
@@ -1106,8 +1135,14 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         const int64_t inGroup = (c * lanes) % kvGroup, half = kvGroup / 2;
         Value groupIdx = f.addi(b.create<mlir::arith::DivSIOp>(loc, kvOff, f.cI64(kvGroup)), f.cI64(c * lanes / kvGroup));
         Value rowScales = b.create<mlir::arith::DivSIOp>(loc, ldkv, f.cI64(kvGroup));
-        Value sc = f.load(f.f32, scales, f.f32, f.addi(f.muli(j, rowScales), groupIdx));
-        Value vscale = b.create<mlir::vector::SplatOp>(loc, vf32, sc);
+        Value vscale;
+        if (spans && key) {  // the span's scale per channel, in the slots of its rows
+          Value spanRow = b.create<mlir::arith::SubIOp>(loc, j, b.create<mlir::arith::AndIOp>(loc, pos, f.cI64(kvGroup - 1)));
+          vscale = loadLanes(f, vf32, scales, f.addi(f.muli(spanRow, rowScales), e), Value());
+        } else {
+          Value sc = f.load(f.f32, scales, f.f32, f.addi(f.muli(j, rowScales), groupIdx));
+          vscale = b.create<mlir::vector::SplatOp>(loc, vf32, sc);
+        }
         if (kvEncoding == format::kEncINT8) {
           Value raw = loadVector(f, v8, f.gep(codes, i8, f.addi(f.muli(j, ldkv), e)), Value(), 1);
           return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, raw), vscale);
@@ -1132,7 +1167,7 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
       Value acc = f.splat(vf32, 0.0);
       for (int64_t c = 0; c < chunks; ++c) {
         Value qv = loadLanes(f, vf32, q, f.addi(qRow, f.cI64(c * lanes)), Value());
-        acc = fmaV(qv, kvLanes(k, kCodes, kScales, row, c), acc);
+        acc = fmaV(qv, kvLanes(true, j, row, c), acc);
       }
       Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc, Value(),
                                                       mlir::arith::FastMathFlags::reassoc);
@@ -1140,7 +1175,7 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
       f.store(sc, scratch, f.f32, j);
       return llvm::SmallVector<Value>{f.maxf(args[0], sc)};
     });
-    Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores.getResult(0));
+    Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores[0]);
     // 2. p_j = exp(s_j - max) in place, and their sum.
     Value kl = f.cI64(maxLanes);
     Value nMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, n, kl), kl);
@@ -1170,11 +1205,11 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, scratch, f.f32, j), inv));
         llvm::SmallVector<Value> next;
         for (int64_t c = 0; c < group; ++c)
-          next.push_back(fmaV(w, kvLanes(v, vCodes, vScales, row, c0 + c), args[c]));
+          next.push_back(fmaV(w, kvLanes(false, j, row, c0 + c), args[c]));
         return next;
       });
       for (int64_t c = 0; c < group; ++c)
-        storeLanes(f, acc.getResult(c), y, f.addi(yRow, f.cI64((c0 + c) * lanes)), Value());
+        storeLanes(f, acc[c], y, f.addi(yRow, f.cI64((c0 + c) * lanes)), Value());
     }
   });
   b.setInsertionPointToEnd(&fn.getBody().front());

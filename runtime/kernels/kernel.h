@@ -83,6 +83,9 @@ struct UkernelSet {
   // Whether `attention` reads paged caches (kv_blocks): the built-in kernels and the
   // generated ones of schema 1.7 and later.
   bool attention_reads_blocks = true;
+  // Whether a generated `attention` reads quantised caches with spans (kv_span > 0)
+  // rather than without: those of schema 1.8 and later. The built-in kernels read both.
+  bool attention_reads_spans = false;
   void (*gather)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*) = nullptr;
   void (*im2col)(const kiln_uk_im2col_params_t*, int64_t, int64_t) = nullptr;
 };

@@ -10,6 +10,7 @@
 #ifndef KILN_RUNTIME_SRC_KV_CACHE_H_
 #define KILN_RUNTIME_SRC_KV_CACHE_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "formats/kv_codec.h"
@@ -34,6 +35,17 @@ struct KvCache {
   // p is written at row p - evicted (row_scratch: [max_prefill] for those rows).
   int64_t evicted = 0;
   int32_t* row_scratch = nullptr;
+  // Spans (INT8/INT4, kiln_uk_attention_params_t.kv_span): > 0, the keys of `span`
+  // rows (= group) share a scale per channel, computed when the span's last row is
+  // written; until then the span's keys and values are read at full precision from
+  // `open_k`/`open_v` ([layers][span][width] f32, row r at slot r % span: the rows
+  // of the span being filled, which the session wrote itself). `stage_k`/`stage_v`
+  // ([span + max_prefill][width]) hold the exact rows of a call that crosses spans.
+  int64_t span = 0;
+  float* open_k = nullptr;
+  float* open_v = nullptr;
+  float* stage_k = nullptr;
+  float* stage_v = nullptr;
 
   uint64_t row_bytes() const { return format::KvRowBytes(encoding, static_cast<uint64_t>(width)); }
   uint64_t row_scales() const { return format::KvRowScales(encoding, static_cast<uint64_t>(width), group); }
@@ -55,6 +67,28 @@ struct KvCache {
                         row_scales() > 0 ? KS(layer, r) : nullptr);
     format::EncodeKvRow(encoding, group, v, static_cast<uint64_t>(width), V(layer, r),
                         row_scales() > 0 ? VS(layer, r) : nullptr);
+  }
+  // The exact rows a call's attention reads (kiln_uk_attention_params_t kr, vr,
+  // kv_exact_from); null without spans.
+  struct Exact {
+    const float* k = nullptr;
+    const float* v = nullptr;
+    int64_t from = 0;
+  };
+  // Writes the keys and values of rows [first, first + n) of a layer (row t's at
+  // k + t * ld, v + t * ld): values encoded per row; with spans the keys of every span
+  // completed encoded per channel, the span being filled kept at full precision, and
+  // *exact set to the rows the attention reads exactly.
+  void Append(int64_t layer, int64_t first, int64_t n, const float* k, const float* v, int64_t ld,
+              Exact* exact) const;
+  // Rows [from - from % span, from) of the open rows decoded from the cache (the span
+  // of row `from` is complete in it).
+  void DecodeOpen(int64_t from) const;
+  // The rows to copy for the first n of a block of 2^shift rows: whole spans (their
+  // keys' scales fill the slots of all their rows).
+  int64_t SpanEnd(int64_t n, int32_t shift) const {
+    if (span == 0) return n;
+    return std::min((n + span - 1) / span * span, int64_t{1} << shift);
   }
   // Copies rows [from, from + n) of every layer of `src` (this cache, or another of
   // the same encoding and width) to rows [to, to + n) of this one.

@@ -19,6 +19,61 @@ void KvCache::CopyRows(const KvCache& src, int64_t from, int64_t to, int64_t n) 
   }
 }
 
+void KvCache::Append(int64_t layer, int64_t first, int64_t n, const float* k, const float* v, int64_t ld,
+                     Exact* exact) const {
+  *exact = Exact();
+  if (span == 0) {
+    for (int64_t t = 0; t < n; ++t) Write(layer, first + t, k + t * ld, v + t * ld);
+    return;
+  }
+  const uint64_t w = static_cast<uint64_t>(width);
+  for (int64_t t = 0; t < n; ++t) {  // values per row, as without spans
+    const int64_t r = Phys(first + t);
+    format::EncodeKvRow(encoding, group, v + t * ld, w, V(layer, r), VS(layer, r));
+  }
+  // The exact rows from the start of the first row's span: the open rows, with this
+  // call's appended when they stay in one span, else staged.
+  const int64_t last = first + n - 1, from = first / span * span, end = last / span * span;
+  float* ok = open_k + layer * span * width;
+  float* ov = open_v + layer * span * width;
+  float *ek = ok, *ev = ov;
+  if (end != from) {
+    ek = stage_k;
+    ev = stage_v;
+    std::memcpy(ek, ok, static_cast<size_t>(first - from) * w * 4);
+    std::memcpy(ev, ov, static_cast<size_t>(first - from) * w * 4);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    std::memcpy(ek + (first - from + t) * width, k + t * ld, w * 4);
+    std::memcpy(ev + (first - from + t) * width, v + t * ld, w * 4);
+  }
+  // Every span this call completes: its keys per channel (its rows are contiguous:
+  // the span divides a paged cache's block).
+  for (int64_t s0 = from; s0 + span - 1 <= last; s0 += span) {
+    const int64_t r0 = Phys(s0);
+    format::EncodeKeySpan(encoding, group, ek + (s0 - from) * width, w, static_cast<uint64_t>(span), w,
+                          K(layer, r0), KS(layer, r0));
+  }
+  if (end != from) {  // the span now being filled
+    std::memcpy(ok, ek + (end - from) * width, static_cast<size_t>(last + 1 - end) * w * 4);
+    std::memcpy(ov, ev + (end - from) * width, static_cast<size_t>(last + 1 - end) * w * 4);
+  }
+  exact->k = ek;
+  exact->v = ev;
+  exact->from = from;
+}
+
+void KvCache::DecodeOpen(int64_t from) const {
+  const int64_t first = from - from % span;
+  const uint64_t w = static_cast<uint64_t>(width);
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t j = first; j < from; ++j) {
+      const int64_t r = Phys(j);
+      format::DecodeKeySpanRow(encoding, group, K(l, r), KS(l, Phys(first)), 0, w, open_k + (l * span + j - first) * width);
+      format::DecodeKvSpan(encoding, group, V(l, r), VS(l, r), 0, w, open_v + (l * span + j - first) * width);
+    }
+}
+
 void KvCache::DiscardRows(int64_t from, int64_t n) const {
   const size_t codes = static_cast<size_t>(n) * row_bytes(), scales = static_cast<size_t>(n) * row_scales() * 4;
   for (int64_t l = 0; l < layers; ++l) {

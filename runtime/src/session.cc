@@ -395,9 +395,14 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     rows = static_cast<int64_t>(reuse);
   }
   if (static_cast<int64_t>(reuse) <= s->hole_at) ClearHole(s);  // no evicted position before the new ones
+  // With spans the open rows hold the span being filled as this session wrote it: a
+  // reuse that ends inside another span (of this session's or of the pool's, complete)
+  // takes that span's first rows decoded from the cache.
+  const bool own_span = s->kv.span > 0 && rows <= s->position && rows / s->kv.span == s->position / s->kv.span;
   s->cached = rows;
   s->position = rows;
   ReleaseBlocks(s, s->position);  // a paged cache keeps the blocks of the reused prefix
+  if (s->kv.span > 0 && !own_span) s->kv.DecodeOpen(rows);
   // Reserve now so that streaming allocates nothing per token.
   if (!s->text.reserve(64) || !s->text_out.reserve(256) ||
       !s->output.reserve(static_cast<size_t>(o.max_new_tokens)))
@@ -549,13 +554,18 @@ struct SessionPlan {
   int32_t shift = 0;
   int64_t max_blocks = 0;
   size_t table = 0;
+  // Spans (kv_cache.h): their length, and the bytes of the open rows and the staged
+  // rows of keys (and of values).
+  int64_t span = 0;
+  size_t open = 0, stage = 0;
 
   // As allocated: every allocation carries a header of its alignment (64 bytes, the
   // thread pool's and arrays' 16; support/allocator.cc), an empty buffer still takes 64 bytes,
   // and the thread pool holds one std::thread per worker.
   uint64_t Total(bool multimodal) const {
     auto buf = [](uint64_t b) { return (b == 0 ? uint64_t{64} : b) + 64; };
-    const uint64_t kv = paged ? buf(table) : 2 * buf(kv_half) + 2 * buf(kv_scales_half);
+    uint64_t kv = paged ? buf(table) : 2 * buf(kv_half) + 2 * buf(kv_scales_half);
+    if (span > 0) kv += 2 * buf(open) + 2 * buf(stage);
     uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + kv + buf(arena) +
                      3 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + buf(cached_ids) + value_rows + 16;
     if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
@@ -638,6 +648,18 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
     p->max_blocks = (p->context + (int64_t{1} << p->shift) - 1) >> p->shift;
     p->table = static_cast<size_t>(p->max_blocks) * sizeof(int32_t);
   }
+  // Keys per channel over spans of the group's length, the span being filled exact
+  // (kv_cache.h): quantised caches whose group is a power of two that divides a paged
+  // cache's block; others keep per-row scales.
+  const bool pow2 = p->kv_group > 0 && (p->kv_group & (p->kv_group - 1)) == 0;
+  if ((p->kv_encoding == format::kEncINT8 || p->kv_encoding == format::kEncINT4) && pow2 &&
+      (!p->paged || (int64_t{1} << p->shift) % p->kv_group == 0)) {
+    p->span = p->kv_group;
+    if (!SizeOf(m->text()->num_layers(), static_cast<uint64_t>(p->span) * kv_width, sizeof(float), 1, &p->open) ||
+        !SizeOf(static_cast<uint64_t>(p->span) + std::min<uint64_t>(max_prefill, static_cast<uint64_t>(p->context)),
+                kv_width, sizeof(float), 1, &p->stage))
+      return Fail(error, KILN_ERROR_ARTIFACT_MALFORMED, "the KV cache's exact rows overflow");
+  }
   return KILN_OK;
 }
 
@@ -649,6 +671,7 @@ KvCache KvShape(const kiln_model_t* model, const SessionPlan& plan) {
   c.encoding = plan.kv_encoding;
   c.group = plan.kv_group;
   c.context = c.rows = plan.context;
+  c.span = plan.span;
   return c;
 }
 
@@ -718,7 +741,8 @@ kiln_status_t MapBlocks(kiln_session_t* s, int64_t begin, int64_t end, kiln_erro
     } else {  // copy on write: the positions before `begin` in the block are kept
       const int64_t keep = std::min<int64_t>(std::max<int64_t>(begin - (b << shift), 0), int64_t{1} << shift);
       const KvCache& rows = pool->store();
-      rows.CopyRows(rows, static_cast<int64_t>(s->block_table[b]) << shift, static_cast<int64_t>(got) << shift, keep);
+      rows.CopyRows(rows, static_cast<int64_t>(s->block_table[b]) << shift, static_cast<int64_t>(got) << shift,
+                    s->kv.SpanEnd(keep, shift));
       pool->Release(s->block_table[b]);
       s->block_table[b] = got;
     }
@@ -792,7 +816,8 @@ int64_t FindBlocks(kiln_session_t* s, const int32_t* ids, int64_t count, int64_t
         const int32_t to = s->kv_pool->Acquire();
         if (to >= 0) {
           const KvCache& rows = s->kv_pool->store();
-          rows.CopyRows(rows, static_cast<int64_t>(from) << shift, static_cast<int64_t>(to) << shift, common);
+          rows.CopyRows(rows, static_cast<int64_t>(from) << shift, static_cast<int64_t>(to) << shift,
+                        s->kv.SpanEnd(common, shift));
           if (b < s->held) s->kv_pool->Release(s->block_table[b]);
           else s->held = b + 1;
           s->block_table[b] = to;
@@ -836,7 +861,11 @@ bool Slides(const kiln_session_t* s) {
   return s->options.context_overflow == KILN_CONTEXT_SLIDE || s->limit < s->context;
 }
 
-int64_t BlockTokens(const kiln_session_t* s) { return s->kv_pool != nullptr ? int64_t{1} << s->kv_pool->shift() : 1; }
+// The unit a sliding window keeps and evicts in: a paged cache's block, else a span
+// (whose keys share their scales), else a row.
+int64_t BlockTokens(const kiln_session_t* s) {
+  return s->kv_pool != nullptr ? int64_t{1} << s->kv_pool->shift() : std::max<int64_t>(s->kv.span, 1);
+}
 
 // The rows at the start a window keeps: keep_tokens, or through the last image token
 // the cache holds (at least 4), in whole blocks; once it slid, where it slid from.
@@ -1236,6 +1265,12 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
     alloc_kv(plan.kv_scales_half, reinterpret_cast<void**>(&s->kv.value_scales), "KV cache (value scales)");
     s->kv.mapped = plan.context;
   }
+  if (plan.span > 0) {
+    alloc(plan.open, reinterpret_cast<void**>(&s->kv.open_k), "KV cache (open keys)");
+    alloc(plan.open, reinterpret_cast<void**>(&s->kv.open_v), "KV cache (open values)");
+    alloc(plan.stage, reinterpret_cast<void**>(&s->kv.stage_k), "KV cache (staged keys)");
+    alloc(plan.stage, reinterpret_cast<void**>(&s->kv.stage_v), "KV cache (staged values)");
+  }
   alloc(plan.arena, reinterpret_cast<void**>(&s->arena), "activation arena");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->ids), "token buffer");
   alloc(plan.tokens, reinterpret_cast<void**>(&s->positions), "position buffer");
@@ -1465,6 +1500,11 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
     s->kv.mapped = s->held << s->kv_pool->shift();
   } else {
     s->kv.CopyRows(src->kv, 0, 0, src->cached);  // unpaged: the same rows
+  }
+  if (s->kv.span > 0 && s->kv.span == src->kv.span) {  // the exact rows of the span being filled
+    const size_t bytes = static_cast<size_t>(s->kv.layers * s->kv.span * s->kv.width) * sizeof(float);
+    std::memcpy(s->kv.open_k, src->kv.open_k, bytes);
+    std::memcpy(s->kv.open_v, src->kv.open_v, bytes);
   }
   s->position = s->cached;
   s->hole_at = src->hole_at;  // and the same window

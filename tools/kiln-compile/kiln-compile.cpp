@@ -110,8 +110,9 @@ static cl::opt<int64_t> maxPrefillTokens(
     cl::init(512), cl::cat(kilnCategory));
 static cl::opt<std::string> kvCache(
     "kv-cache",
-    cl::desc("Encoding of the KV cache: int8 (default; one scale per 32 channels), int4, f16 or f32 (exact); "
-             "a session may choose another (kiln-run --kv-cache)"),
+    cl::desc("Encoding of the KV cache: int8 (default), int4, f16 or f32 (exact). int8 and int4: values one scale "
+             "per 32 channels of a position, keys one per channel over 32 positions, the 32 being filled kept "
+             "exact; a session may choose another (kiln-run --kv-cache)"),
     cl::init("int8"), cl::cat(kilnCategory));
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),

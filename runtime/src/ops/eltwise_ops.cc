@@ -162,14 +162,21 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
       if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
         return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
                     static_cast<long long>(kv->mapped));
-      kv->Write(layer, row[t], k + t * ldkv, v + t * ldkv);
+      if (row[t] != row[0] + t)  // a session's rows are consecutive
+        return Fail(c.error, KILN_ERROR_INTERNAL, "position %d does not follow position %d", pos[t], pos[0]);
     }
+    KvCache::Exact exact;
+    if (rows > 0) kv->Append(layer, row[0], rows, k, v, ldkv, &exact);
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = row;
     p.kv_encoding = kv->encoding;
     p.kv_blocks = kv->blocks;
     p.kv_block_shift = kv->block_shift;
+    p.kv_span = static_cast<int32_t>(kv->span);
+    p.kv_exact_from = exact.from;
+    p.kr = exact.k;
+    p.vr = exact.v;
     if (kv->encoding == format::kEncF32) {
       p.k = reinterpret_cast<const float*>(kv->K(layer, 0));
       p.v = reinterpret_cast<const float*>(kv->V(layer, 0));
@@ -192,7 +199,8 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
   if (ap->cache_layer() >= 0) {
     const bool builtin = uk->attention_kv_supported == nullptr || uk->attention_kv_supported(&p) != 0;
     if ((uk->attention_reads_kv >= 0 ? uk->attention_reads_kv != p.kv_encoding : !builtin) ||
-        (p.kv_blocks != nullptr && !uk->attention_reads_blocks))
+        (p.kv_blocks != nullptr && !uk->attention_reads_blocks) ||
+        (uk->attention_reads_kv >= 0 && p.kv_group > 0 && (p.kv_span > 0) != uk->attention_reads_spans))
       attend = builtin ? uk->attention_kv : kiln_uk_attention_f32_f32_f32_ref_portable;
   }
   c.pool->For(rows * heads, 1, [&](int64_t b, int64_t e, int t) { attend(&p, b, e, scratch + t * per_thread); });

@@ -799,7 +799,8 @@ std::string CachedAttentionModel(int64_t heads, int64_t kv, int64_t hd, const st
 }
 
 // Generated attention reading an f16, int8 or int4 cache (the module's encoding)
-// against the reference reading the same bytes.
+// against the reference reading the same bytes; int8 and int4 caches of a power-of-two
+// group with spans (keys per channel over complete spans, each row's own span exact).
 TEST_F(GeneratedKernels, AttentionReadsEncodedKvCache) {
   struct Shape {
     int64_t heads, kv, hd;
@@ -826,16 +827,20 @@ TEST_F(GeneratedKernels, AttentionReadsEncodedKvCache) {
         ASSERT_NE(fn, nullptr);
         const int64_t rows = 5, keys = 41, ldq = s.heads * s.hd, width = s.kv * s.hd, ldy = s.heads * s.hd;
         const uint64_t rowBytes = format::KvRowBytes(enc, width), rowScales = format::KvRowScales(enc, width, group);
-        std::vector<float> q(rows * ldq), kv(width), want(rows * ldy), got(rows * ldy);
+        std::vector<float> q(rows * ldq), kf(keys * width), vf(keys * width), want(rows * ldy), got(rows * ldy);
         std::vector<uint8_t> kc(keys * rowBytes), vc(keys * rowBytes);
         std::vector<float> ks(keys * rowScales + 1), vs(keys * rowScales + 1);
         for (float& x : q) x = value(rng);
+        for (float& x : kf) x = value(rng);
+        for (float& x : vf) x = value(rng);
+        const bool spans = enc != format::kEncF16 && (group & (group - 1)) == 0;
         for (int64_t j = 0; j < keys; ++j) {
-          for (float& x : kv) x = value(rng);
-          format::EncodeKvRow(enc, group, kv.data(), width, kc.data() + j * rowBytes, ks.data() + j * rowScales);
-          for (float& x : kv) x = value(rng);
-          format::EncodeKvRow(enc, group, kv.data(), width, vc.data() + j * rowBytes, vs.data() + j * rowScales);
+          format::EncodeKvRow(enc, group, kf.data() + j * width, width, kc.data() + j * rowBytes, ks.data() + j * rowScales);
+          format::EncodeKvRow(enc, group, vf.data() + j * width, width, vc.data() + j * rowBytes, vs.data() + j * rowScales);
         }
+        for (int64_t s0 = 0; spans && s0 + group <= keys; s0 += group)
+          format::EncodeKeySpan(enc, group, kf.data() + s0 * width, width, group, width, kc.data() + s0 * rowBytes,
+                                ks.data() + s0 * rowScales);
         std::vector<int32_t> pos(rows);
         for (int64_t t = 0; t < rows; ++t) pos[t] = static_cast<int32_t>(t == 0 ? keys - 1 : rng() % keys);
         kiln_uk_attention_params_t p = {};
@@ -856,6 +861,11 @@ TEST_F(GeneratedKernels, AttentionReadsEncodedKvCache) {
         p.vc = vc.data();
         p.ks = ks.data();
         p.vs = vs.data();
+        if (spans) {
+          p.kv_span = static_cast<int32_t>(group);
+          p.kr = kf.data();
+          p.vr = vf.data();
+        }
         std::vector<float> scratch(KILN_UK_ATTENTION_SCRATCH(keys, s.hd, 1));
         kiln_uk_attention_f32_f32_f32_ref_portable(&p, 0, rows * s.heads, scratch.data());
         p.y = got.data();

@@ -331,9 +331,14 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
       }
       // Over an encoded KV cache (f16, int8, int4; formats/kv_codec.h): the kernel that
       // reads one, against the oracle on the decoded keys and values, split as above.
+      // Int8 and int4 also with spans (kv_span = group: keys per channel over complete
+      // spans, each row's own span exact from kr / vr).
       if (set.uk->attention_kv == nullptr) continue;
-      for (uint8_t enc : {kiln::format::kEncF16, kiln::format::kEncINT8, kiln::format::kEncINT4}) {
+      for (auto [enc, spans] : {std::pair{kiln::format::kEncF16, false}, {kiln::format::kEncINT8, false},
+                                {kiln::format::kEncINT4, false}, {kiln::format::kEncINT8, true},
+                                {kiln::format::kEncINT4, true}}) {
         const uint32_t group = kiln::format::KvDefaultGroup(enc, static_cast<uint32_t>(hd));
+        if (spans && (group & (group - 1)) != 0) continue;
         const uint64_t width = static_cast<uint64_t>(kv_heads * hd);
         const uint64_t row_bytes = kiln::format::KvRowBytes(enc, width), row_scales = kiln::format::KvRowScales(enc, width, group);
         std::vector<uint8_t> kc(t * row_bytes), vc(t * row_bytes);
@@ -344,6 +349,14 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
           kiln::format::EncodeKvRow(enc, group, v.data() + j * width, width, vc.data() + j * row_bytes, vs.data() + j * row_scales);
           kiln::format::DecodeKvSpan(enc, group, kc.data() + j * row_bytes, ks.data() + j * row_scales, 0, width, kd.data() + j * width);
           kiln::format::DecodeKvSpan(enc, group, vc.data() + j * row_bytes, vs.data() + j * row_scales, 0, width, vd.data() + j * width);
+        }
+        const int64_t span = spans ? group : 0;
+        for (int64_t s0 = 0; spans && s0 + span <= t; s0 += span) {
+          kiln::format::EncodeKeySpan(enc, group, k.data() + s0 * width, width, span, width, kc.data() + s0 * row_bytes,
+                                      ks.data() + s0 * row_scales);
+          for (int64_t j = s0; j < s0 + span; ++j)
+            kiln::format::DecodeKeySpanRow(enc, group, kc.data() + j * row_bytes, ks.data() + s0 * row_scales, 0, width,
+                                           kd.data() + j * width);
         }
         kiln_uk_attention_params_t p = {};
         p.q = q.data();
@@ -363,32 +376,42 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
         p.vc = vc.data();
         p.ks = ks.data();
         p.vs = vs.data();
+        p.kv_span = static_cast<int32_t>(span);
+        if (spans) {  // the exact rows: all of them, from position 0
+          p.kr = k.data();
+          p.vr = v.data();
+        }
         if (set.uk->attention_kv_supported != nullptr && set.uk->attention_kv_supported(&p) == 0) continue;
         set.uk->attention_kv(&p, 0, t * heads, kv_scratch.data());
         p.y = y.data();
         for (auto [b0, b1] : Split(t * heads, 3, rng)) set.uk->attention_kv(&p, b0, b1, kv_scratch.data());
         ASSERT_EQ(std::memcmp(y.data(), whole.data(), y.size() * 4), 0)
-            << "encoded attention split, t=" << t << " hd=" << hd << " encoding " << int(enc);
+            << "encoded attention split, t=" << t << " hd=" << hd << " encoding " << int(enc) << " spans " << spans;
         std::vector<double> want(y.size());
         for (int64_t r = 0; r < t; ++r)
           for (int64_t h = 0; h < heads; ++h) {
             const int64_t g = h / (heads / kv_heads), n = r + 1;
+            // Key and value rows j as the kernel reads them for row r.
+            auto exact = [&](int64_t j) { return spans && j >= r - r % span; };
+            auto key = [&](int64_t j) { return exact(j) ? k.data() + j * width : kd.data() + j * width; };
+            auto val = [&](int64_t j) { return exact(j) ? v.data() + j * width : vd.data() + j * width; };
             std::vector<double> sc(n);
             double mx = -1e300, sum = 0;
             for (int64_t j = 0; j < n; ++j) {
               double d = 0;
-              for (int64_t i = 0; i < hd; ++i) d += double(q[r * heads * hd + h * hd + i]) * kd[j * width + g * hd + i];
+              for (int64_t i = 0; i < hd; ++i) d += double(q[r * heads * hd + h * hd + i]) * key(j)[g * hd + i];
               sc[j] = d * 0.35f;
               mx = std::max(mx, sc[j]);
             }
             for (double& a : sc) sum += (a = std::exp(a - mx));
             for (int64_t i = 0; i < hd; ++i) {
               double acc = 0;
-              for (int64_t j = 0; j < n; ++j) acc += sc[j] / sum * vd[j * width + g * hd + i];
+              for (int64_t j = 0; j < n; ++j) acc += sc[j] / sum * val(j)[g * hd + i];
               want[r * heads * hd + h * hd + i] = acc;
             }
           }
-        EXPECT_LT(Nmse(y, want), 1e-10) << "encoded attention t=" << t << " hd=" << hd << " encoding " << int(enc);
+        EXPECT_LT(Nmse(y, want), 1e-10) << "encoded attention t=" << t << " hd=" << hd << " encoding " << int(enc)
+                                         << " spans " << spans;
       }
     }
   }

@@ -814,8 +814,10 @@ struct Outputs {
   std::vector<int32_t> tokens;
   bool generated_a8 = false;  // an op runs a generated quantised-weight matmul (ids 37-41)
 };
+// min_tokens: the prompt repeated up to that length (several spans of a quantised
+// KV cache, whose keys then read per-channel scales).
 kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Outputs* out, kiln_error_t* err,
-                         int threads = 1, int kv_cache = KILN_KV_CACHE_DEFAULT) {
+                         int threads = 1, int kv_cache = KILN_KV_CACHE_DEFAULT, size_t min_tokens = 0) {
   kiln_model_t* model = nullptr;
   kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, err);
   if (st != KILN_OK) return st;
@@ -834,6 +836,7 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
   EXPECT_TRUE(kiln::npy::Read(vectors + ".ids.npy", &ids, &error)) << error;
   std::vector<int32_t> prompt;
   for (int64_t v : ids.AsInt()) prompt.push_back(static_cast<int32_t>(v));
+  for (size_t i = 0; prompt.size() < min_tokens; ++i) prompt.push_back(prompt[i]);
   const bool image = kiln::npy::Read(vectors + ".pixels.npy", &px, &error);
   auto pixels = [&] {
     if (!image) return;
@@ -947,17 +950,21 @@ TEST(KvCache, GeneratedAttentionReadsTheArtifactsEncoding) {
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
   const std::string base = dir + "/tiny-llama", f32_artifact = GeneratedArtifact(dir, "tiny-llama");
   kiln_error_t err;
+  // 56 tokens: three spans of 16 positions complete, the rest of each row's own exact.
+  const size_t tokens = 56;
   Outputs f32;
-  ASSERT_EQ(RunVectors(f32_artifact, base, &f32, &err), KILN_OK) << err.message;
+  ASSERT_EQ(RunVectors(f32_artifact, base, &f32, &err, 1, KILN_KV_CACHE_DEFAULT, tokens), KILN_OK) << err.message;
   const std::pair<const char*, int> encodings[] = {{"kv8", KILN_KV_CACHE_INT8}, {"kv4", KILN_KV_CACHE_INT4}};
   for (const auto& [name, kv] : encodings) {
     SCOPED_TRACE(name);
     Outputs generated, builtin, back_to_f32;
-    ASSERT_EQ(RunVectors(GeneratedArtifact(dir, std::string("tiny-llama.") + name), base, &generated, &err), KILN_OK)
+    ASSERT_EQ(RunVectors(GeneratedArtifact(dir, std::string("tiny-llama.") + name), base, &generated, &err, 1,
+                         KILN_KV_CACHE_DEFAULT, tokens),
+              KILN_OK)
         << err.message;
-    ASSERT_EQ(RunVectors(f32_artifact, base, &builtin, &err, 1, kv), KILN_OK) << err.message;
+    ASSERT_EQ(RunVectors(f32_artifact, base, &builtin, &err, 1, kv, tokens), KILN_OK) << err.message;
     ASSERT_EQ(RunVectors(GeneratedArtifact(dir, std::string("tiny-llama.") + name), base, &back_to_f32, &err, 1,
-                         KILN_KV_CACHE_F32),
+                         KILN_KV_CACHE_F32, tokens),
               KILN_OK)
         << err.message;
     auto [same, scale] = LogitDiff(generated, builtin);
@@ -1326,13 +1333,19 @@ TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
   // The portable artifact (reference kernels), the generated ones (f32 and int8
   // caches), and a generated one with an f16 session cache, which its generated
   // kernel does not read (the built-in one: AVX-512 on x86, the reference on Arm).
+  // Blocks of 8 positions; of 16 for the int8 cache, whose blocks hold whole spans
+  // (its group of 16 channels: keys per channel over 16 positions).
+  struct Case {
+    std::string name;
+    int kv;
+    int block;
+  };
   const std::string gen = GeneratedArtifact(dir, "tiny-llama").substr(dir.size() + 1);
-  const std::pair<std::string, int> cases[] = {{"tiny-llama.kiln", KILN_KV_CACHE_DEFAULT},
-                                               {gen, KILN_KV_CACHE_DEFAULT},
-                                               {GeneratedArtifact(dir, "tiny-llama.kv8").substr(dir.size() + 1),
-                                                KILN_KV_CACHE_DEFAULT},
-                                               {gen, KILN_KV_CACHE_F16}};
-  for (const auto& [name, kv] : cases) {
+  const Case cases[] = {{"tiny-llama.kiln", KILN_KV_CACHE_DEFAULT, 8},
+                        {gen, KILN_KV_CACHE_DEFAULT, 8},
+                        {GeneratedArtifact(dir, "tiny-llama.kv8").substr(dir.size() + 1), KILN_KV_CACHE_DEFAULT, 16},
+                        {gen, KILN_KV_CACHE_F16, 8}};
+  for (const auto& [name, kv, block] : cases) {
     SCOPED_TRACE(name + " kv_cache " + std::to_string(kv));
     const std::string path = dir + "/" + name;
     kiln_model_t* flat = paged::Load(path, 0, 0);
@@ -1350,8 +1363,8 @@ TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
     pool_so.kv_cache = kv;
     kiln_model_options_t mo;
     kiln_model_options_init(&mo);
-    mo.kv_pool_tokens = 96;  // 12 blocks
-    mo.kv_block_tokens = 8;
+    mo.kv_pool_tokens = 12 * block;
+    mo.kv_block_tokens = block;
     mo.session = &pool_so;
     kiln_model_t* model = nullptr;
     kiln_error_t err;
@@ -1367,23 +1380,23 @@ TEST(PagedKv, BlocksInAnyOrderGiveTheContiguousCachesTokens) {
     ASSERT_EQ(paged::Ask(a, shifted, 12).status, KILN_OK);
     const paged::Answer in_b = paged::Ask(b, other, 4);
     ASSERT_EQ(in_b.status, KILN_OK) << in_b.message;
-    EXPECT_EQ(in_b.stats.kv_block_tokens, 8);
+    EXPECT_EQ(in_b.stats.kv_block_tokens, block);
     EXPECT_EQ(in_b.stats.kv_pool_blocks, 12);
-    EXPECT_EQ(in_b.stats.kv_blocks, (13 + in_b.stats.decode_steps + 7) / 8);
+    EXPECT_EQ(in_b.stats.kv_blocks, (13 + in_b.stats.decode_steps + block - 1) / block);
     kiln_session_release(a);
     kiln_session_t* c = paged::Session(model, 128, kv);
     const paged::Answer got = paged::Ask(c, prompt, 12);
     ASSERT_EQ(got.status, KILN_OK) << got.message;
     EXPECT_EQ(got.stats.reused_tokens, 0);
     EXPECT_EQ(got.tokens, expected.tokens);
-    EXPECT_EQ(got.stats.kv_blocks, static_cast<int32_t>((prompt.size() + got.stats.decode_steps + 7) / 8));
+    EXPECT_EQ(got.stats.kv_blocks, static_cast<int32_t>((prompt.size() + got.stats.decode_steps + block - 1) / block));
     // Shorter conversations return blocks (c keeps the block it finds of b's); released
     // sessions return all of theirs.
     ASSERT_EQ(paged::Ask(c, other, 1).status, KILN_OK);
     kiln_stats_t st = {};
     st.struct_size = sizeof(st);
     kiln_session_get_stats(c, &st);
-    EXPECT_EQ(st.kv_blocks, 2);
+    EXPECT_EQ(st.kv_blocks, (13 + 1 + block - 1) / block);
     kiln_session_release(b);
     kiln_session_release(c);
     kiln_session_t* d = paged::Session(model, 128, kv);

@@ -87,21 +87,30 @@ void kiln_uk_rope_f32_f32_ref_portable(const kiln_uk_rope_params_t* p, int64_t r
 
 namespace {
 
-// Head kvh of key or value row j: in place (f32), or decoded into `row`.
-const float* KvHead(const kiln_uk_attention_params_t* p, const float* f32, const void* codes, const float* scales,
-                    int64_t j, int64_t kvh, float* row) {
-  const int64_t hd = p->head_dim;
-  if (p->kv_blocks != nullptr) {  // paged: the block's physical row
+// Head kvh of key (`key`) or value position j for a query at position `at`: in place
+// (f32), or decoded into `row`; with spans (kv_span), exact from kr / vr when j is in
+// the query's own span, a key of an earlier span with its span's per-channel scales.
+const float* KvHead(const kiln_uk_attention_params_t* p, bool key, int64_t j, int64_t at, int64_t kvh, float* row) {
+  const int64_t hd = p->head_dim, span = p->kv_span;
+  if (span > 0 && j >= at - at % span) return (key ? p->kr : p->vr) + (j - p->kv_exact_from) * p->ldkv + kvh * hd;
+  auto phys = [&](int64_t i) {  // paged: the block's physical row
+    if (p->kv_blocks == nullptr) return i;
     const int64_t mask = (int64_t{1} << p->kv_block_shift) - 1;
-    j = (static_cast<int64_t>(p->kv_blocks[j >> p->kv_block_shift]) << p->kv_block_shift) + (j & mask);
-  }
-  if (p->kv_encoding == format::kEncF32) return f32 + j * p->ldkv + kvh * hd;
-  const uint64_t row_bytes = format::KvRowBytes(static_cast<uint8_t>(p->kv_encoding), static_cast<uint64_t>(p->ldkv));
-  const uint64_t row_scales =
-      format::KvRowScales(static_cast<uint8_t>(p->kv_encoding), static_cast<uint64_t>(p->ldkv), p->kv_group);
-  format::DecodeKvSpan(static_cast<uint8_t>(p->kv_encoding), static_cast<uint32_t>(p->kv_group),
-                       static_cast<const uint8_t*>(codes) + j * row_bytes, scales + j * row_scales,
-                       static_cast<uint64_t>(kvh * hd), static_cast<uint64_t>(hd), row);
+    return (static_cast<int64_t>(p->kv_blocks[i >> p->kv_block_shift]) << p->kv_block_shift) + (i & mask);
+  };
+  const int64_t r = phys(j);
+  if (p->kv_encoding == format::kEncF32) return (key ? p->k : p->v) + r * p->ldkv + kvh * hd;
+  const uint8_t enc = static_cast<uint8_t>(p->kv_encoding);
+  const uint64_t row_bytes = format::KvRowBytes(enc, static_cast<uint64_t>(p->ldkv));
+  const uint64_t row_scales = format::KvRowScales(enc, static_cast<uint64_t>(p->ldkv), p->kv_group);
+  const uint8_t* codes = static_cast<const uint8_t*>(key ? p->kc : p->vc) + r * row_bytes;
+  const float* scales = key ? p->ks : p->vs;
+  if (key && span > 0)
+    format::DecodeKeySpanRow(enc, static_cast<uint32_t>(p->kv_group), codes, scales + phys(j - j % span) * row_scales,
+                             static_cast<uint64_t>(kvh * hd), static_cast<uint64_t>(hd), row);
+  else
+    format::DecodeKvSpan(enc, static_cast<uint32_t>(p->kv_group), codes, scales + r * row_scales,
+                         static_cast<uint64_t>(kvh * hd), static_cast<uint64_t>(hd), row);
   return row;
 }
 
@@ -124,7 +133,7 @@ void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t
     float* out = p->y + t * p->ldy + h * hd;
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
-      float s = Dot(q, KvHead(p, p->k, p->kc, p->ks, j, kvh, row), hd) * p->scale;
+      float s = Dot(q, KvHead(p, true, j, n - 1, kvh, row), hd) * p->scale;
       scores[j] = s;
       mx = std::max(mx, s);
     }
@@ -134,7 +143,7 @@ void kiln_uk_attention_f32_f32_f32_ref_portable(const kiln_uk_attention_params_t
     for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
     for (int64_t j = 0; j < n; ++j) {
       float w = scores[j] * inv;
-      const float* v = KvHead(p, p->v, p->vc, p->vs, j, kvh, row);
+      const float* v = KvHead(p, false, j, n - 1, kvh, row);
       for (int64_t i = 0; i < hd; ++i) out[i] += w * v[i];
     }
   }

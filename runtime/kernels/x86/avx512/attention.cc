@@ -41,61 +41,93 @@ inline float Softmax(float* s, int64_t n, int64_t nmax) {
 // reads elements [d, d + 16) of head `col0 / head_dim` of row j. The encoded forms
 // (formats/kv_codec.h) need 16-element chunks inside one group: kv_group a multiple
 // of 16 (INT8) or 32 (INT4), checked by Encoded().
-// Position j's physical row: through the block table of a paged cache, else j.
+// Position j's physical row: through the block table of a paged cache, else j; and
+// with spans (kv_span), the exact rows of positions from `exact_at` on (the span of
+// the rows a group attends for: kr or vr) and whether keys scale per channel.
 struct Pages {
   const int32_t* blocks;
   int32_t shift;
-  explicit Pages(const kiln_uk_attention_params_t* p)
-      : blocks(p->positions != nullptr ? p->kv_blocks : nullptr), shift(p->kv_block_shift) {}
+  int64_t span;
+  const float* exact = nullptr;  // head start of row kv_exact_from
+  int64_t exact_from = 0, exact_at = INT64_MAX, exact_ld = 0;
+  bool per_channel = false;
+  Pages(const kiln_uk_attention_params_t* p, bool key, int64_t col0)
+      : blocks(p->positions != nullptr ? p->kv_blocks : nullptr), shift(p->kv_block_shift),
+        span(p->positions != nullptr ? p->kv_span : 0) {
+    if (span > 0) {
+      exact = (key ? p->kr : p->vr) + col0;
+      exact_from = p->kv_exact_from;
+      exact_ld = p->ldkv;
+      per_channel = key;
+    }
+  }
+  // The rows attend for a query at position `at`: its span exact.
+  void AttendFrom(int64_t at) {
+    if (span > 0) exact_at = at - at % span;
+  }
   int64_t Row(int64_t j) const {
     if (blocks == nullptr) return j;
     return (static_cast<int64_t>(blocks[j >> shift]) << shift) + (j & ((int64_t{1} << shift) - 1));
+  }
+  bool Exact(int64_t j) const { return j >= exact_at; }
+  __m512 LoadExact(int64_t j, int64_t d, __mmask16 m) const {
+    return _mm512_maskz_loadu_ps(m, exact + (j - exact_from) * exact_ld + d);
   }
 };
 struct F32Rows : Pages {
   const float* base;  // head start
   int64_t ld;
-  F32Rows(const kiln_uk_attention_params_t* p, const float* rows, const void*, const float*, int64_t col0)
-      : Pages(p), base(rows + col0), ld(p->ldkv) {}
+  F32Rows(const kiln_uk_attention_params_t* p, bool key, int64_t col0)
+      : Pages(p, key, col0), base((key ? p->k : p->v) + col0), ld(p->ldkv) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, base + Row(j) * ld + d); }
 };
 struct F16Rows : Pages {
   const uint16_t* base;
   int64_t ld;
-  F16Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float*, int64_t col0)
-      : Pages(p), base(static_cast<const uint16_t*>(codes) + col0), ld(p->ldkv) {}
+  F16Rows(const kiln_uk_attention_params_t* p, bool key, int64_t col0)
+      : Pages(p, key, col0), base(static_cast<const uint16_t*>(key ? p->kc : p->vc) + col0), ld(p->ldkv) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + Row(j) * ld + d));
   }
 };
-struct Int8Rows : Pages {
-  const int8_t* base;
+// The scales of 16 elements from e of quantised row j (physical r): its group's, or
+// with keys per channel its span's.
+struct QuantRows : Pages {
   const float* scales;
-  int64_t ld, lds, col0, group;
-  Int8Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
-      : Pages(p), base(static_cast<const int8_t*>(codes) + c0), scales(s), ld(p->ldkv), lds(p->ldkv / p->kv_group),
-        col0(c0), group(p->kv_group) {}
-  __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
-    j = Row(j);
-    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base + j * ld + d)));
-    return _mm512_mul_ps(x, _mm512_set1_ps(scales[j * lds + (col0 + d) / group]));
+  int64_t lds, col0, group;
+  QuantRows(const kiln_uk_attention_params_t* p, bool key, int64_t c0)
+      : Pages(p, key, c0), scales(key ? p->ks : p->vs), lds(p->ldkv / p->kv_group), col0(c0), group(p->kv_group) {}
+  __m512 Scale(int64_t j, int64_t r, int64_t e, __mmask16 m) const {
+    if (per_channel) return _mm512_maskz_loadu_ps(m, scales + Row(j - (j & (span - 1))) * lds + e);
+    return _mm512_set1_ps(scales[r * lds + e / group]);
   }
 };
-struct Int4Rows : Pages {
-  const uint8_t* base;  // row 0
-  const float* scales;
-  int64_t ld_bytes, lds, col0, group;
-  Int4Rows(const kiln_uk_attention_params_t* p, const float*, const void* codes, const float* s, int64_t c0)
-      : Pages(p), base(static_cast<const uint8_t*>(codes)), scales(s), ld_bytes(p->ldkv / 2),
-        lds(p->ldkv / p->kv_group), col0(c0), group(p->kv_group) {}
+struct Int8Rows : QuantRows {
+  const int8_t* base;
+  int64_t ld;
+  Int8Rows(const kiln_uk_attention_params_t* p, bool key, int64_t c0)
+      : QuantRows(p, key, c0), base(static_cast<const int8_t*>(key ? p->kc : p->vc) + c0), ld(p->ldkv) {}
   __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
-    j = Row(j);
+    if (Exact(j)) return LoadExact(j, d, m);
+    const int64_t r = Row(j);
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, base + r * ld + d)));
+    return _mm512_mul_ps(x, Scale(j, r, col0 + d, m));
+  }
+};
+struct Int4Rows : QuantRows {
+  const uint8_t* base;  // row 0
+  int64_t ld_bytes;
+  Int4Rows(const kiln_uk_attention_params_t* p, bool key, int64_t c0)
+      : QuantRows(p, key, c0), base(static_cast<const uint8_t*>(key ? p->kc : p->vc)), ld_bytes(p->ldkv / 2) {}
+  __m512 Load(int64_t j, int64_t d, __mmask16 m) const {
+    if (Exact(j)) return LoadExact(j, d, m);
+    const int64_t r = Row(j);
     const int64_t e = col0 + d, g = e / group, o = e - g * group, half = group / 2;
-    const uint8_t* bytes = base + j * ld_bytes + g * half + (o < half ? o : o - half);
+    const uint8_t* bytes = base + r * ld_bytes + g * half + (o < half ? o : o - half);
     __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, bytes));
     c = o < half ? _mm512_and_si512(c, _mm512_set1_epi32(15)) : _mm512_srli_epi32(c, 4);
     const __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)));
-    return _mm512_mul_ps(x, _mm512_set1_ps(scales[j * lds + g]));
+    return _mm512_mul_ps(x, Scale(j, r, e, m));
   }
 };
 
@@ -135,8 +167,8 @@ template <int G, class Rows>
 void AttendGroup(const kiln_uk_attention_params_t* p, int64_t kvh, const int64_t* rows, const int64_t* hs,
                  float* scratch) {
   const int64_t hd = p->head_dim;
-  const Rows keys(p, p->k, p->kc, p->ks, kvh * hd);
-  const Rows vals(p, p->v, p->vc, p->vs, kvh * hd);
+  Rows keys(p, true, kvh * hd);
+  Rows vals(p, false, kvh * hd);
   int64_t n[G], nmax = 0;
   const float* q[G];
   float* out[G];
@@ -148,6 +180,11 @@ void AttendGroup(const kiln_uk_attention_params_t* p, int64_t kvh, const int64_t
     q[g] = p->q + t * p->ldq + h * hd;
     out[g] = p->y + t * p->ldy + h * hd;
     s[g] = scratch + g * p->n_keys;
+  }
+  // With spans the rows of a group share theirs (AttendKvHead): its positions exact.
+  if (p->positions != nullptr) {
+    keys.AttendFrom(n[0] - 1);
+    vals.AttendFrom(n[0] - 1);
   }
   // Scores, 4 keys at a time.
   const __m512 scale = _mm512_set1_ps(p->scale);
@@ -195,8 +232,16 @@ void AttendKvHead(const kiln_uk_attention_params_t* p, int64_t kvh, int64_t begi
     }
     count = 0;
   };
+  // With spans, a group's rows are in one span (they read the same rows exactly).
+  const int64_t span = p->positions != nullptr ? p->kv_span : 0;
+  int64_t group_span = -1;
   for (int64_t t = begin / heads; t <= (end - 1) / heads; ++t)
     for (int64_t h = kvh * per_kv; h < (kvh + 1) * per_kv; ++h) {
+      if (span > 0) {
+        const int64_t at = p->positions[t];
+        if (count > 0 && at - at % span != group_span) flush();
+        group_span = at - at % span;
+      }
       const int64_t task = t * heads + h;
       if (task < begin || task >= end) continue;
       rows[count] = t;
@@ -281,7 +326,7 @@ void AttendTransposed(const kiln_uk_attention_params_t* p, int64_t h, int64_t ra
     }
     float inv[kTileRows];
     for (int r = 0; r < mr; ++r) inv[r] = Softmax(s[r], n[r], nmax);
-    const F32Rows vals(p, p->v, nullptr, nullptr, kvh * hd);
+    const F32Rows vals(p, false, kvh * hd);
     for (int g0 = 0; g0 < mr; g0 += 4) {
       switch (std::min(4, mr - g0)) {
         case 1: SumValues<1>(vals, hd, nmax, s + g0, inv + g0, out + g0); break;
