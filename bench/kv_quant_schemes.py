@@ -12,14 +12,20 @@ whose attention quantises its keys and values as a streaming cache would hold th
               channels of a position; the positions of the group being filled stay at full
               precision until it is complete. Exact streaming: the query at position t sees
               the complete groups before it quantised and the rest of its own group not.
-  per-token-residual  the runtime's scheme with KIVI's full-precision group being filled:
+  per-token-residual  the per-token scheme with KIVI's full-precision group being filled:
               what the residual alone is worth.
+  kivi-symmetric  KIVI with one symmetric scale per channel (max|x| / 7 or / 127, no zero
+              point): what the runtime does since schema 1.8 (formats/kv_codec.h spans).
+  per-token-asym-residual, per-token-signed-max-residual, per-token-signed-max  other
+              per-position scales (asymmetric min/max; ggml q4_0's signed maximum using
+              all 16 codes), with and without the residual, for comparison.
 
 Measured: the mean KL divergence of every next-token distribution from the unquantised
 model's, over held-out text windows (docs/*.md and README.md, as bench/kv_cache.py
 quality), and the top-1 agreement. JSON on stdout.
 
   /usr/bin/python3 bench/kv_quant_schemes.py [--checkpoint DIR] [--tokens 240] [--prompts 12]
+      [--schemes kivi:4,per-token:4,...]
 """
 
 import argparse

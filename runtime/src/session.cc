@@ -124,7 +124,8 @@ int64_t ReuseWithHole(kiln_session_t* s, const int32_t* ids, int64_t count, int6
 void FreeBuffers(kiln_session_t* s) {
   void* bufs[] = {s->arena,           s->scratch,        s->ids,        s->positions,
                   s->kv_rows,         s->hidden,         s->logits,     s->pixels,
-                  s->vision_features, s->image_features, s->cached_ids, s->block_table};
+                  s->vision_features, s->image_features, s->cached_ids, s->block_table,
+                  s->kv.open_k,       s->kv.open_v,      s->kv.stage_k, s->kv.stage_v};
   for (void* b : bufs) s->allocator.Free(b);
   if (s->kv_pool == nullptr) {  // its own cache (else the pool's rows)
     void* kv[] = {s->kv.keys, s->kv.values, s->kv.key_scales, s->kv.value_scales};

@@ -153,6 +153,17 @@ uint64_t ParamCount(const fb::Model* m) {
   return n ? n : 1;
 }
 
+// How an int8/int4 cache of `group` scales its codes (formats/kv_codec.h): values per
+// group of channels of a position, keys per channel over spans of `group` positions
+// when the group is a power of two.
+std::string KvScalesText(uint32_t group) {
+  if (group == 0) return "";
+  const std::string g = std::to_string(group);
+  if ((group & (group - 1)) != 0) return ", one scale per " + g + " channels";
+  return ", values one scale per " + g + " channels, keys one per channel over " + g +
+         " positions, the positions being filled exact";
+}
+
 // What a session for the --context/--threads/--kv-cache asked for needs.
 struct SessionMemory {
   int context = 0;  // 0: the runtime's default
@@ -232,8 +243,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  stage buffers    %12.1f MB\n", mp->io_bytes() / 1e6);
   std::printf("  KV cache         %12.1f KB per token (%s%s)\n", mp->kv_bytes_per_token() / 1e3,
               fb::EnumNameEncoding(t->kv_cache_encoding()),
-              t->kv_cache_group() ? (", one scale per " + std::to_string(t->kv_cache_group()) + " channels").c_str()
-                                  : "");
+              KvScalesText(t->kv_cache_group()).c_str());
   if (mem.runs_here)
     std::printf("  session          %12.1f MB allocated by a session (context %s, %s threads, %s KV cache): KV cache, "
                 "arena, kernel scratch, stage buffers\n",

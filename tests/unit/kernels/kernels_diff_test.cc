@@ -299,7 +299,7 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
         kiln_uk_attention_params_t p = {q.data(), heads * hd, k.data(), v.data(), kv_heads * hd, whole.data(),
                                         heads * hd, heads, kv_heads, hd, t, 0.35f, causal ? 1 : 0,
                                         positions ? pos.data() : nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                                        nullptr, 0};
+                                        nullptr, 0, 0, 0, nullptr, nullptr};
         set.uk->attention(&p, 0, t * heads, scratch.data());
         p.y = y.data();
         for (int threads = 2; threads <= 4; ++threads) {
@@ -334,9 +334,10 @@ TEST(KernelsDiff, NormsActivationsRopeAttentionGather) {
       // Int8 and int4 also with spans (kv_span = group: keys per channel over complete
       // spans, each row's own span exact from kr / vr).
       if (set.uk->attention_kv == nullptr) continue;
-      for (auto [enc, spans] : {std::pair{kiln::format::kEncF16, false}, {kiln::format::kEncINT8, false},
-                                {kiln::format::kEncINT4, false}, {kiln::format::kEncINT8, true},
-                                {kiln::format::kEncINT4, true}}) {
+      for (auto [enc, with_spans] : {std::pair{kiln::format::kEncF16, false}, {kiln::format::kEncINT8, false},
+                                     {kiln::format::kEncINT4, false}, {kiln::format::kEncINT8, true},
+                                     {kiln::format::kEncINT4, true}}) {
+        const bool spans = with_spans;  // captured below
         const uint32_t group = kiln::format::KvDefaultGroup(enc, static_cast<uint32_t>(hd));
         if (spans && (group & (group - 1)) != 0) continue;
         const uint64_t width = static_cast<uint64_t>(kv_heads * hd);
