@@ -135,6 +135,47 @@ TEST(SlidingWindow, PagedAndUnpagedSlideAlike) {
   kiln_model_release(blocks);
 }
 
+// An int8 cache with spans (16 positions on tiny-llama): both mechanisms keep and evict
+// whole spans (the unpaged one moves rows by spans, so every span keeps its keys'
+// scales), slide alike, and a follow-up reuses the window.
+TEST(SlidingWindow, QuantisedCacheSlidesWholeSpans) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+#if defined(__aarch64__)
+  const std::string path = dir + "/tiny-llama.kv8.gen-aarch64.kiln";
+#else
+  const std::string path = dir + "/tiny-llama.kv8.gen-x86_64.kiln";
+#endif
+  kiln_model_t* flat = paged::Load(path, 0, 0);
+  kiln_model_t* blocks = paged::Load(path, 256, 16);
+  ASSERT_NE(flat, nullptr);
+  ASSERT_NE(blocks, nullptr);
+  const std::vector<int32_t> prompt = TextPrompt(20);
+  kiln_session_t* a = SlidingSession(flat, 64, KILN_CONTEXT_SLIDE, 5);
+  kiln_session_t* b = SlidingSession(blocks, 64, KILN_CONTEXT_SLIDE, 5);
+  const paged::Answer ua = AskGreedy(a, prompt, 160), pb = AskGreedy(b, prompt, 160);
+  ASSERT_EQ(ua.status, KILN_OK) << ua.message;
+  ASSERT_EQ(pb.status, KILN_OK) << pb.message;
+  ASSERT_GT(ua.stats.evicted_tokens, 0);
+  EXPECT_EQ(ua.stats.evicted_tokens % 16, 0);
+  EXPECT_EQ(ua.tokens, pb.tokens);
+  EXPECT_EQ(ua.stats.evicted_tokens, pb.stats.evicted_tokens);
+  for (kiln_session_t* s : {a, b}) {
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), ua.tokens.begin(), ua.tokens.end());
+    const size_t held = next.size() - 1;
+    next.push_back(3);
+    next.push_back(4);
+    const paged::Answer again = AskGreedy(s, next, 4);
+    ASSERT_EQ(again.status, KILN_OK) << again.message;
+    EXPECT_EQ(again.stats.reused_tokens, static_cast<int32_t>(held));
+  }
+  kiln_session_release(a);
+  kiln_session_release(b);
+  kiln_model_release(flat);
+  kiln_model_release(blocks);
+}
+
 // The next call with the whole conversation so far reuses the window: the kept
 // positions, the evicted ones (known by their ids' hash) and the rest, so that only
 // the new question is prefilled. A conversation that differs inside the evicted
