@@ -5,6 +5,7 @@ speed at a long context, and (for the "shapes" demo) exact-match accuracy.
     bench/kv_cache.py quality  --kiln M.kiln [--tokens 600] [--prompts 3] --json q.json
     bench/kv_cache.py speed    --kiln M.kiln --context 2048 --decode 64 --reps 5 --threads 2 --json s.json
     bench/kv_cache.py paging   --kiln M.kiln --context 2048 --decode 64 --reps 5 --threads 2 --json p.json
+    bench/kv_cache.py artifacts --kiln M.kiln --compare N.kiln --compare O.kiln:int8 --context 2048 ... --json a.json
     bench/kv_cache.py accuracy --kiln shapes-dense.kiln --questions DIR/questions.jsonl --json a.json
 
 Every encoding runs on the same artifact through kiln-run --kv-cache (a session may
@@ -20,6 +21,10 @@ largest logit difference.
 
 paging: the same for the artifact's encoding unpaged and paged (kiln-run --kv-pool,
 --kv-block 16 to 256), to choose the block size.
+
+artifacts: the same for --kiln and each --compare PATH[:ENCODING] (another artifact, its
+session's cache encoding), e.g. two compilations of one checkpoint whose kernels differ,
+runs alternating between them.
 
 speed: decode tokens/s after a --context-token prompt, encodings alternating run by
 run (--reps each), medians and the load average; never pass/fail.
@@ -111,9 +116,10 @@ def quality(a: argparse.Namespace) -> dict:
     return res
 
 
-def timed(a: argparse.Namespace, configs: dict[str, list[str]]) -> dict:
+def timed(a: argparse.Namespace, configs: dict[str, list[str]], artifacts: dict[str, str] | None = None) -> dict:
     """Decode tokens/s and prefill ms after a --context-token prompt for each named set
-    of extra kiln-run arguments, the configurations alternating run by run."""
+    of extra kiln-run arguments (on artifacts[name], else --kiln), the configurations
+    alternating run by run."""
     vocab = inspect(a.kiln)["text"]["vocab_size"]
     rng = np.random.default_rng(11)
     prompt = ",".join(str(int(x)) for x in rng.integers(1, vocab, a.context))
@@ -124,7 +130,7 @@ def timed(a: argparse.Namespace, configs: dict[str, list[str]]) -> dict:
     for r in range(a.reps):
         for name in (names if r % 2 == 0 else names[::-1]):
             load.append(os.getloadavg()[0])
-            out = kiln("kiln-run", a.kiln, "--input-ids", prompt, "--max-new-tokens", str(a.decode + 1),
+            out = kiln("kiln-run", (artifacts or {}).get(name, a.kiln), "--input-ids", prompt, "--max-new-tokens", str(a.decode + 1),
                        "--context", str(a.context + a.decode + 8), "--threads", str(a.threads),
                        "--json", "--quiet", *configs[name])
             s = json.loads(out.strip().splitlines()[-1])
@@ -134,6 +140,16 @@ def timed(a: argparse.Namespace, configs: dict[str, list[str]]) -> dict:
             "reps": a.reps, "loadavg": load,
             "decode_tokens_per_s": {n: {"median": statistics.median(v), "runs": v} for n, v in runs.items()},
             "prefill_ms": {n: {"median": statistics.median(v), "runs": v} for n, v in prefill.items()}}
+
+
+def compare_artifacts(a: argparse.Namespace) -> dict:
+    configs, artifacts = {os.path.basename(a.kiln): []}, {os.path.basename(a.kiln): a.kiln}
+    for spec in a.compare or []:
+        path, _, enc = spec.partition(":")
+        name = os.path.basename(path) + (f":{enc}" if enc else "")
+        configs[name] = ["--kv-cache", enc] if enc else []
+        artifacts[name] = path
+    return timed(a, configs, artifacts)
 
 
 def speed(a: argparse.Namespace) -> dict:
@@ -162,7 +178,8 @@ def accuracy(a: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["quality", "speed", "paging", "accuracy"])
+    ap.add_argument("mode", choices=["quality", "speed", "paging", "accuracy", "artifacts"])
+    ap.add_argument("--compare", action="append", help="artifacts: another artifact, PATH[:ENCODING]")
     ap.add_argument("--blocks", type=int, nargs="+", default=[16, 32, 64, 128, 256],
                     help="paging: the block sizes (positions) to time beside the unpaged cache")
     ap.add_argument("--kiln", required=True)
@@ -177,7 +194,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.mode == "accuracy" and not a.questions:
         ap.error("accuracy needs --questions")
-    res = {"quality": quality, "speed": speed, "paging": paging, "accuracy": accuracy}[a.mode](a)
+    res = {"quality": quality, "speed": speed, "paging": paging, "accuracy": accuracy,
+           "artifacts": compare_artifacts}[a.mode](a)
     cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
     res["machine"] = {"cpus": os.cpu_count(), "model": cpu[0] if cpu else ""}
     text = json.dumps(res, indent=1)

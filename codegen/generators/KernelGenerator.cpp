@@ -1029,10 +1029,11 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
   }
   b.setInsertionPointToStart(pathIf.elseBlock());
 
-  f.loop(fn.getArgument(1), fn.getArgument(2), one, [&](Value task) {
-    Value t = b.create<mlir::arith::DivSIOp>(loc, task, f.cI64(heads));
-    Value h = b.create<mlir::arith::RemSIOp>(loc, task, f.cI64(heads));
-    Value kvh = b.create<mlir::arith::DivSIOp>(loc, h, f.cI64(heads / kvHeads));
+  // Row t's heads h0 .. h0 + R - 1, which share one KV head: each key and value is
+  // loaded and decoded once for the R heads; each head's arithmetic is what it would be
+  // alone, so that a row's result does not depend on how the tasks are split.
+  auto attendHeads = [&](Value t, Value h0, int64_t R) {
+    Value kvh = b.create<mlir::arith::DivSIOp>(loc, h0, f.cI64(heads / kvHeads));
     // Keys [0, n): positions[t] + 1 over a KV cache, t + 1 when causal, else all.
     Value n = yieldIf(
         hasPositions, f.i64,
@@ -1041,7 +1042,15 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
           return f.addi(b.create<mlir::arith::ExtSIOp>(loc, f.i64, p), one);
         },
         [&] { return b.create<mlir::arith::SelectOp>(loc, isCausal, f.addi(t, one), nKeys).getResult(); });
-    Value qRow = f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim)));
+    // Per head r: its query, its scores' row of the scratch (KILN_UK_ATTENTION_SCRATCH
+    // has room for KILN_UK_ATTENTION_SCRATCH_ROWS rows of n_keys), its output.
+    llvm::SmallVector<Value> qRow, sRow, yRow;
+    for (int64_t r = 0; r < R; ++r) {
+      Value h = f.addi(h0, f.cI64(r));
+      qRow.push_back(f.addi(f.muli(t, ldq), f.muli(h, f.cI64(headDim))));
+      sRow.push_back(r == 0 ? scratch : f.gep(scratch, f.f32, f.muli(f.cI64(r), nKeys)));
+      yRow.push_back(f.addi(f.muli(t, ldy), f.muli(h, f.cI64(headDim))));
+    }
     Value kvOff = f.muli(kvh, f.cI64(headDim));
     // Keys [0, n) block by block: a paged cache's block (2^shift positions) starts at
     // row kv_blocks[j >> shift] << shift, looked up once per block; unpaged, one block
@@ -1161,57 +1170,96 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
         return loadLanes(f, vf32, f32Rows, f.addi(f.muli(j, ldkv), e), Value());
       }
     };
-    // 1. Scores and their max.
+    // 1. Scores and their max, per head.
     Value negInf = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
-    auto scores = forKeys(mlir::ValueRange{negInf}, [&](Value j, Value row, mlir::ValueRange args) {
-      Value acc = f.splat(vf32, 0.0);
+    auto scores = forKeys(llvm::SmallVector<Value>(R, negInf), [&](Value j, Value row, mlir::ValueRange args) {
+      llvm::SmallVector<Value> acc(R, f.splat(vf32, 0.0));
       for (int64_t c = 0; c < chunks; ++c) {
-        Value qv = loadLanes(f, vf32, q, f.addi(qRow, f.cI64(c * lanes)), Value());
-        acc = fmaV(qv, kvLanes(true, j, row, c), acc);
+        Value kv = kvLanes(true, j, row, c);
+        for (int64_t r = 0; r < R; ++r)
+          acc[r] = fmaV(loadLanes(f, vf32, q, f.addi(qRow[r], f.cI64(c * lanes)), Value()), kv, acc[r]);
       }
-      Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc, Value(),
-                                                      mlir::arith::FastMathFlags::reassoc);
-      Value sc = f.mul(dot, scale);
-      f.store(sc, scratch, f.f32, j);
-      return llvm::SmallVector<Value>{f.maxf(args[0], sc)};
+      llvm::SmallVector<Value> next;
+      for (int64_t r = 0; r < R; ++r) {
+        Value dot = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, acc[r], Value(),
+                                                        mlir::arith::FastMathFlags::reassoc);
+        Value sc = f.mul(dot, scale);
+        f.store(sc, sRow[r], f.f32, j);
+        next.push_back(f.maxf(args[r], sc));
+      }
+      return next;
     });
-    Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores[0]);
-    // 2. p_j = exp(s_j - max) in place, and their sum.
+    // 2. p_j = exp(s_j - max) in place, and their sum, per head.
     Value kl = f.cI64(maxLanes);
     Value nMain = f.muli(b.create<mlir::arith::DivSIOp>(loc, n, kl), kl);
-    Value sums = expInPlace(scratch, nMain, mx);
     Value rest = b.create<mlir::arith::SubIOp>(loc, n, nMain);
     Value anyRest = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sgt, rest, zero);
-    Value total = yieldIf(
-        anyRest, vkeys,
-        [&] {
-          auto vi1 = mlir::VectorType::get({maxLanes}, b.getI1Type());
-          Value mask = b.create<mlir::vector::CreateMaskOp>(
-              loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), rest)});
-          Value e = f.exp(f.sub(loadLanes(f, vkeys, scratch, nMain, mask), mx));
-          storeLanes(f, e, scratch, nMain, mask);
-          return f.add(sums, b.create<mlir::arith::SelectOp>(loc, mask, e, f.splat(vkeys, 0.0)));
-        },
-        [&] { return sums; });
-    Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, total, Value(),
-                                                    mlir::arith::FastMathFlags::reassoc);
-    Value inv = f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum);
-    // 3. out = sum_j (p_j * inv) v_j, up to 8 vectors of the head per pass over the keys.
-    Value yRow = f.addi(f.muli(t, ldy), f.muli(h, f.cI64(headDim)));
-    for (int64_t c0 = 0; c0 < chunks; c0 += 8) {
-      const int64_t group = std::min<int64_t>(8, chunks - c0);
-      llvm::SmallVector<Value> init(group, f.splat(vf32, 0.0));
+    llvm::SmallVector<Value> inv;
+    for (int64_t r = 0; r < R; ++r) {
+      Value mx = b.create<mlir::vector::SplatOp>(loc, vkeys, scores[r]);
+      Value sums = expInPlace(sRow[r], nMain, mx);
+      Value total = yieldIf(
+          anyRest, vkeys,
+          [&] {
+            auto vi1 = mlir::VectorType::get({maxLanes}, b.getI1Type());
+            Value mask = b.create<mlir::vector::CreateMaskOp>(
+                loc, vi1, mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), rest)});
+            Value e = f.exp(f.sub(loadLanes(f, vkeys, sRow[r], nMain, mask), mx));
+            storeLanes(f, e, sRow[r], nMain, mask);
+            return f.add(sums, b.create<mlir::arith::SelectOp>(loc, mask, e, f.splat(vkeys, 0.0)));
+          },
+          [&] { return sums; });
+      Value sum = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, total, Value(),
+                                                      mlir::arith::FastMathFlags::reassoc);
+      inv.push_back(f.div(b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(1.0f)), sum));
+    }
+    // 3. out = sum_j (p_j * inv) v_j: a few vectors of the head for the R heads per pass
+    // over the keys (each value vector loaded serves them all), within the registers.
+    const int64_t perPass = std::clamp<int64_t>((registers - 4) / (R + 1), 1, 8);
+    for (int64_t c0 = 0; c0 < chunks; c0 += perPass) {
+      const int64_t cg = std::min<int64_t>(perPass, chunks - c0);
+      llvm::SmallVector<Value> init(R * cg, f.splat(vf32, 0.0));
       auto acc = forKeys(init, [&](Value j, Value row, mlir::ValueRange args) {
-        Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, scratch, f.f32, j), inv));
-        llvm::SmallVector<Value> next;
-        for (int64_t c = 0; c < group; ++c)
-          next.push_back(fmaV(w, kvLanes(false, j, row, c0 + c), args[c]));
+        llvm::SmallVector<Value> w;
+        for (int64_t r = 0; r < R; ++r)
+          w.push_back(b.create<mlir::vector::SplatOp>(loc, vf32, f.mul(f.load(f.f32, sRow[r], f.f32, j), inv[r])));
+        llvm::SmallVector<Value> next(R * cg);
+        for (int64_t c = 0; c < cg; ++c) {
+          Value vv = kvLanes(false, j, row, c0 + c);
+          for (int64_t r = 0; r < R; ++r) next[r * cg + c] = fmaV(w[r], vv, args[r * cg + c]);
+        }
         return next;
       });
-      for (int64_t c = 0; c < group; ++c)
-        storeLanes(f, acc[c], y, f.addi(yRow, f.cI64((c0 + c) * lanes)), Value());
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < cg; ++c)
+          storeLanes(f, acc[r * cg + c], y, f.addi(yRow[r], f.cI64((c0 + c) * lanes)), Value());
     }
-  });
+  };
+  // Tasks [begin, end): whole groups of the heads of one KV head (task / R is the
+  // group: heads is kvHeads x R), the tasks of a group cut by the range one by one.
+  // R: the largest divisor of the heads per KV head whose scores fit the scratch.
+  int64_t R = std::min<int64_t>(heads / kvHeads, KILN_UK_ATTENTION_SCRATCH_ROWS);
+  while ((heads / kvHeads) % R != 0) --R;
+  Value begin = fn.getArgument(1), end = fn.getArgument(2);
+  auto single = [&](Value task) {
+    attendHeads(b.create<mlir::arith::DivSIOp>(loc, task, f.cI64(heads)),
+                b.create<mlir::arith::RemSIOp>(loc, task, f.cI64(heads)), 1);
+  };
+  if (R == 1) {
+    f.loop(begin, end, one, single);
+  } else {
+    Value rv = f.cI64(R);
+    Value uA = b.create<mlir::arith::DivSIOp>(loc, f.addi(begin, f.cI64(R - 1)), rv);
+    Value uB = b.create<mlir::arith::DivSIOp>(loc, end, rv);
+    Value headEnd = b.create<mlir::arith::MinSIOp>(loc, f.muli(uA, rv), end);
+    f.loop(begin, headEnd, one, single);
+    f.loop(uA, b.create<mlir::arith::MaxSIOp>(loc, uA, uB), one, [&](Value u) {
+      Value task = f.muli(u, rv);
+      attendHeads(b.create<mlir::arith::DivSIOp>(loc, task, f.cI64(heads)),
+                  b.create<mlir::arith::RemSIOp>(loc, task, f.cI64(heads)), R);
+    });
+    f.loop(b.create<mlir::arith::MaxSIOp>(loc, f.muli(uB, rv), headEnd), end, one, single);
+  }
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
 }

@@ -768,6 +768,12 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
         const int64_t split = rows * s.heads / 3;
         fn(&p, 0, split, scratch.data());
         fn(&p, split, rows * s.heads, scratch.data());
+        // A row's result does not depend on how the tasks are split (the heads of one
+        // KV head run together when the range holds them all, else one by one).
+        std::vector<float> whole(rows * ldy, 0.0f);
+        p.y = whole.data();
+        fn(&p, 0, rows * s.heads, scratch.data());
+        ASSERT_EQ(std::memcmp(whole.data(), got.data(), whole.size() * 4), 0) << "split and whole ranges differ";
         for (int64_t t = 0; t < rows; ++t)
           for (int64_t i = 0; i < ldy; ++i) {
             if (i >= s.heads * s.hd) {
@@ -872,6 +878,14 @@ TEST_F(GeneratedKernels, AttentionReadsEncodedKvCache) {
         fn(&p, 0, rows * s.heads, scratch.data());
         for (int64_t i = 0; i < rows * ldy; ++i)
           ASSERT_LE(std::fabs(got[i] - want[i]), 2e-6 * (1.0 + std::fabs(want[i]))) << "element " << i;
+        // Split at odd tasks (groups of heads cut): the same bytes.
+        std::vector<float> split(rows * ldy);
+        p.y = split.data();
+        const int64_t tasks = rows * s.heads, a = tasks / 3 | 1, c = std::max(a, 2 * tasks / 3 + 1);
+        fn(&p, 0, a, scratch.data());
+        fn(&p, a, c, scratch.data());
+        fn(&p, c, tasks, scratch.data());
+        ASSERT_EQ(std::memcmp(split.data(), got.data(), got.size() * 4), 0) << "split and whole ranges differ";
         ++compared;
       }
   EXPECT_GE(compared, 20);
