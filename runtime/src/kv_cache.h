@@ -39,8 +39,10 @@ struct KvCache {
   // rows (= group) share a scale per channel, computed when the span's last row is
   // written; until then the span's keys and values are read at full precision from
   // `open_k`/`open_v` ([layers][span][width] f32, row r at slot r % span: the rows
-  // of the span being filled, which the session wrote itself). `stage_k`/`stage_v`
-  // ([span + max_prefill][width]) hold the exact rows of a call that crosses spans.
+  // of the span being filled as the session wrote them, or decoded from the cache
+  // after a reuse that ended inside a complete span). `stage_k`/`stage_v`
+  // ([span + the longest prefill step][width]) hold the exact rows of a call that
+  // crosses spans.
   int64_t span = 0;
   float* open_k = nullptr;
   float* open_v = nullptr;
