@@ -61,7 +61,7 @@ struct Pages {
       per_channel = key;
     }
   }
-  // The rows attend for a query at position `at`: its span exact.
+  // Reading for queries at position `at`: the positions of its span exact.
   void AttendFrom(int64_t at) {
     if (span > 0) exact_at = at - at % span;
   }
