@@ -47,7 +47,20 @@ TEST(KvSpans, AConversationContinuedInsideASpanAnswersAsOneCall) {
         kiln_session_t* fresh = paged::Session(model, 128, kv);
         const paged::Answer want = paged::Ask(fresh, prompt, 10);
         ASSERT_EQ(want.status, KILN_OK) << want.message;
-        // 20 positions, then the rest: position 20 continues span [16, 32).
+        // The prompt in steps: 20 positions then the rest (position 20 continues span
+        // [16, 32)); steps that end on a span's last position, start a span, stay inside
+        // one, or cross several.
+        for (const std::vector<size_t>& steps :
+             {std::vector<size_t>{20}, std::vector<size_t>{16, 17, 31, 32}, std::vector<size_t>{3, 9, 40}}) {
+          kiln_session_t* t = paged::Session(model, 128, kv);
+          for (size_t n : steps) ASSERT_EQ(paged::Ask(t, Head(prompt, n), 1).status, KILN_OK);
+          const paged::Answer stepped = paged::Ask(t, prompt, 10);
+          ASSERT_EQ(stepped.status, KILN_OK) << stepped.message;
+          // (paged: also the blocks the first session published)
+          EXPECT_GE(stepped.stats.reused_tokens, static_cast<int32_t>(steps.back()));
+          EXPECT_EQ(stepped.tokens, want.tokens) << "steps ending at " << steps.back();
+          kiln_session_release(t);
+        }
         kiln_session_t* s = paged::Session(model, 128, kv);
         ASSERT_EQ(paged::Ask(s, Head(prompt, 20), 1).status, KILN_OK);
         const paged::Answer got = paged::Ask(s, prompt, 10);
