@@ -96,26 +96,17 @@ inline void PackKvCodes(uint8_t encoding, uint32_t group, uint64_t width, void* 
 inline void EncodeKeySpan(uint8_t encoding, uint32_t group, const float* x, uint64_t ldx, uint64_t span,
                           uint64_t width, uint8_t* codes, float* scales) {
   const float qmax = encoding == kEncINT8 ? 127.0f : 7.0f;
-  const uint64_t row_bytes = KvRowBytes(encoding, width);
-  const uint32_t half = group / 2;
-  for (uint64_t e = 0; e < width; ++e) {
+  for (uint64_t e = 0; e < width; ++e) {  // max|x| per channel first, the scales last
     float amax = 0.0f;
     for (uint64_t t = 0; t < span; ++t) amax = std::max(amax, std::fabs(x[t * ldx + e]));
-    scales[e] = amax / qmax;
-    const float inv = amax > 0.0f ? qmax / amax : 0.0f;
-    // Element e's byte in a row, and whether it is the high nibble (INT4).
-    const uint64_t i = e % group, at = encoding == kEncINT8 ? e : (e - i) / 2 + (i < half ? i : i - half);
-    for (uint64_t t = 0; t < span; ++t) {
-      const int c = KvCode(x[t * ldx + e], inv, qmax);
-      uint8_t* b = codes + t * row_bytes + at;
-      if (encoding == kEncINT8)
-        *b = static_cast<uint8_t>(static_cast<int8_t>(c));
-      else if (i < half)
-        *b = static_cast<uint8_t>((*b & 0xF0) | (c + 8));
-      else
-        *b = static_cast<uint8_t>((*b & 0x0F) | ((c + 8) << 4));
-    }
+    scales[e] = amax;
   }
+  const uint64_t row_bytes = KvRowBytes(encoding, width);
+  for (uint64_t t = 0; t < span; ++t)
+    PackKvCodes(encoding, group, width, codes + t * row_bytes, [&](uint64_t e) {
+      return KvCode(x[t * ldx + e], scales[e] > 0.0f ? qmax / scales[e] : 0.0f, qmax);
+    });
+  for (uint64_t e = 0; e < width; ++e) scales[e] /= qmax;
 }
 
 // Encodes `width` floats into `codes` (KvRowBytes) and `scales` (KvRowScales).
@@ -146,6 +137,30 @@ inline void EncodeKvRow(uint8_t encoding, uint32_t group, const float* x, uint64
   }
 }
 
+// Elements [first, first + n) of an INT8/INT4 row (first and n multiples of the group)
+// as floats: codes times one scale per group (scales[e / group]) or, kPerElement, one
+// per element (scales[e]: a span's keys).
+template <bool kPerElement>
+inline void DecodeKvCodes(uint8_t encoding, uint32_t group, const void* codes, const float* scales, uint64_t first,
+                          uint64_t n, float* out) {
+  const uint32_t half = group / 2;
+  for (uint64_t g0 = 0; g0 < n; g0 += group) {
+    const uint64_t e0 = first + g0;
+    const float* s = kPerElement ? scales + e0 : scales + e0 / group;
+    auto scale = [&](uint32_t i) { return kPerElement ? s[i] : s[0]; };
+    if (encoding == kEncINT8) {
+      const int8_t* c = static_cast<const int8_t*>(codes) + e0;
+      for (uint32_t i = 0; i < group; ++i) out[g0 + i] = static_cast<float>(c[i]) * scale(i);
+      continue;
+    }
+    const uint8_t* c = static_cast<const uint8_t*>(codes) + e0 / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+      out[g0 + i] = static_cast<float>((c[i] & 15) - 8) * scale(i);
+      out[g0 + i + half] = static_cast<float>((c[i] >> 4) - 8) * scale(i + half);
+    }
+  }
+}
+
 // Elements [first, first + n) of an encoded row (first and n multiples of the group)
 // as floats.
 inline void DecodeKvSpan(uint8_t encoding, uint32_t group, const void* codes, const float* scales, uint64_t first,
@@ -157,23 +172,8 @@ inline void DecodeKvSpan(uint8_t encoding, uint32_t group, const void* codes, co
       for (uint64_t i = 0; i < n; ++i) out[i] = numeric::F16ToF32(h[i]);
       return;
     }
-    case kEncINT8: {
-      const int8_t* c = static_cast<const int8_t*>(codes) + first;
-      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(c[i]) * scales[(first + i) / group];
-      return;
-    }
-    case kEncINT4: {
-      const uint32_t half = group / 2;
-      for (uint64_t g0 = 0; g0 < n; g0 += group) {
-        const uint8_t* c = static_cast<const uint8_t*>(codes) + (first + g0) / 2;
-        const float s = scales[(first + g0) / group];
-        for (uint32_t i = 0; i < half; ++i) {
-          out[g0 + i] = static_cast<float>((c[i] & 15) - 8) * s;
-          out[g0 + i + half] = static_cast<float>((c[i] >> 4) - 8) * s;
-        }
-      }
-      return;
-    }
+    case kEncINT8:
+    case kEncINT4: DecodeKvCodes<false>(encoding, group, codes, scales, first, n, out); return;
     default: return;
   }
 }
@@ -182,20 +182,7 @@ inline void DecodeKvSpan(uint8_t encoding, uint32_t group, const void* codes, co
 // `span_scales` are the span's, one per element of the row.
 inline void DecodeKeySpanRow(uint8_t encoding, uint32_t group, const void* codes, const float* span_scales,
                              uint64_t first, uint64_t n, float* out) {
-  if (encoding == kEncINT8) {
-    const int8_t* c = static_cast<const int8_t*>(codes) + first;
-    for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(c[i]) * span_scales[first + i];
-    return;
-  }
-  const uint32_t half = group / 2;
-  for (uint64_t g0 = 0; g0 < n; g0 += group) {
-    const uint8_t* c = static_cast<const uint8_t*>(codes) + (first + g0) / 2;
-    const float* s = span_scales + first + g0;
-    for (uint32_t i = 0; i < half; ++i) {
-      out[g0 + i] = static_cast<float>((c[i] & 15) - 8) * s[i];
-      out[g0 + i + half] = static_cast<float>((c[i] >> 4) - 8) * s[i + half];
-    }
-  }
+  DecodeKvCodes<true>(encoding, group, codes, span_scales, first, n, out);
 }
 
 }  // namespace kiln::format

@@ -868,13 +868,6 @@ kiln_status_t RunVectors(const std::string& path, const std::string& vectors, Ou
 }
 
 // `<dir>/<name>.gen-<this architecture>.kiln`, and the portable reference kernel of an op kind.
-std::string GeneratedArtifact(const std::string& dir, const std::string& name) {
-#if defined(__aarch64__)
-  return dir + "/" + name + ".gen-aarch64.kiln";
-#else
-  return dir + "/" + name + ".gen-x86_64.kiln";
-#endif
-}
 uint32_t PortableKernelOf(fb::OpKind kind) {
   size_t count;
   const kiln::format::KernelInfo* kernels = kiln::format::AllKernels(&count);

@@ -22,25 +22,16 @@ std::vector<int32_t> Prompt(int n, int seed) {
 
 std::vector<int32_t> Head(const std::vector<int32_t>& ids, size_t n) { return {ids.begin(), ids.begin() + n}; }
 
-// The int8-cache artifact whose generated attention reads spans, for this CPU.
-std::string GeneratedKv8() {
-#if defined(__aarch64__)
-  return "tiny-llama.kv8.gen-aarch64.kiln";
-#else
-  return "tiny-llama.kv8.gen-x86_64.kiln";
-#endif
-}
 
 // tiny-llama (head_dim 16: spans of 16 positions) with int8 and int4 caches, unpaged
 // and paged (blocks of 16 and 32).
 TEST(KvSpans, AConversationContinuedInsideASpanAnswersAsOneCall) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-  for (const std::string& name : {std::string("tiny-llama.kiln"), GeneratedKv8()})
+  for (const std::string& path : {dir + "/tiny-llama.kiln", GeneratedArtifact(dir, "tiny-llama.kv8")})
     for (int kv : {KILN_KV_CACHE_INT8, KILN_KV_CACHE_INT4})
       for (int block : {0, 16, 32}) {
-        SCOPED_TRACE(name + " kv_cache " + std::to_string(kv) + " block " + std::to_string(block));
-        const std::string path = dir + "/" + name;
+        SCOPED_TRACE(path + " kv_cache " + std::to_string(kv) + " block " + std::to_string(block));
         kiln_model_t* model = paged::Load(path, block ? 40 * block : 0, block);
         ASSERT_NE(model, nullptr);
         const std::vector<int32_t> prompt = Prompt(45, 1);

@@ -141,11 +141,7 @@ TEST(SlidingWindow, PagedAndUnpagedSlideAlike) {
 TEST(SlidingWindow, QuantisedCacheSlidesWholeSpans) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-#if defined(__aarch64__)
-  const std::string path = dir + "/tiny-llama.kv8.gen-aarch64.kiln";
-#else
-  const std::string path = dir + "/tiny-llama.kv8.gen-x86_64.kiln";
-#endif
+  const std::string path = GeneratedArtifact(dir, "tiny-llama.kv8");
   kiln_model_t* flat = paged::Load(path, 0, 0);
   kiln_model_t* blocks = paged::Load(path, 256, 16);
   ASSERT_NE(flat, nullptr);

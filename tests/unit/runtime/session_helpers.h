@@ -24,6 +24,16 @@ inline std::string ArtifactsDir() {
   return dir != nullptr ? dir : "";
 }
 
+// `<dir>/<name>.gen-<this architecture>.kiln`: a test artifact's generated kernels for
+// this CPU.
+inline std::string GeneratedArtifact(const std::string& dir, const std::string& name) {
+#if defined(__aarch64__)
+  return dir + "/" + name + ".gen-aarch64.kiln";
+#else
+  return dir + "/" + name + ".gen-x86_64.kiln";
+#endif
+}
+
 // Sessions asked questions, for the prefix-reuse and paged-cache tests.
 namespace paged {
 
