@@ -341,7 +341,8 @@ kiln_status_t RunMoe(const OpContext& c) {
   if (c.num_inputs > 1) {
     const ActView& r = c.inputs[1];
     if (r.rows != rows || r.cols != hidden) return Bad(c, "operands do not fit");
-    if (r.f32() != y) std::memcpy(y, r.f32(), static_cast<size_t>(rows * hidden) * 4);
+    // memmove: a damaged memory plan may overlap the two in part.
+    if (r.f32() != y) std::memmove(y, r.f32(), static_cast<size_t>(rows * hidden) * 4);
   } else {
     std::memset(y, 0, static_cast<size_t>(rows * hidden) * 4);
   }
