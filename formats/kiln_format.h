@@ -23,7 +23,7 @@ constexpr uint32_t kSchemaMajor = 1;
 // read paged KV caches (kiln_uk_attention_params_t.kv_blocks), nothing else changed;
 // 8: generated attention kernels read quantised caches with keys per channel over
 // spans and the span being filled at full precision (kiln_uk_attention_params_t.kv_span)
-constexpr uint32_t kSchemaMinor = 8;
+constexpr uint32_t kSchemaMinor = 9;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -183,6 +183,31 @@ def KilnFuseQkv : Pass<"kiln-fuse-qkv", "::mlir::ModuleOp"> {
   }];
 }
 
+def KilnFuseGateUp : Pass<"kiln-fuse-gate-up", "::mlir::ModuleOp"> {
+  let summary = "Fuse a gated MLP's gate and up projections into one matrix product";
+  let description = [{
+    Every `kiln.gated_mlp` with separate gate and up weights of one encoding
+    becomes one over a weight interleaving their rows in blocks of `block` (a
+    `#kiln.concat` with that `block`, evaluated by the artifact writer, named like
+    the gate's with `gate_proj` -> `gate_up_proj`): the runtime computes gate and
+    up of the same channels in one product, and its epilogue writes act(gate) * up,
+    one pass over the activations and one dispatch instead of three. Refused, with
+    a remark saying why, when the two weights were assigned different encodings
+    (the precision assignment is kept) or element types. Runs before
+    `kiln-fuse-residual` and `kiln-fuse-norm`, which keep the fused form.
+
+    ```mlir
+    %y = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>} : ...
+    // ->
+    %y = kiln.gated_mlp %x, %gu, %d {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : ...
+    ```
+  }];
+  let options = [
+    Option<"block", "block", "int64_t", /*default=*/"16",
+           "Rows of gate, then of up, per interleaved block, 1 to 256 (16: the generated kernels' panel width)">,
+  ];
+}
+
 def KilnFuseNorm : Pass<"kiln-fuse-norm", "::mlir::ModuleOp"> {
   let summary = "Fold a normalisation into the matmul that reads it";
   let description = [{

@@ -45,6 +45,9 @@ struct PackWeightsPass : impl::KilnPackWeightsBase<PackWeightsPass> {
       if (it == readers.end() || it->second.empty())
         continue;
       mlir::RankedTensorType type = w.getTensorType();
+      // Vectors (norm weights, biases) stay row major, whatever slot they fill.
+      if (type.getRank() < 2)
+        continue;
       const uint64_t rows = type.getDimSize(0), cols = rows ? type.getNumElements() / rows : 0;
       const bool a8 = w.getEncoding().getActivation() == ActivationMode::Int8PerToken;
       // The layouts are the matmuls': a table only gathers read stays row major.

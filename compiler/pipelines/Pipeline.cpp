@@ -144,10 +144,17 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
   if (options.fuse) {
     // The residual before the norm: add(x, mlp(norm(x))) has the residual x apart from
     // the MLP's input until the norm is folded in.
-    pm.addPass(createKilnFuseQkv());
-    pm.addPass(createKilnFuseActivation());
-    pm.addPass(createKilnFuseResidual());
-    pm.addPass(createKilnFuseNorm());
+    auto on = [&](llvm::StringRef name) { return !llvm::is_contained(options.noFusePasses, name); };
+    if (on("qkv"))
+      pm.addPass(createKilnFuseQkv());
+    if (on("gate-up"))
+      pm.addPass(createKilnFuseGateUp());
+    if (on("activation"))
+      pm.addPass(createKilnFuseActivation());
+    if (on("residual"))
+      pm.addPass(createKilnFuseResidual());
+    if (on("norm"))
+      pm.addPass(createKilnFuseNorm());
   }
   KilnSelectKernelsOptions select;
   select.target = options.target;

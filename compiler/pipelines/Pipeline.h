@@ -18,6 +18,9 @@
 
 namespace kiln {
 
+/// The fusion passes, kiln-fuse-NAME, in pipeline order.
+inline constexpr const char* kFusionPasses[] = {"qkv", "gate-up", "activation", "residual", "norm"};
+
 struct CompileOptions {
   std::string checkpoint;
   std::string target;       // triple; "" = host
@@ -25,7 +28,8 @@ struct CompileOptions {
   std::string allowPortableOps;  // regex over op names that may run portable kernels on a CPU target
   std::string kernels = "generated";  // generated | hand-written: which kernels rank first where both qualify
   bool packWeights = true;       // kiln-pack-weights: packed layouts for the kernels that read them
-  bool fuse = true;              // kiln-fuse-qkv, -activation, -residual, -norm (--no-fuse: none)
+  bool fuse = true;              // kiln-fuse-qkv, -gate-up, -activation, -residual, -norm (--no-fuse: none)
+  std::vector<std::string> noFusePasses;  // of kFusionPasses: skipped (--no-fuse-pass)
   std::string promptTemplate;
   int64_t maxPrefillTokens = 512;
   std::string kvCache = "int8";  // kiln-plan-memory kv-cache: f32 | f16 | int8 | int4 (docs/performance.md)

@@ -672,10 +672,23 @@ LogicalResult Writer::evaluate(WeightOp op, mlir::Attribute expr, std::vector<fl
     uint64_t outer = numElements(llvm::ArrayRef<int64_t>(*shape).take_front(axis));
     values->clear();
     values->reserve(numElements(*shape));
+    if (concat.getBlock() == 0) {
+      for (uint64_t o = 0; o < outer; ++o)
+        for (size_t i = 0; i < parts.size(); ++i)
+          values->insert(values->end(), parts[i].begin() + o * chunk[i], parts[i].begin() + (o + 1) * chunk[i]);
+      return success();
+    }
+    // Interleaved: the operands have one extent along the axis, taken `block` slices
+    // at a time from each in turn (a slice: chunk / extent elements).
+    const uint64_t extent = static_cast<uint64_t>((*shape)[axis]) / parts.size();
+    const uint64_t block = static_cast<uint64_t>(concat.getBlock());
+    const uint64_t slice = chunk[0] / extent;
     for (uint64_t o = 0; o < outer; ++o)
-      for (size_t i = 0; i < parts.size(); ++i)
-        values->insert(values->end(), parts[i].begin() + o * chunk[i],
-                       parts[i].begin() + (o + 1) * chunk[i]);
+      for (uint64_t b0 = 0; b0 < extent; b0 += block)
+        for (const std::vector<float>& part : parts) {
+          const uint64_t begin = o * chunk[0] + b0 * slice, end = begin + (std::min(extent, b0 + block) - b0) * slice;
+          values->insert(values->end(), part.begin() + begin, part.begin() + end);
+        }
     return success();
   }
   if (auto slice = llvm::dyn_cast<SliceAttr>(expr)) {

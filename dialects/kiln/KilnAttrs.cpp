@@ -99,7 +99,9 @@ LogicalResult kiln::verifyWeightExprNode(function_ref<InFlightDiagnostic()> emit
         return SourceAttr::verify(emitError, a.getFile(), a.getOffset(), a.getSize(),
                                   a.getDtype(), a.getShape());
       })
-      .Case([&](ConcatAttr a) { return ConcatAttr::verify(emitError, a.getAxis(), a.getOperands()); })
+      .Case([&](ConcatAttr a) {
+        return ConcatAttr::verify(emitError, a.getAxis(), a.getOperands(), a.getBlock());
+      })
       .Case([&](SliceAttr a) {
         return SliceAttr::verify(emitError, a.getOperand(), a.getOffsets(), a.getSizes());
       })
@@ -152,7 +154,9 @@ SmallVector<Attribute> SourceAttr::getExprOperands() const { return {}; }
 // ConcatAttr
 
 LogicalResult ConcatAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t axis,
-                                 ArrayRef<Attribute> operands) {
+                                 ArrayRef<Attribute> operands, int64_t block) {
+  if (block < 0)
+    return emitError() << "concat block " << block << " is negative";
   if (operands.empty())
     return emitError() << "concat needs at least one operand";
   SmallVector<OperandInfo> infos;
@@ -176,6 +180,11 @@ LogicalResult ConcatAttr::verify(function_ref<InFlightDiagnostic()> emitError, i
         return emitError() << "concat operand " << i << " has shape " << shapeStr(info.shape)
                            << ", which differs from operand 0's " << shapeStr(first.shape)
                            << " outside axis " << axis;
+    if (block > 0 && info.shape[axis] != first.shape[axis])
+      return emitError() << "concat operand " << i << " has " << info.shape[axis]
+                         << " elements along axis " << axis << " but operand 0 has "
+                         << first.shape[axis] << " (interleaved in blocks of " << block
+                         << ", the operands have the same shape)";
     if (info.dtype != first.dtype)
       return emitError() << "concat operand " << i << " has dtype " << info.dtype
                          << " but operand 0 has " << first.dtype

@@ -169,16 +169,30 @@ def Kiln_ConcatAttr : Kiln_Attr<"Concat", "concat",
     dimension along `axis` is the sum of theirs. Fusing the Q, K and V projections
     into one GEMM is a concatenation along axis 0 of their `[out, in]` weights.
 
+    With `block = B` (B > 0) the operands, which then have the same extent along
+    `axis` too, are interleaved in blocks of B: the result takes B slices of
+    operand 0, B of operand 1, ..., then the next B of operand 0; the last block
+    of each operand may be shorter. Fusing a gated MLP's gate and up projections
+    interleaves their rows in blocks of 16, so that every 32 rows of the product
+    hold 16 channels of gate and the same 16 of up side by side.
+
     ```mlir
     #kiln.concat<axis = 0, [
         #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
         #kiln.source<"m.safetensors", offset = 2048, size = 1024, dtype = "F32", shape = [8, 32]>]>
+    #kiln.concat<axis = 0, block = 16, [G, U]>   // rows G[0:16], U[0:16], G[16:32], U[16:32], ...
     ```
   }];
   let parameters = (ins
     "int64_t":$axis,
-    ArrayRefParameter<"::mlir::Attribute", "weight expressions">:$operands);
-  let assemblyFormat = "`<` `axis` `=` $axis `,` `[` $operands `]` `>`";
+    ArrayRefParameter<"::mlir::Attribute", "weight expressions">:$operands,
+    DefaultValuedParameter<"int64_t", "0", "interleave block along axis (0: whole operands)">:$block);
+  let builders = [
+    AttrBuilder<(ins "int64_t":$axis, "::llvm::ArrayRef<::mlir::Attribute>":$operands), [{
+      return $_get($_ctxt, axis, operands, 0);
+    }]>
+  ];
+  let assemblyFormat = "`<` `axis` `=` $axis `,` (`block` `=` $block^ `,`)? `[` $operands `]` `>`";
   let genVerifyDecl = 1;
 }
 

@@ -36,6 +36,48 @@ static void printWeightExpr(OpAsmPrinter& printer, Operation*, WeightExprAttrInt
     printer.printAttribute(expr);
 }
 
+//===----------------------------------------------------------------------===//
+// custom<UpDown>: a gated MLP's `up, down` operands (or types), or `down` alone when
+// gate and up are one interleaved weight.
+//===----------------------------------------------------------------------===//
+
+static ParseResult parseUpDown(OpAsmParser& parser, std::optional<OpAsmParser::UnresolvedOperand>& up,
+                               OpAsmParser::UnresolvedOperand& down) {
+  OpAsmParser::UnresolvedOperand first;
+  if (parser.parseOperand(first))
+    return failure();
+  if (failed(parser.parseOptionalComma())) {
+    down = first;
+    return success();
+  }
+  up = first;
+  return parser.parseOperand(down);
+}
+
+static void printUpDown(OpAsmPrinter& printer, Operation*, Value up, Value down) {
+  if (up)
+    printer << up << ", ";
+  printer << down;
+}
+
+static ParseResult parseUpDown(OpAsmParser& parser, Type& up, Type& down) {
+  Type first;
+  if (parser.parseType(first))
+    return failure();
+  if (failed(parser.parseOptionalComma())) {
+    down = first;
+    return success();
+  }
+  up = first;
+  return parser.parseType(down);
+}
+
+static void printUpDown(OpAsmPrinter& printer, Operation*, Type up, Type down) {
+  if (up)
+    printer << up << ", ";
+  printer << down;
+}
+
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.cpp.inc"
 
@@ -308,9 +350,29 @@ static LogicalResult verifyGatedMlp(Operation* op, Value input, Value gate, Valu
 }
 
 LogicalResult GatedMlpOp::verify() {
-  if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")) ||
-      failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
+  std::optional<int64_t> block = getGateUpBlock();
+  if (static_cast<bool>(getUp()) == block.has_value())
+    return emitOpError(getUp() ? "has an up weight and gate_up_block: gate_up_block says the gate "
+                                 "weight interleaves gate and up"
+                               : "has no up weight and no gate_up_block");
+  if (block) {
+    // One weight of gate and up rows interleaved in blocks of gate_up_block.
+    if (*block < 1 || *block > 256)
+      return emitOpError("gate_up_block ") << *block << " must lie in [1, 256]";
+    if (failed(expectRank(*this, "gate", getGate(), 2)) || failed(expectRank(*this, "input", getInput(), 2)) ||
+        failed(expectRank(*this, "down", getDown(), 2)))
+      return failure();
+    auto gu = tensorOf(getGate()), d = tensorOf(getDown());
+    const int64_t hidden = tensorOf(getInput()).getDimSize(1);
+    if (failed(expectDim(*this, "gate/up rows", gu.getDimSize(0), "2 x down in_features", 2 * d.getDimSize(1))) ||
+        failed(expectDim(*this, "gate/up in_features", gu.getDimSize(1), "hidden size", hidden)) ||
+        failed(expectDim(*this, "down out_features", d.getDimSize(0), "hidden size", hidden)) ||
+        failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
+      return failure();
+  } else if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")) ||
+             failed(expectResultShape(*this, tensorOf(getInput()).getShape()))) {
     return failure();
+  }
   return verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual());
 }
 

@@ -269,29 +269,38 @@ def Kiln_GatedMlpOp : Kiln_Op<"gated_mlp", [Pure, AttrSizedOperandSegments]> {
     Fusions as `kiln.linear`'s: a `norm` prologue (normalising the input once for
     gate and up) and a `residual` added to the result.
 
+    Fused by `kiln-fuse-gate-up`, the op has no `up`: `gate` is then the
+    [2 x intermediate, hidden] weight interleaving the gate's and the up's rows in
+    blocks of `gate_up_block` (a `#kiln.concat` with that `block`), one matrix
+    product whose epilogue writes act(gate) * up.
+
     ```mlir
     %y = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>}
         : tensor<?x576xf32>, tensor<1536x576xbf16>, tensor<1536x576xbf16>,
           tensor<576x1536xbf16> -> tensor<?x576xf32>
+    %y = kiln.gated_mlp %x, %gu, %d {activation = #kiln.activation<silu>, gate_up_block = 16 : i64}
+        : tensor<?x576xf32>, tensor<3072x576xbf16>, tensor<576x1536xbf16> -> tensor<?x576xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$gate, Kiln_Weight:$up,
+  let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$gate, Optional<Kiln_Weight>:$up,
                        Kiln_Weight:$down, Optional<Kiln_Activation>:$residual,
                        Optional<Kiln_Weight>:$norm_weight, Optional<Kiln_Weight>:$norm_bias,
                        Kiln_ActivationAttr:$activation,
-                       OptionalAttr<StrAttr>:$norm, OptionalAttr<F32Attr>:$norm_epsilon);
+                       OptionalAttr<StrAttr>:$norm, OptionalAttr<F32Attr>:$norm_epsilon,
+                       OptionalAttr<I64Attr>:$gate_up_block);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $gate `,` $up `,` $down (`residual` `(` $residual^ `)`)?
+    $input `,` $gate `,` custom<UpDown>($up, $down) (`residual` `(` $residual^ `)`)?
     (`norm` `(` $norm_weight^ `)`)? (`norm_bias` `(` $norm_bias^ `)`)? attr-dict `:`
-    type($input) `,` type($gate) `,` type($up) `,` type($down) (`residual` type($residual)^)?
-    (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)? `->` type($result)
+    type($input) `,` type($gate) `,` custom<UpDown>(type($up), type($down))
+    (`residual` type($residual)^)? (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)?
+    `->` type($result)
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input, "::mlir::Value":$gate,
                    "::mlir::Value":$up, "::mlir::Value":$down, "ActivationKindAttr":$activation), [{
       build($_builder, $_state, result, input, gate, up, down, ::mlir::Value(), ::mlir::Value(),
-            ::mlir::Value(), activation, ::mlir::StringAttr(), ::mlir::FloatAttr());
+            ::mlir::Value(), activation, ::mlir::StringAttr(), ::mlir::FloatAttr(), ::mlir::IntegerAttr());
     }]>
   ];
   let hasVerifier = 1;

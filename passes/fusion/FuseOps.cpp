@@ -1,10 +1,12 @@
 //===- FuseOps.cpp - operator fusion (kiln-fuse-*) ---------------*- C++ -*-===//
 //
-// Three passes that fold the ops of a transformer layer into fewer kernels, each
+// Passes that fold the ops of a transformer layer into fewer kernels, each
 // reporting every fusion it makes or refuses as a remark on the op:
 //   kiln-fuse-qkv       Q/K/V projections of one input -> one kiln.linear over a
 //                       concatenated weight, and the attention with its two ropes ->
 //                       one kiln.qkv_attention;
+//   kiln-fuse-gate-up   a gated MLP's gate and up -> one weight of their rows
+//                       interleaved, one product with an act(gate) * up epilogue;
 //   kiln-fuse-norm      an RMSNorm/LayerNorm read by one matmul -> that matmul's
 //                       prologue;
 //   kiln-fuse-activation kiln.activation(linear(x)) -> the linear's epilogue;
@@ -21,6 +23,7 @@
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFUSEQKV
+#define GEN_PASS_DEF_KILNFUSEGATEUP
 #define GEN_PASS_DEF_KILNFUSENORM
 #define GEN_PASS_DEF_KILNFUSERESIDUAL
 #define GEN_PASS_DEF_KILNFUSEACTIVATION
@@ -117,13 +120,14 @@ struct GatedMlpParts {
   ActivationKindAttr activation;
   mlir::StringAttr norm;
   mlir::FloatAttr epsilon;
+  mlir::IntegerAttr gateUpBlock;
   explicit GatedMlpParts(GatedMlpOp g)
       : input(g.getInput()), gate(g.getGate()), up(g.getUp()), down(g.getDown()), residual(g.getResidual()),
         normWeight(g.getNormWeight()), normBias(g.getNormBias()), activation(g.getActivationAttr()),
-        norm(g.getNormAttr()), epsilon(g.getNormEpsilonAttr()) {}
+        norm(g.getNormAttr()), epsilon(g.getNormEpsilonAttr()), gateUpBlock(g.getGateUpBlockAttr()) {}
   GatedMlpOp build(mlir::OpBuilder& b, GatedMlpOp like) const {
     return b.create<GatedMlpOp>(like.getLoc(), like.getType(), input, gate, up, down, residual, normWeight, normBias,
-                                activation, norm, epsilon);
+                                activation, norm, epsilon, gateUpBlock);
   }
 };
 
@@ -139,43 +143,45 @@ mlir::Attribute concatOperand(WeightOp w) {
   return w.getSource();
 }
 
-struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
-  // The weight concatenating `parts` along rows (made once per module, by name).
-  WeightOp concatWeight(mlir::ModuleOp module, llvm::StringRef name, llvm::SmallVector<WeightOp, 3> parts) {
-    mlir::SymbolTable symbols(module);
-    mlir::MLIRContext* ctx = module.getContext();
-    llvm::SmallVector<mlir::Attribute> operands;
-    llvm::SmallVector<mlir::Attribute> from;
-    int64_t rows = 0;
-    for (WeightOp w : parts) {
-      operands.push_back(concatOperand(w));
-      from.push_back(mlir::FlatSymbolRefAttr::get(w.getSymNameAttr()));
-      rows += w.getTensorType().getDimSize(0);
-    }
-    // The same parts fused for another stage: that weight; a name the checkpoint
-    // already uses for something else: another name.
-    std::string unique = name.str();
-    for (int i = 1;; ++i) {
-      WeightOp existing = symbols.lookup<WeightOp>(unique);
-      if (!existing)
-        break;
-      if (existing->getAttr("kiln.fused_from") == mlir::ArrayAttr::get(ctx, from))
-        return existing;
-      unique = (name + ".fused" + llvm::Twine(i)).str();
-    }
-    mlir::RankedTensorType t0 = parts[0].getTensorType();
-    llvm::SmallVector<int64_t> shape(t0.getShape());
-    shape[0] = rows;
-    mlir::OpBuilder b(ctx);
-    b.setInsertionPoint(parts[0]);
-    auto w = b.create<WeightOp>(parts[0].getLoc(), b.getStringAttr(unique),
-                                mlir::TypeAttr::get(mlir::RankedTensorType::get(shape, t0.getElementType())),
-                                llvm::cast<WeightExprAttrInterface>(ConcatAttr::get(ctx, 0, operands)),
-                                parts[0].getEncoding());
-    w->setAttr("kiln.fused_from", b.getArrayAttr(from));
-    return w;
+// The weight concatenating `parts` along rows, interleaved in blocks of `block` rows
+// when non-zero (made once per module, by name).
+WeightOp concatWeight(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRef<WeightOp> parts, int64_t block = 0) {
+  mlir::SymbolTable symbols(module);
+  mlir::MLIRContext* ctx = module.getContext();
+  llvm::SmallVector<mlir::Attribute> operands;
+  llvm::SmallVector<mlir::Attribute> from;
+  int64_t rows = 0;
+  for (WeightOp w : parts) {
+    operands.push_back(concatOperand(w));
+    from.push_back(mlir::FlatSymbolRefAttr::get(w.getSymNameAttr()));
+    rows += w.getTensorType().getDimSize(0);
   }
+  // The same parts fused for another stage: that weight; a name the checkpoint
+  // already uses for something else: another name.
+  std::string unique = name.str();
+  for (int i = 1;; ++i) {
+    WeightOp existing = symbols.lookup<WeightOp>(unique);
+    if (!existing)
+      break;
+    if (existing->getAttr("kiln.fused_from") == mlir::ArrayAttr::get(ctx, from))
+      return existing;
+    unique = (name + ".fused" + llvm::Twine(i)).str();
+  }
+  WeightOp first = parts[0];
+  mlir::RankedTensorType t0 = first.getTensorType();
+  llvm::SmallVector<int64_t> shape(t0.getShape());
+  shape[0] = rows;
+  mlir::OpBuilder b(ctx);
+  b.setInsertionPoint(first);
+  auto w = b.create<WeightOp>(first.getLoc(), b.getStringAttr(unique),
+                              mlir::TypeAttr::get(mlir::RankedTensorType::get(shape, t0.getElementType())),
+                              llvm::cast<WeightExprAttrInterface>(ConcatAttr::get(ctx, 0, operands, block)),
+                              first.getEncoding());
+  w->setAttr("kiln.fused_from", b.getArrayAttr(from));
+  return w;
+}
 
+struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
   // Why q, k and v (with their ropes) cannot be fused, or "" when they can.
   std::string refusal(AttentionOp att, LinearOp q, LinearOp k, LinearOp v, RopeOp rq, RopeOp rk) {
     if (!q || !k || !v)
@@ -321,6 +327,71 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
       q.erase();
       k.erase();
       v.erase();
+    }
+    eraseDeadWeightRefs(module);
+    eraseUnreadWeights(module);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// kiln-fuse-gate-up
+//===----------------------------------------------------------------------===//
+
+struct FuseGateUpPass : impl::KilnFuseGateUpBase<FuseGateUpPass> {
+  using KilnFuseGateUpBase::KilnFuseGateUpBase;
+
+  // Why `g`'s gate and up cannot be fused, or "" when they can.
+  static std::string refusal(GatedMlpOp g, WeightOp wg, WeightOp wu) {
+    if (!wg || !wu)
+      return "the gate or up weight is not a kiln.weight";
+    if (wg.getEncoding() != wu.getEncoding())
+      return ("their weights were assigned different encodings (gate " + wg.getEncoding().getLabel() + ", up " +
+              wu.getEncoding().getLabel() + "); kept apart to honour the precision assignment");
+    if (wg.getTensorType().getElementType() != wu.getTensorType().getElementType())
+      return "their weights have different element types";
+    return "";
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    if (block < 1 || block > 256) {
+      module.emitError() << "kiln-fuse-gate-up: block " << static_cast<int64_t>(block) << " must lie in [1, 256]";
+      return signalPassFailure();
+    }
+    llvm::SmallVector<GatedMlpOp> mlps;
+    module.walk([&](GatedMlpOp g) {
+      if (g.getUp())
+        mlps.push_back(g);
+    });
+    for (GatedMlpOp g : mlps) {
+      WeightOp wg = weightOf(g.getGate()), wu = weightOf(g.getUp());
+      if (std::string why = refusal(g, wg, wu); !why.empty()) {
+        g.emitRemark() << "kiln-fuse-gate-up: not fused: " << why;
+        continue;
+      }
+      // Named after the gate's weight (gate_proj -> gate_up_proj).
+      llvm::StringRef gName = wg.getSymName();
+      size_t at = gName.rfind("gate_proj");
+      std::string name = at == llvm::StringRef::npos
+                             ? (gName + ".gate_up").str()
+                             : (gName.substr(0, at) + "gate_up_proj" + gName.substr(at + 9)).str();
+      WeightOp wgu = concatWeight(module, name, {wg, wu}, block);
+      mlir::OpBuilder b(g);
+      GatedMlpParts parts(g);
+      parts.gate = b.create<WeightRefOp>(wgu.getLoc(), wgu.getTensorType(),
+                                         mlir::FlatSymbolRefAttr::get(wgu.getSymNameAttr()));
+      parts.up = mlir::Value();
+      parts.gateUpBlock = b.getI64IntegerAttr(block);
+      GatedMlpOp fused = parts.build(b, g);
+      copyKilnAttrs(g, fused);
+      if (auto a = g->getAttr(kFusedAttr))
+        fused->setAttr(kFusedAttr, a);
+      fused.emitRemark() << "kiln-fuse-gate-up: " << wg.getSymName() << " and " << wu.getSymName()
+                         << " fused into one " << wgu.getTensorType().getDimSize(0) << "-row product " << wgu.getSymName()
+                         << " (" << wgu.getEncoding().getLabel() << ", rows interleaved in blocks of " << static_cast<int64_t>(block)
+                         << "), whose epilogue writes " << stringifyActivationKind(g.getActivation()) << "(gate) * up";
+      g.getResult().replaceAllUsesWith(fused.getResult());
+      g.erase();
     }
     eraseDeadWeightRefs(module);
     eraseUnreadWeights(module);

@@ -326,6 +326,11 @@ kiln_status_t Verifier::Tensors() {
     if (elems > (uint64_t{1} << 40))
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': %llu elements is more than this runtime accepts", name,
                  static_cast<unsigned long long>(elems));
+    // Packed layouts are the matmul weights' ([N, K], a patch embedding's [N, C, p, p]);
+    // a vector (a norm's weight, a bias) is read row major.
+    if (t->layout() != fb::Layout::RowMajor && t->shape()->size() < 2)
+      return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': layout %s needs a matrix, not a vector", name,
+                 format::LayoutName(static_cast<uint8_t>(t->layout())));
     if (!format::LayoutFits(static_cast<uint8_t>(t->layout()), spec, rows, elems / rows))
       return Bad(KILN_ERROR_ARTIFACT_SHAPE, "tensor '%s': layout %s cannot hold a [%llu, %llu] %s weight", name,
                  format::LayoutName(static_cast<uint8_t>(t->layout())), static_cast<unsigned long long>(rows),

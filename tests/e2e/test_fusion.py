@@ -1,4 +1,4 @@
-"""Operator fusion (kiln-fuse-qkv, kiln-fuse-norm, kiln-fuse-residual) end to end.
+"""Operator fusion (kiln-fuse-qkv, -gate-up, -activation, -residual, -norm) end to end.
 
 For every supported layer kind (Llama, Qwen2 with Q/K/V biases, Mixtral's MoE, a
 CLIP vision tower, a SigLIP one with the Idefics3 connector):
@@ -14,6 +14,7 @@ CLIP vision tower, a SigLIP one with the Idefics3 connector):
 
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -123,6 +124,10 @@ def test_decoder_layer_is_four_kernels(checkpoints, tiny_dir):
         assert layer0[2]["fused"] == ["model.layers.0.self_attn.o_proj", "model.layers.0.residual1"]
         assert layer0[3]["fused"] == ["model.layers.0.post_attention_layernorm", "model.layers.0.mlp",
                                       "model.layers.0.residual2"]
+        # Gate and up as one interleaved weight (kiln-fuse-gate-up), then down, then the norm's.
+        assert layer0[3]["weights"] == ["model.layers.0.mlp.gate_up_proj.weight",
+                                        "model.layers.0.mlp.down_proj.weight",
+                                        "model.layers.0.post_attention_layernorm.weight"], layer0[3]
         assert any(s.startswith("kiln_uk_rmsnorm_") for s in layer0[3]["symbols"])
     text = run([tool("kiln-inspect"), artifact]).stdout
     assert "ops before fusion, at most 4 per layer (2 layers)" in text
@@ -136,6 +141,8 @@ def test_remarks_name_every_fusion(checkpoints, tiny_dir):
                  "kiln-fuse-norm: model.layers.0.input_layernorm (RMSNorm) fused as the prologue of "
                  "model.layers.0.self_attn.qkv_proj",
                  "kiln-fuse-residual: model.layers.0.residual1 fused as the epilogue of model.layers.0.self_attn.o_proj",
+                 "kiln-fuse-gate-up: model.layers.0.mlp.gate_proj.weight and model.layers.0.mlp.up_proj.weight fused "
+                 "into one",
                  "model.norm: kiln-fuse-norm: not fused: its result is the output of stage decoder_prefill"):
         assert what in text, what
 
@@ -155,3 +162,62 @@ def test_mixed_encodings_are_kept_apart(checkpoints, tiny_dir):
     a, ta = _answer(fused, tiny_dir / "mixed.npy", inputs)
     b, tb = _answer(unfused, tiny_dir / "mixed-unfused.npy", inputs)
     assert float(np.abs(a - b).max()) <= 1e-3 * float(np.abs(b).max()) and ta == tb
+
+
+@pytest.mark.parametrize("encoding,flags,bound", ENCODINGS, ids=[e for e, _, _ in ENCODINGS])
+def test_gate_up_fusion_alone(encoding, flags, bound, checkpoints, tiny_dir):
+    """--no-fuse-pass=gate-up keeps every other fusion: the gated MLP then reads gate
+    and up apart, and the outputs equal the default artifact's (one product of the
+    interleaved weight, act(gate) * up in its epilogue). Qwen2's intermediate size is
+    not a multiple of 16, so its last block is shorter."""
+    ckpt, inputs = checkpoints["tiny-qwen2"]
+    fused, apart = tiny_dir / f"gate-up-{encoding}.kiln", tiny_dir / f"gate-up-apart-{encoding}.kiln"
+    _compile(ckpt, fused, *flags)
+    _compile(ckpt, apart, "--no-fuse-pass=gate-up", *flags)
+    def mlp_weights(artifact):
+        stages = {s["kind"]: s for s in _inspect(artifact)["stages"]}
+        return [op["weights"] for op in stages["DecoderPrefill"]["op_list"] if op["kind"] == "GatedMlp"][0]
+    assert [w.rsplit(".", 2)[-2] for w in mlp_weights(fused)][:2] == ["gate_up_proj", "down_proj"]
+    assert [w.rsplit(".", 2)[-2] for w in mlp_weights(apart)][:3] == ["gate_proj", "up_proj", "down_proj"]
+    a, ta = _answer(fused, tiny_dir / f"gate-up-{encoding}.npy", inputs)
+    b, tb = _answer(apart, tiny_dir / f"gate-up-apart-{encoding}.npy", inputs)
+    assert float(np.abs(a - b).max()) <= bound * float(np.abs(b).max()) and ta == tb
+
+
+def test_gate_up_mixed_encodings_are_kept_apart(checkpoints, tiny_dir):
+    """Gate in int8 and up in int4: one remark says why they stay two products."""
+    ckpt, inputs = checkpoints["tiny-llama"]
+    flags = ["--precision=.*up_proj.*=int4_g32_a8", "--precision=.*layers.*=int8_a8"]
+    p = _compile(ckpt, tiny_dir / "gate-up-mixed.kiln", "--remarks", *flags)
+    assert ("kiln-fuse-gate-up: not fused: their weights were assigned different encodings (gate int8_a8, up "
+            "int4_g32_a8); kept apart") in p.stdout + p.stderr
+
+
+def test_no_fuse_pass_names_a_pass(checkpoints, tiny_dir):
+    out = tiny_dir / "bad-pass.kiln"
+    p = subprocess.run([tool("kiln-compile"), str(checkpoints["tiny-llama"][0]), "-o", str(out),
+                        "--no-fuse-pass=gateup"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--no-fuse-pass=gateup: not a fusion pass" in p.stderr, p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("encoding,flags,bound", ENCODINGS[::2], ids=[e for e, _, _ in ENCODINGS[::2]])
+def test_gate_up_blocks_of_other_sizes(encoding, flags, bound, checkpoints, tiny_dir):
+    """kiln-opt --kiln-fuse-gate-up=block=24 on Llama's intermediate size 176: seven
+    blocks of 24 and a last one of 8 (ranges of 48 channels, the packed panels' 16
+    inside them). The artifact written from that IR answers as the one whose gate and
+    up stay apart."""
+    ckpt, inputs = checkpoints["tiny-llama"]
+    ir, planned = tiny_dir / f"blocks-{encoding}.mlir", tiny_dir / f"blocks-{encoding}-planned.mlir"
+    run([tool("kiln-compile"), ckpt, "--emit=ir", "-o", ir])
+    precision = [f"--kiln-assign-precision=precision={f.split('=', 1)[1]}" for f in flags]
+    run([tool("kiln-opt"), ir, *precision, "--kiln-fuse-qkv", "--kiln-fuse-gate-up=block=24", "--kiln-fuse-activation",
+         "--kiln-fuse-residual", "--kiln-fuse-norm", "--kiln-select-kernels", "--kiln-pack-weights",
+         "--kiln-plan-memory=kv-cache=f32", "-o", planned])
+    assert "gate_up_block = 24" in planned.read_text()
+    blocks, apart = tiny_dir / f"blocks-{encoding}.kiln", tiny_dir / f"blocks-apart-{encoding}.kiln"
+    run([tool("kiln-compile"), planned, "-o", blocks])
+    _compile(ckpt, apart, "--no-fuse-pass=gate-up", *flags)
+    a, ta = _answer(blocks, tiny_dir / f"blocks-{encoding}.npy", inputs)
+    b, tb = _answer(apart, tiny_dir / f"blocks-apart-{encoding}.npy", inputs)
+    assert float(np.abs(a - b).max()) <= bound * float(np.abs(b).max()) and ta == tb

@@ -75,14 +75,20 @@ def _run_json(artifact, *extra):
 def test_the_largest_tier_that_fits_is_loaded(tiers):
     tiered = tiers["tiered"]
     needs = [_need(tiered, k) for k in range(3)]
-    assert needs[0] > needs[1] > needs[2]
-    for k, budget in ((0, needs[0]), (1, needs[0] - 1), (1, needs[1]), (2, needs[1] - 1), (2, needs[2])):
+    # Fewer weight bytes per tier; the session need is not always smaller with them (a
+    # tier whose gate and up got different encodings keeps them apart, and its gated
+    # MLPs need more scratch), so the expected tier is the first whose need fits.
+    assert tiers["budgets"][0] > tiers["budgets"][1] > tiers["budgets"][2]
+    budgets = sorted({b for n in needs for b in (n, n - 1)} - {min(needs) - 1})
+    assert len(budgets) >= 3
+    for budget in budgets:
+        k = next(k for k in range(3) if needs[k] <= budget)
         p = _run_json(tiered, f"--memory-budget={budget}")
         assert p.returncode == 0, p.stderr
         stats = json.loads(p.stdout)
-        assert (stats["tier"], stats["tiers"]) == (k, 3), (budget, stats)
-    p = _run_json(tiered, f"--memory-budget={needs[2] - 1}")
-    assert p.returncode == 1 and "no tier of 3 fits; the smallest, tier 2" in p.stderr, p.stderr
+        assert (stats["tier"], stats["tiers"]) == (k, 3), (budget, needs, stats)
+    p = _run_json(tiered, f"--memory-budget={min(needs) - 1}")
+    assert p.returncode == 1 and "no tier of 3 fits" in p.stderr, p.stderr
     # Asked for, a tier is that one (or refused).
     p = _run_json(tiered, "--tier", "2")
     assert p.returncode == 0 and json.loads(p.stdout)["tier"] == 2, p.stderr

@@ -102,9 +102,14 @@ static cl::opt<bool> noPackWeights(
     cl::init(false), cl::cat(kilnCategory));
 static cl::opt<bool> noFuse(
     "no-fuse",
-    cl::desc("Run no fusion pass (kiln-fuse-qkv, -activation, -residual, -norm): one kernel per imported op, "
-             "for comparisons and debugging"),
+    cl::desc("Run no fusion pass (kiln-fuse-qkv, -gate-up, -activation, -residual, -norm): one kernel per "
+             "imported op, for comparisons and debugging"),
     cl::init(false), cl::cat(kilnCategory));
+static cl::list<std::string> noFusePass(
+    "no-fuse-pass",
+    cl::desc("Skip one fusion pass (qkv, gate-up, activation, residual or norm; repeatable or comma-separated), "
+             "to measure what it brings"),
+    cl::CommaSeparated, cl::cat(kilnCategory));
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens one prefill step processes (longer prompts are chunked)"),
     cl::init(512), cl::cat(kilnCategory));
@@ -221,6 +226,7 @@ int main(int argc, char** argv) {
   // --mlir-timing, ...
   // The pipeline's passes, so that --mlir-print-ir-after=<kiln pass> can name them.
   kiln::registerKilnFuseQkv();
+  kiln::registerKilnFuseGateUp();
   kiln::registerKilnFuseActivation();
   kiln::registerKilnFuseResidual();
   kiln::registerKilnFuseNorm();
@@ -404,6 +410,14 @@ int main(int argc, char** argv) {
   options.kernels = kernelsChoice;
   options.packWeights = !noPackWeights;
   options.fuse = !noFuse;
+  for (const std::string& name : noFusePass) {
+    if (!llvm::is_contained(kiln::kFusionPasses, name)) {
+      llvm::errs() << "kiln-compile: --no-fuse-pass=" << name
+                   << ": not a fusion pass (qkv, gate-up, activation, residual, norm)\n";
+      return 2;
+    }
+    options.noFusePasses.push_back(name);
+  }
   options.promptTemplate = promptTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
   options.kvCache = kvCache;

@@ -407,6 +407,14 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
         };
         strings("symbols", op->symbols());
         strings("fused", op->fused());
+        // The tensors it reads, in slot order (docs/artifact-format.md, weights per kind).
+        std::printf(", \"weights\": [");
+        for (uint32_t k = 0; op->weights() && k < op->weights()->size(); ++k) {
+          const uint32_t t = op->weights()->Get(k);
+          const fb::Tensor* w = t < m->tensors()->size() ? m->tensors()->Get(t) : nullptr;
+          std::printf("%s%s", k ? ", " : "", J(w ? S(w->name()) : "").c_str());
+        }
+        std::printf("]");
         std::printf("}");
       }
       std::printf("]");

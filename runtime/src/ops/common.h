@@ -3,6 +3,7 @@
 #ifndef KILN_RUNTIME_SRC_OPS_COMMON_H_
 #define KILN_RUNTIME_SRC_OPS_COMMON_H_
 
+#include <numeric>
 #include <algorithm>
 #include <cstring>
 
@@ -39,11 +40,29 @@ struct MatMulFusion {
   // product of the same rows: used instead of quantising again.
   const int8_t* xq = nullptr;
   const float* xs = nullptr;
+  // Gate and up in one product (kiln-fuse-gate-up): the weight's rows interleave
+  // `gated_block` gate rows and as many up rows; the epilogue writes act(gate) * up
+  // (`activation`) into y's first N / 2 columns. 0: none.
+  int64_t gated_block = 0;
 };
+
+// A gated product (MatMulFusion::gated_block) runs each thread's channels in chunks
+// whose products ([rows, chunk], at most 64 Ki floats unless one grain needs more)
+// stay in the thread's buffer, hot for the epilogue: the whole range at once for a
+// decode row, smaller chunks for a prefill (re-reading the activations per chunk,
+// not the weights). `grain`: the ranges' granularity; `n`: the product's channels.
+inline int64_t GatedChunk(int64_t rows, int64_t n, int64_t grain) {
+  const int64_t fit = rows > 0 ? (int64_t{1} << 16) / rows / grain * grain : n;
+  return std::max(grain, std::min(fit, (n + grain - 1) / grain * grain));
+}
+inline int64_t GatedGrain(int64_t block) { return std::lcm(int64_t{16}, 2 * block); }
+inline size_t GatedProductFloats(int64_t rows, int64_t n, int64_t block, int threads) {
+  return static_cast<size_t>(threads) * static_cast<size_t>(rows * GatedChunk(rows, n, GatedGrain(block)));
+}
 
 // Scratch of MatMul for `rows` rows of `k` values on `threads` threads, with the
 // fusions: `norm` (a prologue) and a residual epilogue over `residual_n` output
-// channels (0: none).
+// channels (0: none). A gated epilogue adds GatedProductFloats.
 inline size_t MatMulScratch(const UkernelSet* uk, int64_t rows, int64_t k, int threads, bool norm = false,
                             int64_t residual_n = 0) {
   size_t floats = QuantAreaFloats(rows, k) + static_cast<size_t>(threads) * uk->matmul_scratch(k);

@@ -1,6 +1,7 @@
 // Runners of the ops built on a matrix product with a stored weight: linear, the LM
 // head, the gated MLP, mixture of experts, patch embedding and embedding lookup.
 #include <cmath>
+#include <numeric>
 
 #include "ops/common.h"
 #include "ops/ops.h"
@@ -115,9 +116,38 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   // per range, as without an epilogue: smaller ranges would re-read the activations.
   const float* residual = fusion != nullptr ? fusion->residual : nullptr;
   const int32_t act = fusion != nullptr ? fusion->activation : -1;
+  const int64_t gated = fusion != nullptr ? fusion->gated_block : 0;
+  if (gated > 0 && (residual != nullptr || act < 0 || n % 2 != 0)) return Bad(c, "a gated product's epilogue does not fit");
   p.y = residual != nullptr ? products : y;
   p.ldy = residual != nullptr ? n : ldy;
+  // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts)
+  // and, gated, of whole pairs of gate and up blocks.
+  const int64_t grain = gated > 0 ? GatedGrain(gated) : 16;
+  const int64_t chunk = gated > 0 ? GatedChunk(rows, n, grain) : 0;
   auto run = [&](kiln_uk_matmul_fn fn, int64_t n0, int64_t n1, int t) {
+    if (gated > 0) {
+      // Chunk by chunk into the thread's [rows, chunk] buffer: y points `c0` channels
+      // before it, so that the kernel's channel c0 lands at its start (the address
+      // is computed as an integer: the kernel only stores to [c0, c1)).
+      float* buf = products + static_cast<size_t>(t) * static_cast<size_t>(rows * chunk);
+      for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        const int64_t c1 = std::min(n1, c0 + chunk);
+        kiln_uk_matmul_params_t pc = p;
+        pc.y = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(buf) - static_cast<uintptr_t>(c0) * sizeof(float));
+        pc.ldy = chunk;
+        fn(&pc, c0, c1, per_thread + t * stride);
+        // Channels [j, j + 2 len) hold len of gate, then the same len of up: output
+        // channels [j / 2, j / 2 + len). The last pair may be shorter than the block.
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t j = c0; j < c1; j += 2 * gated) {
+            const int64_t len = std::min(gated, (n - j) / 2);
+            float* prod = buf + m * chunk + (j - c0);
+            kiln_uk_eltwise_params_t e = {prod, prod + len, y + m * ldy + j / 2, act};
+            uk->gated_act(&e, 0, len);
+          }
+      }
+      return;
+    }
     fn(&p, n0, n1, per_thread + t * stride);
     if (residual == nullptr && act < 0) return;
     for (int64_t m = 0; m < rows; ++m) {
@@ -144,13 +174,11 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
       p.xq = xq;
       p.xs = xs;
     }
-    // Ranges of whole 16-channel panels (the generated W4A8 kernels' int4_p16k8).
-    c.pool->For(n, 16, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
+    c.pool->For(n, grain, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
     return KILN_OK;
   }
-  constexpr int64_t kBlock = 16;
-  c.pool->For((n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1, int t) {
-    run(uk->matmul_f32, b0 * kBlock, std::min(n, b1 * kBlock), t);
+  c.pool->For((n + grain - 1) / grain, 1, [&](int64_t b0, int64_t b1, int t) {
+    run(uk->matmul_f32, b0 * grain, std::min(n, b1 * grain), t);
   });
   return KILN_OK;
 }
@@ -227,8 +255,10 @@ fb::ActivationKind ActivationOf(const fb::Op* op) {
 // for gate and up) and the residual added by the down projection. Scratch: the
 // normalised rows, 2 * rows * I floats, then MatMul's.
 kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float* x, int64_t rows, int64_t ldx,
-                           float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr) {
-  const int64_t inter = c.weights[gate].rows;
+                           float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr,
+                           int64_t gate_up_block = 0) {
+  // Fused, weight `gate` holds gate and up (2 I rows) and `gate + 1` is down.
+  const int64_t inter = gate_up_block > 0 ? c.weights[gate].rows / 2 : c.weights[gate].rows;
   const int64_t hidden = c.weights[gate].cols;
   const bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
   float* xn = scratch;
@@ -236,7 +266,7 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
   float* xs = reinterpret_cast<float*>(xq + ((rows * hidden + 63) / 64) * 64);
   float* g = reinterpret_cast<float*>(xq) + QuantAreaFloats(rows, hidden);
   float* u = g + rows * inter;
-  float* mm = u + rows * inter;
+  float* mm = u + (gate_up_block > 0 ? 0 : rows * inter);
   MatMulFusion in, out;
   if (fusion != nullptr) {
     in.norm = fusion->norm;
@@ -247,7 +277,7 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     out.ldr = fusion->ldr;
   }
   // Gate and up read the same rows: normalise (and quantise) them once.
-  const bool gate_a8 = Int8Activations(c, gate), up_a8 = Int8Activations(c, gate + stride);
+  const bool gate_a8 = Int8Activations(c, gate), up_a8 = gate_up_block > 0 ? gate_a8 : Int8Activations(c, gate + stride);
   if (gate_a8 && up_a8 && c.observer == nullptr) {
     Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm);
     in.xq = xq;
@@ -259,6 +289,13 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     ldx = hidden;
     in = MatMulFusion();
   }
+  if (gate_up_block > 0) {
+    // One product of the interleaved gate/up weight, its epilogue act(gate) * up into g.
+    in.gated_block = gate_up_block;
+    in.activation = static_cast<int32_t>(ActivationOf(c.op));
+    if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm, &in); st != KILN_OK) return st;
+    return MatMul(c, gate + 1, g, rows, inter, nullptr, y, ldy, mm, &out);
+  }
   if (kiln_status_t st = MatMul(c, gate, x, rows, ldx, nullptr, g, inter, mm, &in); st != KILN_OK) return st;
   if (kiln_status_t st = MatMul(c, gate + stride, x, rows, ldx, nullptr, u, inter, mm, &in); st != KILN_OK)
     return st;
@@ -269,10 +306,16 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
 }
 
 size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
-                             bool norm = false, bool residual = false) {
-  return static_cast<size_t>((norm ? rows * hidden : 0) + 2 * rows * inter) + QuantAreaFloats(rows, hidden) +
-         std::max(MatMulScratch(uk, rows, std::max(hidden, inter), threads, norm, residual ? hidden : 0),
-                  static_cast<size_t>(threads) * 3 * static_cast<size_t>(hidden));
+                             bool norm = false, bool residual = false, int64_t gate_up_block = 0) {
+  // Fused: no up products; the gate/up product's chunks per thread instead.
+  const bool fused = gate_up_block > 0;
+  return static_cast<size_t>((norm ? rows * hidden : 0) + (fused ? 1 : 2) * rows * inter) +
+         QuantAreaFloats(rows, hidden) +
+         std::max({MatMulScratch(uk, rows, std::max(hidden, inter), threads, norm, residual ? hidden : 0),
+                   fused ? MatMulScratch(uk, rows, hidden, threads, norm) +
+                               GatedProductFloats(rows, 2 * inter, gate_up_block, threads)
+                         : 0,
+                   static_cast<size_t>(threads) * 3 * static_cast<size_t>(hidden)});
 }
 
 }  // namespace
@@ -283,14 +326,17 @@ kiln_status_t RunGatedMlp(const OpContext& c) {
   MatMulFusion f;
   if (!FusionOf(c, gp->norm(), gp->norm_epsilon(), &f) || !MatIn(c, c.weights[0].cols) || c.output.cols != x.cols)
     return Bad(c, "operands do not fit");
-  return GatedMlpRows(c, 0, 1, x.f32(), x.rows, x.cols, c.output.f32(), c.output.cols, c.scratch, &f);
+  return GatedMlpRows(c, 0, 1, x.f32(), x.rows, x.cols, c.output.f32(), c.output.cols, c.scratch, &f,
+                      static_cast<int64_t>(gp->gate_up_block()));
 }
 
 size_t ScratchGatedMlp(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
   const fb::GatedMlpParams* gp = op->params_as_GatedMlpParams();
-  return GatedMlpScratchFloats(FindKernel(op->kernel())->uk, rows, w[0].cols, w[0].rows, threads,
-                               gp->norm() != fb::NormKind::None,
-                               op->inputs() != nullptr && op->inputs()->size() > 1);
+  const bool fused = gp->gate_up_block() > 0;
+  return GatedMlpScratchFloats(FindKernel(op->kernel())->uk, rows, w[0].cols, fused ? w[0].rows / 2 : w[0].rows,
+                               threads, gp->norm() != fb::NormKind::None,
+                               op->inputs() != nullptr && op->inputs()->size() > 1,
+                               static_cast<int64_t>(gp->gate_up_block()));
 }
 
 // Mixtral's sparse MoE block: softmax over the router logits, top-k, renormalise,

@@ -104,19 +104,26 @@ kiln_status_t ShapeActivation(const ShapeCheck &c) {
 }
 
 kiln_status_t ShapeGatedMlp(const ShapeCheck &c) {
-  if (c.op->params_as_GatedMlpParams()->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
-  Dims g = c.w(0), u = c.w(1), d = c.w(2);
+  const fb::GatedMlpParams *p = c.op->params_as_GatedMlpParams();
+  if (p->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
+  // Fused (1.9): gate and up are one [2I, H] weight of their rows interleaved.
+  const bool fused = p->gate_up_block() > 0;
+  // Blocks beyond 256 rows buy nothing and would size the thread's product buffers.
+  if (p->gate_up_block() > 256) return c.OpBad("gate_up_block above 256");
+  if (c.nw < (fused ? 2 : 3)) return c.OpBad(fused ? "expects gate/up, down and the norm's weights"
+                                                    : "expects gate, up, down and the norm's weights");
+  Dims g = c.w(0), u = fused ? c.w(0) : c.w(1), d = c.w(fused ? 1 : 2);
   int64_t h = c.in(0).d[1];
+  const int64_t inter = fused ? g.d[0] / 2 : g.d[0];
   if (!c.mat(c.in(0)) || !c.f32in(0) || g.rank != 2 || u.rank != 2 || d.rank != 2 || g.d[1] != h || u.d[1] != h ||
-      u.d[0] != g.d[0] || d.d[0] != h || d.d[1] != g.d[0] || !c.mat(c.out) || !c.rows_eq(c.out, c.in(0)) ||
-      c.out.d[1] != h)
-    return c.ShapeBad("expects gate/up [I, H], down [H, I] and output [R, H]");
+      u.d[0] != g.d[0] || (fused && g.d[0] % 2 != 0) || d.d[0] != h || d.d[1] != inter || !c.mat(c.out) ||
+      !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != h)
+    return c.ShapeBad(fused ? "expects gate/up [2I, H], down [H, I] and output [R, H]"
+                            : "expects gate/up [I, H], down [H, I] and output [R, H]");
   int norm_weights = 0;
-  if (kiln_status_t st = ShapeFusions(c, c.op->params_as_GatedMlpParams()->norm(),
-                                      c.op->params_as_GatedMlpParams()->norm_epsilon(), &norm_weights);
-      st != KILN_OK)
-    return st;
-  if (c.nw != 3 + norm_weights) return c.OpBad("expects gate, up, down and the norm's weights");
+  if (kiln_status_t st = ShapeFusions(c, p->norm(), p->norm_epsilon(), &norm_weights); st != KILN_OK) return st;
+  if (c.nw != (fused ? 2 : 3) + norm_weights)
+    return c.OpBad(fused ? "expects gate/up, down and the norm's weights" : "expects gate, up, down and the norm's weights");
   return KILN_OK;
 }
 

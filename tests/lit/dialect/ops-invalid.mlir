@@ -372,3 +372,37 @@ func.func @qkv_positions(%qkv: tensor<5x48xf32>, %pos: tensor<5xi32>) -> tensor<
   %o = kiln.qkv_attention %qkv positions(%pos) {num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35 : f64} : tensor<5x48xf32>, tensor<5xi32> -> tensor<5x16xf32>
   return %o : tensor<5x16xf32>
 }
+
+// -----
+
+// Gate and up fused into one weight (kiln-fuse-gate-up): gate_up_block says so, and
+// the weight holds both.
+func.func @f(%x: tensor<?x16xf32>, %g: tensor<32x16xf32>, %d: tensor<16x16xf32>) {
+  // expected-error @+1 {{'kiln.gated_mlp' op has an up weight and gate_up_block: gate_up_block says the gate weight interleaves gate and up}}
+  %y = kiln.gated_mlp %x, %g, %g, %d {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %g: tensor<32x16xf32>, %d: tensor<16x16xf32>) {
+  // expected-error @+1 {{'kiln.gated_mlp' op has no up weight and no gate_up_block}}
+  %y = kiln.gated_mlp %x, %g, %d {activation = #kiln.activation<silu>} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %g: tensor<32x16xf32>, %d: tensor<16x32xf32>) {
+  // expected-error @+1 {{'kiln.gated_mlp' op gate/up rows (32) does not match 2 x down in_features (64)}}
+  %y = kiln.gated_mlp %x, %g, %d {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<16x32xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %g: tensor<32x16xf32>, %d: tensor<16x16xf32>) {
+  // expected-error @+1 {{'kiln.gated_mlp' op gate_up_block 0 must lie in [1, 256]}}
+  %y = kiln.gated_mlp %x, %g, %d {activation = #kiln.activation<silu>, gate_up_block = 0 : i64} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
+  return
+}

@@ -14,6 +14,7 @@ kiln.weight @bq : tensor<16xf16> from #kiln.source<"model.safetensors", offset =
 // CHECK: kiln.weight @wk : tensor<8x16xf16> {{.*}} as <fp8_e4m3>
 kiln.weight @wk : tensor<8x16xf16> from #kiln.source<"model.safetensors", offset = 2664, size = 256, dtype = "F16"> as #kiln.encoding<fp8_e4m3>
 kiln.weight @gate : tensor<32x16xf32> from #kiln.source<"model.safetensors", offset = 2920, size = 2048, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @gate_up : tensor<64x16xf32> from #kiln.concat<axis = 0, block = 16, [#kiln.source<"model.safetensors", offset = 2920, size = 2048, dtype = "F32", shape = [32, 16]>, #kiln.source<"model.safetensors", offset = 2920, size = 2048, dtype = "F32", shape = [32, 16]>]> as #kiln.encoding<f32>
 kiln.weight @down : tensor<16x32xf32> from #kiln.source<"model.safetensors", offset = 4968, size = 2048, dtype = "F32"> as #kiln.encoding<f32>
 kiln.weight @router : tensor<2x16xf32> from #kiln.source<"model.safetensors", offset = 7016, size = 128, dtype = "F32"> as #kiln.encoding<f32>
 kiln.weight @patch : tensor<16x3x4x4xf32> from #kiln.source<"model.safetensors", offset = 7144, size = 3072, dtype = "F32"> as #kiln.encoding<f32>
@@ -81,9 +82,13 @@ func.func @decoder(%ids: tensor<?xi32>, %pos: tensor<?xi32>, %img: tensor<?x16xf
   %dw = kiln.weight_ref @down : tensor<16x32xf32>
   // CHECK: kiln.gated_mlp {{.*}} {activation = #kiln.activation<silu>} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<16x32xf32> -> tensor<?x16xf32>
   %mlp = kiln.gated_mlp %mu, %gw, %gw, %dw {activation = #kiln.activation<silu>} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<16x32xf32> -> tensor<?x16xf32>
+  // Gate and up as one interleaved weight (kiln-fuse-gate-up): no up operand.
+  %guw = kiln.weight_ref @gate_up : tensor<64x16xf32>
+  // CHECK: kiln.gated_mlp %{{.*}}, %{{.*}}, %{{.*}} residual(%{{.*}}) {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : tensor<?x16xf32>, tensor<64x16xf32>, tensor<16x32xf32> residual tensor<?x16xf32> -> tensor<?x16xf32>
+  %mlp2 = kiln.gated_mlp %mlp, %guw, %dw residual(%mlp) {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : tensor<?x16xf32>, tensor<64x16xf32>, tensor<16x32xf32> residual tensor<?x16xf32> -> tensor<?x16xf32>
   %rw = kiln.weight_ref @router : tensor<2x16xf32>
   // CHECK: kiln.moe %{{.*}}, %{{.*}} gate(%{{.*}}, %{{.*}}) up(%{{.*}}, %{{.*}}) down(%{{.*}}, %{{.*}}) {activation = #kiln.activation<silu>, expert_ids = array<i64: 0, 3>, normalize_top_k = true, top_k = 1 : i64}
-  %moe = kiln.moe %mlp, %rw gate(%gw, %gw) up(%gw, %gw) down(%dw, %dw) {top_k = 1 : i64, normalize_top_k = true, activation = #kiln.activation<silu>, expert_ids = array<i64: 0, 3>} : tensor<?x16xf32>, tensor<2x16xf32>, (tensor<32x16xf32>, tensor<32x16xf32>), (tensor<32x16xf32>, tensor<32x16xf32>), (tensor<16x32xf32>, tensor<16x32xf32>) -> tensor<?x16xf32>
+  %moe = kiln.moe %mlp2, %rw gate(%gw, %gw) up(%gw, %gw) down(%dw, %dw) {top_k = 1 : i64, normalize_top_k = true, activation = #kiln.activation<silu>, expert_ids = array<i64: 0, 3>} : tensor<?x16xf32>, tensor<2x16xf32>, (tensor<32x16xf32>, tensor<32x16xf32>), (tensor<32x16xf32>, tensor<32x16xf32>), (tensor<16x32xf32>, tensor<16x32xf32>) -> tensor<?x16xf32>
   // CHECK: kiln.lm_head {{.*}} : tensor<?x16xf32>, tensor<64x16xbf16> -> tensor<?x64xf32>
   %logits = kiln.lm_head %moe, %tab : tensor<?x16xf32>, tensor<64x16xbf16> -> tensor<?x64xf32>
   return %logits : tensor<?x64xf32>

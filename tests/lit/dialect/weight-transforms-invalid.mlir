@@ -159,3 +159,14 @@ kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0,
 // int8_p16k4 holds int8 whose input dimension is a multiple of 4.
 // expected-error @+1 {{layout int8_p16k4 needs int8 with an input dimension that is a multiple of 4, got #kiln.encoding<int8> for 'tensor<4x30xf32>'}}
 kiln.weight @w : tensor<4x30xf32> from #kiln.source<"m.safetensors", offset = 0, size = 480, dtype = "F32"> as #kiln.encoding<int8> layout #kiln.layout<int8_p16k4>
+
+// -----
+
+// Interleaved operands have one shape.
+// expected-error @+1 {{concat operand 1 has 8 elements along axis 0 but operand 0 has 16 (interleaved in blocks of 4, the operands have the same shape)}}
+kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, block = 4, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32", shape = [8, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{concat block -1 is negative}}
+kiln.weight @w : tensor<32x32xf32> from #kiln.concat<axis = 0, block = -1, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>]> as #kiln.encoding<f32>

@@ -56,3 +56,7 @@ func.func @stage(%x: tensor<?x32xf32>) -> tensor<?x24xf32> attributes {kiln.stag
   %y = kiln.linear %x, %w : tensor<?x32xf32>, tensor<24x32xf32> -> tensor<?x24xf32>
   return %y : tensor<?x24xf32>
 }
+
+// A gated MLP's gate and up interleaved in blocks of 16 rows (kiln-fuse-gate-up).
+// CHECK: kiln.weight @gate_up_blocks : tensor<48x32xf32> from #kiln.concat<axis = 0, block = 16, [#kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32", shape = [24, 32]>, #kiln.source<"m.safetensors", offset = 3072, size = 3072, dtype = "F32", shape = [24, 32]>]> as <f32>{{$}}
+kiln.weight @gate_up_blocks : tensor<48x32xf32> from #kiln.concat<axis = 0, block = 16, [#kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32", shape = [24, 32]>, #kiln.source<"m.safetensors", offset = 3072, size = 3072, dtype = "F32", shape = [24, 32]>]> as #kiln.encoding<f32>
