@@ -52,7 +52,7 @@ struct MatMulFusion {
 // decode row, smaller chunks for a prefill (re-reading the activations per chunk,
 // not the weights). `grain`: the ranges' granularity; `n`: the product's channels.
 inline int64_t GatedChunk(int64_t rows, int64_t n, int64_t grain) {
-  const int64_t fit = rows > 0 ? (int64_t{1} << 16) / rows / grain * grain : n;
+  const int64_t fit = rows > 0 ? (int64_t{1} << 20) / rows / grain * grain : n;
   return std::max(grain, std::min(fit, (n + grain - 1) / grain * grain));
 }
 inline int64_t GatedGrain(int64_t block) { return std::lcm(int64_t{16}, 2 * block); }
