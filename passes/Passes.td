@@ -187,11 +187,11 @@ def KilnFuseGateUp : Pass<"kiln-fuse-gate-up", "::mlir::ModuleOp"> {
   let summary = "Fuse a gated MLP's gate and up projections into one matrix product";
   let description = [{
     Every `kiln.gated_mlp` with separate gate and up weights of one encoding
-    becomes one over a weight interleaving their rows in blocks of `block` (a
-    `#kiln.concat` with that `block`, evaluated by the artifact writer, named like
-    the gate's with `gate_proj` -> `gate_up_proj`): the runtime computes gate and
-    up of the same channels in one product, and its epilogue writes act(gate) * up,
-    one pass over the activations and one dispatch instead of three. Refused, with
+    becomes one over a weight interleaving their rows in blocks of `block` (128 by
+    default; a `#kiln.concat` with that `block`, evaluated by the artifact writer,
+    named like the gate's with `gate_proj` -> `gate_up_proj`): the runtime computes
+    gate and up of the same channels in one product, and its epilogue writes
+    act(gate) * up: one dispatch instead of three, and no buffer of up. Refused, with
     a remark saying why, when the two weights were assigned different encodings
     (the precision assignment is kept) or element types. Runs before
     `kiln-fuse-residual` and `kiln-fuse-norm`, which keep the fused form.
@@ -199,12 +199,13 @@ def KilnFuseGateUp : Pass<"kiln-fuse-gate-up", "::mlir::ModuleOp"> {
     ```mlir
     %y = kiln.gated_mlp %x, %g, %u, %d {activation = #kiln.activation<silu>} : ...
     // ->
-    %y = kiln.gated_mlp %x, %gu, %d {activation = #kiln.activation<silu>, gate_up_block = 16 : i64} : ...
+    %y = kiln.gated_mlp %x, %gu, %d {activation = #kiln.activation<silu>, gate_up_block = 128 : i64} : ...
     ```
   }];
   let options = [
-    Option<"block", "block", "int64_t", /*default=*/"16",
-           "Rows of gate, then of up, per interleaved block, 1 to 256 (16: the generated kernels' panel width)">,
+    Option<"block", "block", "int64_t", /*default=*/"128",
+           "Rows of gate, then of up, per interleaved block, 1 to 256 (a multiple of 8 keeps the "
+           "product's ranges on the packed panels of 16; larger blocks: fewer epilogue calls)">,
   ];
 }
 

@@ -173,8 +173,8 @@ def Kiln_ConcatAttr : Kiln_Attr<"Concat", "concat",
     `axis` too, are interleaved in blocks of B: the result takes B slices of
     operand 0, B of operand 1, ..., then the next B of operand 0; the last block
     of each operand may be shorter. Fusing a gated MLP's gate and up projections
-    interleaves their rows in blocks of 16, so that every 32 rows of the product
-    hold 16 channels of gate and the same 16 of up side by side.
+    interleaves their rows (in blocks of 128 by default), so that every 2 x B rows
+    of the product hold B channels of gate and the same B of up side by side.
 
     ```mlir
     #kiln.concat<axis = 0, [

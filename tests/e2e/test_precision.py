@@ -60,9 +60,9 @@ def test_compiler_quantiser_matches_numpy(label, tiny_llama, tmp_path):
             if "qkv_proj" in name:  # fused by kiln-fuse-qkv: the rows of q, k and v
                 w = np.concatenate([np.array(ckpt.get_numpy(name.replace("qkv_proj", p))) for p in
                                     ("q_proj", "k_proj", "v_proj")])
-            elif "gate_up_proj" in name:  # kiln-fuse-gate-up: rows of gate and up in turns of 16
+            elif "gate_up_proj" in name:  # kiln-fuse-gate-up: rows of gate and up in turns of 128
                 g, u = (np.array(ckpt.get_numpy(name.replace("gate_up_proj", p))) for p in ("gate_proj", "up_proj"))
-                w = np.concatenate([m[i:i + 16] for i in range(0, len(g), 16) for m in (g, u)])
+                w = np.concatenate([m[i:i + 128] for i in range(0, len(g), 128) for m in (g, u)])
             else:
                 w = np.array(ckpt.get_numpy(name))
             expected = quant.to_bytes(quant.quantize(w, enc, group, symmetric), enc)

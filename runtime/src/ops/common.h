@@ -47,12 +47,13 @@ struct MatMulFusion {
 };
 
 // A gated product (MatMulFusion::gated_block) runs each thread's channels in chunks
-// whose products ([rows, chunk], at most 64 Ki floats unless one grain needs more)
-// stay in the thread's buffer, hot for the epilogue: the whole range at once for a
-// decode row, smaller chunks for a prefill (re-reading the activations per chunk,
-// not the weights). `grain`: the ranges' granularity; `n`: the product's channels.
+// whose products ([rows, chunk], at most 256 Ki floats = 1 MB unless one grain needs
+// more) stay in the thread's buffer for the epilogue: the whole range at once for a
+// decode row, chunks of 512 channels for a prefill of 512 rows (each call computes
+// the activations' offset shares again: under 1% of its products). `grain`: the
+// ranges' granularity; `n`: the product's channels.
 inline int64_t GatedChunk(int64_t rows, int64_t n, int64_t grain) {
-  const int64_t fit = rows > 0 ? (int64_t{1} << 20) / rows / grain * grain : n;
+  const int64_t fit = rows > 0 ? (int64_t{1} << 18) / rows / grain * grain : n;
   return std::max(grain, std::min(fit, (n + grain - 1) / grain * grain));
 }
 inline int64_t GatedGrain(int64_t block) { return std::lcm(int64_t{16}, 2 * block); }

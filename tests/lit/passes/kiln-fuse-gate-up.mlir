@@ -1,10 +1,12 @@
-// RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up | FileCheck %s
-// RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up -verify-diagnostics > /dev/null
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up=block=16 | FileCheck %s
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up=block=16 -verify-diagnostics > /dev/null
 // RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up=block=8 | FileCheck %s --check-prefix=BLOCK8
+// RUN: kiln-opt %s -split-input-file --kiln-fuse-gate-up | FileCheck %s --check-prefix=DEFAULT
+// RUN: not kiln-opt %s -split-input-file --kiln-fuse-gate-up=block=300 2>&1 | FileCheck %s --check-prefix=RANGE
 
 // A gated MLP's gate and up ([24, 16] each, int8 with int8 activations): one
-// [48, 16] weight interleaving their rows in blocks of 16 (the last block of each 8
-// rows), named after the gate's, and the op without an up operand. The residual and
+// [48, 16] weight interleaving their rows in blocks of 16 here (the last block of
+// each 8 rows), named after the gate's, and the op without an up operand. The residual and
 // the norm prologue it already had stay.
 // CHECK: kiln.weight @l.mlp.gate_up_proj.weight : tensor<48x16xf32> from #kiln.concat<axis = 0, block = 16, [#kiln.source<"m.safetensors", offset = 0, size = 1536, dtype = "F32", shape = [24, 16]>, #kiln.source<"m.safetensors", offset = 1536, size = 1536, dtype = "F32", shape = [24, 16]>]> as <int8, act = int8_per_token> {kiln.fused_from = [@l.mlp.gate_proj.weight, @l.mlp.up_proj.weight]}
 // CHECK-NOT: kiln.weight @l.mlp.gate_proj.weight
@@ -15,6 +17,10 @@
 // CHECK: kiln.gated_mlp %arg0, %[[GU]], %[[D]] residual(%arg1) norm(%{{.*}}) {activation = #kiln.activation<silu>, gate_up_block = 16 : i64, kiln.fused = ["l.post_attention_layernorm", "l.mlp", "l.residual2"], norm = "rms", norm_epsilon = 9.99999974E-6 : f32} : tensor<?x16xf32>, tensor<48x16xf32>, tensor<16x24xf32> residual tensor<?x16xf32> norm tensor<16xf32> -> tensor<?x16xf32>
 // BLOCK8: #kiln.concat<axis = 0, block = 8,
 // BLOCK8: gate_up_block = 8 : i64
+// The default block, 128, holds all 24 rows: gate's rows, then up's.
+// DEFAULT: #kiln.concat<axis = 0, block = 128,
+// DEFAULT: gate_up_block = 128 : i64
+// RANGE: kiln-fuse-gate-up: block 300 must lie in [1, 256]
 kiln.weight @n : tensor<16xf32> from #kiln.source<"m.safetensors", offset = 4608, size = 64, dtype = "F32"> as #kiln.encoding<f32>
 kiln.weight @l.mlp.gate_proj.weight : tensor<24x16xf32> from #kiln.source<"m.safetensors", offset = 0, size = 1536, dtype = "F32"> as #kiln.encoding<int8, act = int8_per_token>
 kiln.weight @l.mlp.up_proj.weight : tensor<24x16xf32> from #kiln.source<"m.safetensors", offset = 1536, size = 1536, dtype = "F32"> as #kiln.encoding<int8, act = int8_per_token>
