@@ -44,6 +44,10 @@ struct MatMulFusion {
   // `gated_block` gate rows and as many up rows; the epilogue writes act(gate) * up
   // (`activation`) into y's first N / 2 columns. 0: none.
   int64_t gated_block = 0;
+  // Scatter (a mixture's experts): y[scatter_rows[m]] += scatter_weights[m] x the
+  // product's row m, instead of writing row m. Not with a residual or gated epilogue.
+  const int32_t* scatter_rows = nullptr;
+  const float* scatter_weights = nullptr;
 };
 
 // A gated product (MatMulFusion::gated_block) runs each thread's channels in chunks

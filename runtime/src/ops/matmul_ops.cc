@@ -24,13 +24,23 @@ void (*NormOf(const OpContext& c, const MatMulFusion& f, int64_t k,
 // Int8 activations of `rows` rows of x ([rows, k], row stride ldx) into xq/xs: each
 // row normalised first by `norm`'s prologue when given (into the thread's 3 k floats
 // of `norm_rows`, then quantised from there: the normalised activations never go to
-// memory in f32).
+// memory in f32). With `gather`, row r of the result is row gather[r] of x (a mixture
+// of experts' tokens, gathered as they are quantised).
 void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int64_t k, const MatMulFusion* norm,
-              int8_t* xq, float* xs, float* norm_rows) {
+              int8_t* xq, float* xs, float* norm_rows, const int32_t* gather = nullptr) {
   const UkernelSet* uk = c.uk;
-  if (norm == nullptr) {
+  if (norm == nullptr && gather == nullptr) {
     kiln_uk_quant_rows_params_t q = {x, ldx, k, xq, xs};
     c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) { uk->quant_rows(&q, r0, r1); });
+    return;
+  }
+  if (norm == nullptr) {
+    c.pool->For(rows, 1, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        kiln_uk_quant_rows_params_t q = {x + gather[r] * ldx, ldx, k, xq + r * k, xs + r};
+        uk->quant_rows(&q, 0, 1);
+      }
+    });
     return;
   }
   kiln_uk_norm_params_t np;
@@ -39,7 +49,7 @@ void Quantize(const OpContext& c, const float* x, int64_t rows, int64_t ldx, int
     float* row = norm_rows + t * 3 * k;
     for (int64_t r = r0; r < r1; ++r) {
       kiln_uk_norm_params_t one = np;
-      one.x = x + r * ldx;
+      one.x = x + (gather != nullptr ? gather[r] : r) * ldx;
       one.y = row;
       norm_fn(&one, 0, 1, row + k);
       kiln_uk_quant_rows_params_t q = {row, k, k, xq + r * k, xs + r};
@@ -117,9 +127,12 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   const float* residual = fusion != nullptr ? fusion->residual : nullptr;
   const int32_t act = fusion != nullptr ? fusion->activation : -1;
   const int64_t gated = fusion != nullptr ? fusion->gated_block : 0;
-  if (gated > 0 && (residual != nullptr || act < 0 || n % 2 != 0)) return Bad(c, "a gated product's epilogue does not fit");
-  p.y = residual != nullptr ? products : y;
-  p.ldy = residual != nullptr ? n : ldy;
+  const int32_t* scatter = fusion != nullptr ? fusion->scatter_rows : nullptr;
+  if (gated > 0 && (residual != nullptr || scatter != nullptr || act < 0 || n % 2 != 0))
+    return Bad(c, "a gated product's epilogue does not fit");
+  if (scatter != nullptr && residual != nullptr) return Bad(c, "a scattered product takes no residual");
+  p.y = residual != nullptr || scatter != nullptr ? products : y;
+  p.ldy = residual != nullptr || scatter != nullptr ? n : ldy;
   // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts)
   // and, gated, of whole pairs of gate and up blocks.
   const int64_t grain = gated > 0 ? GatedGrain(gated) : 16;
@@ -149,6 +162,17 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
       return;
     }
     fn(&p, n0, n1, per_thread + t * stride);
+    if (scatter != nullptr) {
+      // y[scatter[m]] += weight[m] x product[m], this thread's channels (a row appears
+      // once: a token chooses an expert at most once).
+      for (int64_t m = 0; m < rows; ++m) {
+        const float* prod = p.y + m * p.ldy;
+        float* out = y + static_cast<int64_t>(scatter[m]) * ldy;
+        const float w = fusion->scatter_weights[m];
+        for (int64_t j = n0; j < n1; ++j) out[j] += w * prod[j];
+      }
+      return;
+    }
     if (residual == nullptr && act < 0) return;
     for (int64_t m = 0; m < rows; ++m) {
       float* prod = p.y + m * p.ldy;
@@ -256,13 +280,14 @@ fb::ActivationKind ActivationOf(const fb::Op* op) {
 // normalised rows, 2 * rows * I floats, then MatMul's.
 kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float* x, int64_t rows, int64_t ldx,
                            float* y, int64_t ldy, float* scratch, const MatMulFusion* fusion = nullptr,
-                           int64_t gate_up_block = 0) {
+                           int64_t gate_up_block = 0, const int32_t* gather = nullptr) {
   // Fused, weight `gate` holds gate and up (2 I rows) and `gate + 1` is down.
   const int64_t inter = gate_up_block > 0 ? c.weights[gate].rows / 2 : c.weights[gate].rows;
   const int64_t hidden = c.weights[gate].cols;
   const bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
-  float* xn = scratch;
-  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm ? rows * hidden : 0));
+  if (norm && gather != nullptr) return Bad(c, "gathered rows take no norm prologue");
+  float* xn = scratch;  // the normalised rows (float activations), or the gathered ones
+  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm || gather != nullptr ? rows * hidden : 0));
   float* xs = reinterpret_cast<float*>(xq + ((rows * hidden + 63) / 64) * 64);
   float* g = reinterpret_cast<float*>(xq) + QuantAreaFloats(rows, hidden);
   float* u = g + rows * inter;
@@ -275,13 +300,25 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     in.norm_bias = fusion->norm_bias;
     out.residual = fusion->residual;
     out.ldr = fusion->ldr;
+    out.scatter_rows = fusion->scatter_rows;
+    out.scatter_weights = fusion->scatter_weights;
   }
   // Gate and up read the same rows: normalise (and quantise) them once.
   const bool gate_a8 = Int8Activations(c, gate), up_a8 = gate_up_block > 0 ? gate_a8 : Int8Activations(c, gate + stride);
   if (gate_a8 && up_a8 && c.observer == nullptr) {
-    Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm);
+    // Gathered (a mixture's tokens) as they are quantised: no copy of the rows.
+    Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm, gather);
     in.xq = xq;
     in.xs = xs;
+  } else if (gather != nullptr) {
+    // Float activations (or an observer, which sees what is multiplied): the kernels
+    // read contiguous rows, so the chosen ones are copied.
+    c.pool->For(rows, 16, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::memcpy(xn + r * hidden, x + static_cast<int64_t>(gather[r]) * ldx, static_cast<size_t>(hidden) * 4);
+    });
+    x = xn;
+    ldx = hidden;
   } else if (norm && !gate_a8 && !up_a8) {
     if (ldx != hidden) return Bad(c, "a normalised input must be contiguous");
     NormalizeRows(c, in, x, rows, hidden, xn, mm);
@@ -306,10 +343,11 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
 }
 
 size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
-                             bool norm = false, bool residual = false, int64_t gate_up_block = 0) {
+                             bool norm = false, bool residual = false, int64_t gate_up_block = 0,
+                             bool gather = false) {
   // Fused: no up products; the gate/up product's chunks per thread instead.
   const bool fused = gate_up_block > 0;
-  return static_cast<size_t>((norm ? rows * hidden : 0) + (fused ? 1 : 2) * rows * inter) +
+  return static_cast<size_t>((norm || gather ? rows * hidden : 0) + (fused ? 1 : 2) * rows * inter) +
          QuantAreaFloats(rows, hidden) +
          std::max({MatMulScratch(uk, rows, std::max(hidden, inter), threads, norm, residual ? hidden : 0),
                    fused ? MatMulScratch(uk, rows, hidden, threads, norm) +
@@ -354,9 +392,7 @@ kiln_status_t RunMoe(const OpContext& c) {
   int32_t* route_e = reinterpret_cast<int32_t*>(route_w + rows * k);  // rows * k
   int32_t* sel_rows = route_e + rows * k;                             // rows
   float* sel_w = reinterpret_cast<float*>(sel_rows + rows);           // rows
-  float* xe = sel_w + rows;                                           // rows * hidden
-  float* ye = xe + rows * hidden;                                     // rows * hidden
-  float* mlp = ye + rows * hidden;                                    // GatedMlpScratchFloats
+  float* mlp = sel_w + rows;                                          // GatedMlpScratchFloats
 
   if (kiln_status_t st = MatMul(c, 0, x.f32(), rows, hidden, nullptr, logits, experts, mlp); st != KILN_OK) return st;
   for (int64_t r = 0; r < rows; ++r) {
@@ -392,6 +428,13 @@ kiln_status_t RunMoe(const OpContext& c) {
   } else {
     std::memset(y, 0, static_cast<size_t>(rows * hidden) * 4);
   }
+  // Each expert's tokens are gathered as its gate/up product quantises them (copied
+  // for float activations), and its down product adds routing weight x output to
+  // their rows of y in its epilogue, thread by thread: no per-expert copies of the
+  // tokens or of the outputs.
+  MatMulFusion scatter;
+  scatter.scatter_rows = sel_rows;
+  scatter.scatter_weights = sel_w;
   for (int64_t e = 0; e < experts; ++e) {
     int64_t n = 0;
     for (int64_t r = 0; r < rows; ++r)
@@ -399,19 +442,13 @@ kiln_status_t RunMoe(const OpContext& c) {
         if (route_e[r * k + j] == e) {
           sel_rows[n] = static_cast<int32_t>(r);
           sel_w[n] = route_w[r * k + j];
-          std::memcpy(xe + n * hidden, x.f32() + r * hidden, static_cast<size_t>(hidden) * 4);
           ++n;
         }
     if (n == 0) continue;
-    if (kiln_status_t st = GatedMlpRows(c, static_cast<int>(1 + e), static_cast<int>(experts), xe, n, hidden, ye,
-                                        hidden, mlp);
+    if (kiln_status_t st = GatedMlpRows(c, static_cast<int>(1 + e), static_cast<int>(experts), x.f32(), n, hidden, y,
+                                        hidden, mlp, &scatter, 0, sel_rows);
         st != KILN_OK)
       return st;
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = y + static_cast<int64_t>(sel_rows[i]) * hidden;
-      const float* src = ye + i * hidden;
-      for (int64_t h = 0; h < hidden; ++h) dst[h] += sel_w[i] * src[h];
-    }
   }
   return KILN_OK;
 }
@@ -421,8 +458,10 @@ size_t ScratchMoe(const fb::Op* op, const WeightView* w, int, int64_t rows, int6
   const UkernelSet* uk = FindKernel(op->kernel())->uk;
   int64_t experts = static_cast<int64_t>(p->expert_ids()->size()), k = p->top_k();
   int64_t hidden = w[0].cols, inter = w[1].rows;
-  return static_cast<size_t>(rows * experts + 2 * rows * k + 2 * rows + 2 * rows * hidden) +
-         std::max(GatedMlpScratchFloats(uk, rows, hidden, inter, threads), MatMulScratch(uk, rows, hidden, threads));
+  return static_cast<size_t>(rows * experts + 2 * rows * k + 2 * rows) +
+         std::max(GatedMlpScratchFloats(uk, rows, hidden, inter, threads, false, /*residual (scatter)=*/true, 0,
+                                        /*gather=*/true),
+                  MatMulScratch(uk, rows, hidden, threads));
 }
 
 // Stride-p convolution without padding: patches as rows of (c, ky, kx) values
