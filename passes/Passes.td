@@ -253,7 +253,9 @@ def KilnFuseResidual : Pass<"kiln-fuse-residual", "::mlir::ModuleOp"> {
     read only by the add becomes that op with `residual(%r)` (the epilogue): it
     writes `r + m` range by range, over `r`'s buffer when `r` dies there
     (kiln-plan-memory). Refused when the residual is also the matmul's input or is
-    computed after it.
+    computed after it. Likewise a `kiln.position_embedding` of a `kiln.patch_embed`
+    read only by it (SigLIP) becomes the patch embedding's `position` table, added
+    to each patch's row in its epilogue.
 
     ```mlir
     %o = kiln.linear %a, %wo : ...

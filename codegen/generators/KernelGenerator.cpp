@@ -2959,13 +2959,22 @@ llvm::SmallVector<mlir::Value, 2> normOperands(mlir::Operation* op) {
   return out;
 }
 
+// The operands of a matmul op that its epilogue adds, which are no matmul weights
+// either: a patch embedding's position table (kiln-fuse-residual).
+llvm::SmallVector<mlir::Value, 1> epilogueOperands(mlir::Operation* op) {
+  if (auto p = llvm::dyn_cast<PatchEmbedOp>(op); p && p.getPosition())
+    return {p.getPosition()};
+  return {};
+}
+
 llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
   llvm::SmallVector<MatmulWeight> out;
   auto module = op->getParentOfType<mlir::ModuleOp>();
   const format::OpInfo* info = opInfo(op);
   const llvm::SmallVector<mlir::Value, 2> norm = normOperands(op);
+  const llvm::SmallVector<mlir::Value, 1> epilogue = epilogueOperands(op);
   for (mlir::Value operand : op->getOperands()) {
-    if (llvm::is_contained(norm, operand))
+    if (llvm::is_contained(norm, operand) || llvm::is_contained(epilogue, operand))
       continue;
     auto ref = operand.getDefiningOp<WeightRefOp>();
     if (!ref)

@@ -607,6 +607,15 @@ LogicalResult PatchEmbedOp::verify() {
                     failed(expectDim(*this, "bias length", tensorOf(getBias()).getDimSize(0),
                                      "hidden size", w.getDimSize(0)))))
     return failure();
+  if (Value pos = getPosition()) {
+    const int64_t patches = (px.getDimSize(1) / p) * (px.getDimSize(2) / p);
+    if (failed(expectRank(*this, "position", pos, 2)) ||
+        failed(expectDim(*this, "position width", tensorOf(pos).getDimSize(1), "hidden size", w.getDimSize(0))))
+      return failure();
+    if (tensorOf(pos).getDimSize(0) < patches)
+      return emitOpError("position table has ") << tensorOf(pos).getDimSize(0) << " rows for " << patches
+                                                << " patches";
+  }
   return expectResultShape(*this,
                            {(px.getDimSize(1) / p) * (px.getDimSize(2) / p), w.getDimSize(0)});
 }

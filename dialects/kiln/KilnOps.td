@@ -518,25 +518,30 @@ def Kiln_QkvAttentionOp : Kiln_Op<"qkv_attention"> {
 // Vision
 //===----------------------------------------------------------------------===//
 
-def Kiln_PatchEmbedOp : Kiln_Op<"patch_embed", [Pure]> {
+def Kiln_PatchEmbedOp : Kiln_Op<"patch_embed", [Pure, AttrSizedOperandSegments]> {
   let summary = "Patch embedding: a stride-p convolution over the image";
   let description = [{
     `pixels` is one preprocessed image [channels, height, width]; `weight` is the
     convolution kernel [hidden, channels, p, p] with stride p and no padding
     ("valid"), `bias` optional [hidden]. The result is [(height/p)·(width/p),
-    hidden], patches in row-major order.
+    hidden], patches in row-major order. With `position` (a SigLIP position
+    embedding folded in by `kiln-fuse-residual`), row i of that table
+    ([positions >= patches, hidden]) is added to patch i in the product's epilogue.
 
     ```mlir
     %p = kiln.patch_embed %px, %w {patch_size = 14 : i64}
         : tensor<3x336x336xf32>, tensor<1024x3x14x14xf16> -> tensor<576x1024xf32>
+    %q = kiln.patch_embed %px, %w, %b position(%t) {patch_size = 16 : i64}
+        : tensor<3x512x512xf32>, tensor<768x3x16x16xf32>, tensor<768xf32> position tensor<1024x768xf32>
+          -> tensor<1024x768xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$pixels, Kiln_Weight:$weight,
-                       Optional<Kiln_Weight>:$bias, I64Attr:$patch_size);
+                       Optional<Kiln_Weight>:$bias, Optional<Kiln_Weight>:$position, I64Attr:$patch_size);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $pixels `,` $weight (`,` $bias^)? attr-dict `:` type($pixels) `,` type($weight)
-    (`,` type($bias)^)? `->` type($result)
+    $pixels `,` $weight (`,` $bias^)? (`position` `(` $position^ `)`)? attr-dict `:` type($pixels) `,`
+    type($weight) (`,` type($bias)^)? (`position` type($position)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }

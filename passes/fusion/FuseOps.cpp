@@ -10,7 +10,8 @@
 //   kiln-fuse-norm      an RMSNorm/LayerNorm read by one matmul -> that matmul's
 //                       prologue;
 //   kiln-fuse-activation kiln.activation(linear(x)) -> the linear's epilogue;
-//   kiln-fuse-residual  kiln.add(r, matmul(x)) -> the matmul's residual epilogue.
+//   kiln-fuse-residual  kiln.add(r, matmul(x)) -> the matmul's residual epilogue;
+//                       a position embedding of a patch embedding -> its epilogue.
 // A fused op keeps the name of the layer it came from (the Q projection's becomes
 // `...qkv_proj`) and lists the layers folded into it in `kiln.fused`.
 //
@@ -529,7 +530,38 @@ struct FuseResidualPass : impl::KilnFuseResidualBase<FuseResidualPass> {
     return false;
   }
 
+  // A position embedding added to a patch embedding read by nothing else: the patch
+  // embedding's epilogue (SigLIP; CLIP's class token sits between them).
+  void fusePositions() {
+    llvm::SmallVector<PositionEmbeddingOp> positions;
+    getOperation().walk([&](PositionEmbeddingOp p) { positions.push_back(p); });
+    for (PositionEmbeddingOp pos : positions) {
+      auto pe = pos.getInput().getDefiningOp<PatchEmbedOp>();
+      std::string why;
+      if (!pe)
+        why = "its input is not a kiln.patch_embed (a class token between them)";
+      else if (!onlyUser(pe.getResult(), pos))
+        why = nameOf(pe) + " is also read by other ops";
+      else if (pe.getPosition())
+        why = nameOf(pe) + " already adds a position embedding";
+      if (!why.empty()) {
+        pos.emitRemark() << "kiln-fuse-residual: not fused: " << why;
+        continue;
+      }
+      mlir::OpBuilder b(pos);  // after the table's weight_ref; the patch embedding's operands come before
+      auto fused = b.create<PatchEmbedOp>(pe.getLoc(), pe.getType(), pe.getPixels(), pe.getWeight(), pe.getBias(),
+                                          pos.getTable(), pe.getPatchSizeAttr());
+      copyKilnAttrs(pe, fused);
+      recordFused(fused, {pe, pos});
+      pos.emitRemark() << "kiln-fuse-residual: " << nameOf(pos) << " fused as the epilogue of " << nameOf(pe);
+      pos.getResult().replaceAllUsesWith(fused.getResult());
+      pos.erase();
+      pe.erase();
+    }
+  }
+
   void runOnOperation() override {
+    fusePositions();
     llvm::SmallVector<AddOp> adds;
     getOperation().walk([&](AddOp a) { adds.push_back(a); });
     for (AddOp add : adds) {

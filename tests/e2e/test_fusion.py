@@ -221,3 +221,18 @@ def test_gate_up_blocks_of_other_sizes(encoding, flags, bound, checkpoints, tiny
     a, ta = _answer(blocks, tiny_dir / f"blocks-{encoding}.npy", inputs)
     b, tb = _answer(apart, tiny_dir / f"blocks-apart-{encoding}.npy", inputs)
     assert float(np.abs(a - b).max()) <= bound * float(np.abs(b).max()) and ta == tb
+
+
+def test_siglip_patch_embedding_adds_the_positions(checkpoints, tiny_dir):
+    """SigLIP (Idefics3): the position embedding is the patch embedding's epilogue, its
+    table the op's last weight; CLIP (LLaVA) keeps it apart behind the class token."""
+    siglip, clip = tiny_dir / "siglip-pos.kiln", tiny_dir / "clip-pos.kiln"
+    _compile(checkpoints["tiny-idefics3"][0], siglip)
+    _compile(checkpoints["tiny-llava"][0], clip)
+    ops = {s["kind"]: s["op_list"] for s in _inspect(siglip)["stages"]}["VisionEncoder"]
+    assert ops[0]["kind"] == "PatchEmbed" and ops[1]["kind"] != "PositionEmbedding", ops[:2]
+    assert ops[0]["fused"] == ["model.vision_model.embeddings.patch_embedding",
+                               "model.vision_model.embeddings.position_embedding"]
+    assert ops[0]["weights"][-1] == "model.vision_model.embeddings.position_embedding.weight"
+    kinds = [op["kind"] for op in {s["kind"]: s["op_list"] for s in _inspect(clip)["stages"]}["VisionEncoder"]]
+    assert kinds[:3] == ["PatchEmbed", "ClassToken", "PositionEmbedding"], kinds[:3]

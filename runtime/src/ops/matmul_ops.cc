@@ -131,6 +131,10 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   if (gated > 0 && (residual != nullptr || scatter != nullptr || act < 0 || n % 2 != 0))
     return Bad(c, "a gated product's epilogue does not fit");
   if (scatter != nullptr && residual != nullptr) return Bad(c, "a scattered product takes no residual");
+  const WeightView* add_rows = fusion != nullptr ? fusion->add_rows : nullptr;
+  if (add_rows != nullptr && (residual != nullptr || scatter != nullptr || gated > 0 || act >= 0 ||
+                              add_rows->rows < rows || add_rows->cols != n || format::IsQuantized(add_rows->spec.id)))
+    return Bad(c, "an added table's epilogue does not fit");
   p.y = residual != nullptr || scatter != nullptr ? products : y;
   p.ldy = residual != nullptr || scatter != nullptr ? n : ldy;
   // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts)
@@ -162,6 +166,19 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
       return;
     }
     fn(&p, n0, n1, per_thread + t * stride);
+    if (add_rows != nullptr) {
+      // y[m] += table[m], this thread's channels, decoded 64 at a time.
+      float decoded[64];
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t j0 = n0; j0 < n1; j0 += 64) {
+          const int64_t len = std::min<int64_t>(64, n1 - j0);
+          format::DecodeFloatElements(add_rows->spec.id, add_rows->data, static_cast<uint64_t>(m * n + j0),
+                                      static_cast<uint64_t>(len), decoded);
+          float* out = y + m * ldy + j0;
+          for (int64_t j = 0; j < len; ++j) out[j] += decoded[j];
+        }
+      return;
+    }
     if (scatter != nullptr) {
       // y[scatter[m]] += weight[m] x product[m], this thread's channels (a row appears
       // once: a token chooses an expert at most once).
@@ -475,12 +492,21 @@ kiln_status_t RunPatchEmbed(const OpContext& c) {
   const int64_t height = px.cols / width;
   const int64_t patches = (height / p) * (width / p), kdim = channels * p * p;
   if (w.cols != kdim || c.output.rows != patches || c.output.cols != w.rows) return Bad(c, "operands do not fit");
+  // Weights: the kernel, an optional bias [D], an optional position table [>= patches,
+  // D] (kiln-fuse-residual) added in the epilogue.
+  const WeightView* bias = nullptr;
+  MatMulFusion f;
+  for (int i = 1; i < c.num_weights; ++i) {
+    const WeightView& v = c.weights[i];
+    const bool table = v.shape != nullptr && v.shape->size() == 2;
+    if (table && (v.rows < patches || v.cols != w.rows)) return Bad(c, "operands do not fit");
+    (table ? f.add_rows : bias) = &v;
+  }
   float* cols = c.scratch;  // patches * kdim
   kiln_uk_im2col_params_t ip = {px.f32(), channels, height, width, p, cols};
   const UkernelSet* uk = c.uk;
   c.pool->For(patches, 1, [&](int64_t b, int64_t e, int) { uk->im2col(&ip, b, e); });
-  return MatMul(c, 0, cols, patches, kdim, c.num_weights > 1 ? &c.weights[1] : nullptr, c.output.f32(),
-                c.output.cols, cols + patches * kdim);
+  return MatMul(c, 0, cols, patches, kdim, bias, c.output.f32(), c.output.cols, cols + patches * kdim, &f);
 }
 
 size_t ScratchPatchEmbed(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {

@@ -243,7 +243,21 @@ kiln_status_t ShapePatchEmbed(const ShapeCheck &c) {
     return c.ShapeBad(
         "expects pixels [C, H, W], kernel [D, C, p, p], output "
         "[(H/p)(W/p), D]");
-  if (c.nw == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [D]");
+  // Then an optional bias [D] and an optional position table [>= patches, D] (1.9), in
+  // that order.
+  for (int i = 1; i < c.nw; ++i) {
+    const Dims w = c.w(i);
+    if (w.rank == 1 && i == 1) {
+      if (w.d[0] != wt.d[0]) return c.ShapeBad("bias must be [D]");
+    } else if (w.rank == 2 && i == c.nw - 1) {
+      if (w.d[1] != wt.d[0] || w.d[0] < c.out.d[0]) return c.ShapeBad("the position table must be [>= patches, D]");
+      const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(i))->encoding();
+      if (e != fb::Encoding::F32 && e != fb::Encoding::F16 && e != fb::Encoding::BF16)
+        return c.ShapeBad("the position table must be f32, f16 or bf16");
+    } else {
+      return c.ShapeBad("expects the kernel, an optional bias [D] and an optional position table [>= patches, D]");
+    }
+  }
   return KILN_OK;
 }
 

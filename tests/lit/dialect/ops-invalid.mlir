@@ -406,3 +406,19 @@ func.func @f(%x: tensor<?x16xf32>, %g: tensor<32x16xf32>, %d: tensor<16x16xf32>)
   %y = kiln.gated_mlp %x, %g, %d {activation = #kiln.activation<silu>, gate_up_block = 0 : i64} : tensor<?x16xf32>, tensor<32x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
   return
 }
+
+// -----
+
+func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<8x16xf32>) {
+  // expected-error @+1 {{'kiln.patch_embed' op position table has 8 rows for 16 patches}}
+  %y = kiln.patch_embed %px, %w position(%t) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<8x16xf32> -> tensor<16x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<16x8xf32>) {
+  // expected-error @+1 {{'kiln.patch_embed' op position width (8) does not match hidden size (16)}}
+  %y = kiln.patch_embed %px, %w position(%t) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<16x8xf32> -> tensor<16x16xf32>
+  return
+}

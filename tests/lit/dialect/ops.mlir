@@ -30,6 +30,10 @@ func.func @vision(%px: tensor<3x16x16xf32>) -> tensor<4x64xf32> attributes {kiln
   // CHECK: kiln.patch_embed %{{.*}}, %{{.*}}, %{{.*}} {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> -> tensor<16x16xf32>
   %cls = kiln.weight_ref @cls : tensor<16xf32>
   %pb = kiln.patch_embed %px, %w, %cls {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> -> tensor<16x16xf32>
+  // A position table added in the patch embedding's epilogue (kiln-fuse-residual).
+  %t17 = kiln.weight_ref @pos : tensor<17x16xf32>
+  // CHECK: kiln.patch_embed %{{.*}}, %{{.*}}, %{{.*}} position(%{{.*}}) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> position tensor<17x16xf32> -> tensor<16x16xf32>
+  %pp = kiln.patch_embed %px, %w, %cls position(%t17) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> position tensor<17x16xf32> -> tensor<16x16xf32>
   // CHECK: kiln.class_token {{.*}} : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32>
   %c = kiln.class_token %p, %cls : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32>
   %t = kiln.weight_ref @pos : tensor<17x16xf32>

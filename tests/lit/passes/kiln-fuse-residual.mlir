@@ -54,3 +54,37 @@ func.func @kept(%x: tensor<?x16xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>, te
   %u = kiln.add %t, %t : tensor<?x16xf32>
   return %s, %t, %u, %p : tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>
 }
+
+// -----
+
+// SigLIP: the position embedding of the patch embedding becomes its epilogue (the
+// table's rows added to the patches'). CLIP: the class token between them keeps it.
+// CHECK-LABEL: func.func @siglip
+// CHECK: kiln.patch_embed %arg0, %{{.*}}, %{{.*}} position(%{{.*}}) {kiln.fused = ["v.patch_embedding", "kiln.position_embedding"], patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> position tensor<16x16xf32> -> tensor<16x16xf32>
+// CHECK-NOT: kiln.position_embedding
+// CHECK-LABEL: func.func @clip
+// CHECK: kiln.class_token
+// CHECK: kiln.position_embedding
+kiln.weight @w : tensor<16x3x4x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @b : tensor<16xf32> from #kiln.source<"m.safetensors", offset = 3072, size = 64, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @t : tensor<16x16xf32> from #kiln.source<"m.safetensors", offset = 3136, size = 1024, dtype = "F32"> as #kiln.encoding<f32>
+kiln.weight @t17 : tensor<17x16xf32> from #kiln.source<"m.safetensors", offset = 4160, size = 1088, dtype = "F32"> as #kiln.encoding<f32>
+func.func @siglip(%px: tensor<3x16x16xf32>) -> tensor<16x16xf32> attributes {kiln.stage = #kiln.stage<vision_encoder>} {
+  %w = kiln.weight_ref @w : tensor<16x3x4x4xf32>
+  %b = kiln.weight_ref @b : tensor<16xf32>
+  %p = kiln.patch_embed %px, %w, %b {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> -> tensor<16x16xf32> loc("v.patch_embedding")
+  %t = kiln.weight_ref @t : tensor<16x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: kiln.position_embedding fused as the epilogue of v.patch_embedding}}
+  %e = kiln.position_embedding %p, %t : tensor<16x16xf32>, tensor<16x16xf32> -> tensor<16x16xf32>
+  return %e : tensor<16x16xf32>
+}
+func.func @clip(%px: tensor<3x16x16xf32>) -> tensor<17x16xf32> attributes {kiln.stage = #kiln.stage<vision_encoder>} {
+  %w = kiln.weight_ref @w : tensor<16x3x4x4xf32>
+  %b = kiln.weight_ref @b : tensor<16xf32>
+  %p = kiln.patch_embed %px, %w {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> -> tensor<16x16xf32>
+  %c = kiln.class_token %p, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32>
+  %t = kiln.weight_ref @t17 : tensor<17x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: not fused: its input is not a kiln.patch_embed (a class token between them)}}
+  %e = kiln.position_embedding %c, %t : tensor<17x16xf32>, tensor<17x16xf32> -> tensor<17x16xf32>
+  return %e : tensor<17x16xf32>
+}

@@ -1796,3 +1796,54 @@ TEST(ModelLoad, MissingFileAndBadArguments) {
 }
 
 }  // namespace
+
+// Fused weights (schema 1.9): a gated MLP's interleaved gate/up and a patch
+// embedding's position table are checked like any other operands; a damaged op is
+// refused at load, naming it, never run.
+TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  struct Case {
+    const char* model;
+    const char* name;
+    fb::OpKind kind;
+    kiln_status_t expected;
+    const char* message;
+    std::function<void(fb::OpT&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"tiny-llama", "gate_up_block above 256", fb::OpKind::GatedMlp, KILN_ERROR_ARTIFACT_OP, "gate_up_block above 256",
+       [](fb::OpT& op) { op.params.AsGatedMlpParams()->gate_up_block = 1024; }},
+      {"tiny-llama", "unfused gate/up marked fused", fb::OpKind::GatedMlp, KILN_ERROR_ARTIFACT_SHAPE,
+       "expects gate/up [I, H]", [](fb::OpT& op) { op.params.AsGatedMlpParams()->gate_up_block = 0; }},
+      {"tiny-llama", "down read as gate/up", fb::OpKind::GatedMlp, KILN_ERROR_ARTIFACT_SHAPE,
+       "expects gate/up [2I, H]", [](fb::OpT& op) { std::swap(op.weights[0], op.weights[1]); }},
+      {"tiny-idefics3", "position table before the bias", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE,
+       "an optional bias [D] and an optional position table", [](fb::OpT& op) { std::swap(op.weights[1], op.weights[2]); }},
+      {"tiny-idefics3", "the kernel as its own position table", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE,
+       "", [](fb::OpT& op) { op.weights[2] = op.weights[0]; }},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> bytes;
+    const std::string path = dir + "/" + c.model + ".kiln";
+    ASSERT_TRUE(ReadFile(path, &bytes)) << path;
+    bool found = false;
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, [&](fb::ModelT& mt) {
+      for (auto& stage : mt.stages)
+        for (auto& op : stage->ops)
+          if (op->kind == c.kind && !found) {
+            ASSERT_GE(op->weights.size(), c.kind == fb::OpKind::PatchEmbed ? 3u : 2u) << c.name;
+            if (c.kind == fb::OpKind::GatedMlp) ASSERT_GT(op->params.AsGatedMlpParams()->gate_up_block, 0u);
+            c.edit(*op);
+            found = true;
+          }
+    });
+    ASSERT_TRUE(found) << c.name;
+    Buffer b;
+    b.Assign(bad.data(), bad.size());
+    kiln_error_t err;
+    err.message[0] = '\0';
+    EXPECT_EQ(LoadAndRun(b, &err, false), c.expected) << c.name << ": " << err.message;
+    EXPECT_NE(std::strstr(err.message, c.message), nullptr) << c.name << ": " << err.message;
+  }
+}
