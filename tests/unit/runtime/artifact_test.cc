@@ -89,6 +89,18 @@ kiln_status_t LoadAndRun(Buffer& b, kiln_error_t* err, bool run) {
   return KILN_OK;
 }
 
+// Loads an artifact (without running it) that must be refused with `expected` and a
+// message containing `message`; `what` names the case in failures.
+void ExpectLoadRefused(const std::vector<uint8_t>& bytes, kiln_status_t expected, const char* message,
+                       const char* what) {
+  Buffer b;
+  b.Assign(bytes.data(), bytes.size());
+  kiln_error_t err;
+  err.message[0] = '\0';
+  EXPECT_EQ(LoadAndRun(b, &err, false), expected) << what << ": " << err.message;
+  EXPECT_NE(std::strstr(err.message, message), nullptr) << what << ": " << err.message;
+}
+
 // Parameters: "tiny-llama" (portable reference kernels) or "tiny-llama@gen" (the
 // kernels generated for this CPU's architecture, in the artifact's code segment).
 std::string Preset(const std::string& param) { return param.substr(0, param.find('@')); }
@@ -1711,13 +1723,7 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
        [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = fb::Layout::Int4P4K32Retired; }},
   };
   for (const Case& c : cases) {
-    std::vector<uint8_t> bad = RewriteArtifact(bytes, c.edit);
-    Buffer b;
-    b.Assign(bad.data(), bad.size());
-    kiln_error_t err;
-    err.message[0] = '\0';
-    EXPECT_EQ(LoadAndRun(b, &err, false), c.expected) << c.name << ": " << err.message;
-    EXPECT_NE(std::strstr(err.message, c.message), nullptr) << c.name << ": " << err.message;
+    ExpectLoadRefused(RewriteArtifact(bytes, c.edit), c.expected, c.message, c.name);
   }
   // Calibration may not replace a weight of an op that also reads a packed one: the
   // reference kernel the op would then run reads row-major weights only.
@@ -1776,13 +1782,7 @@ TEST(PackedLayout, Panel16IsReadOnlyByGeneratedFloatMatmuls) {
        [&](fb::ModelT& mt) { mt.tensors[normWeight]->layout = fb::Layout::Panel16; }},
   };
   for (const Case& c : cases) {
-    std::vector<uint8_t> bad = RewriteArtifact(bytes, c.edit);
-    Buffer b;
-    b.Assign(bad.data(), bad.size());
-    kiln_error_t err;
-    err.message[0] = '\0';
-    EXPECT_EQ(LoadAndRun(b, &err, false), c.expected) << c.name << ": " << err.message;
-    EXPECT_NE(std::strstr(err.message, c.message), nullptr) << c.name << ": " << err.message;
+    ExpectLoadRefused(RewriteArtifact(bytes, c.edit), c.expected, c.message, c.name);
   }
 }
 
@@ -1839,11 +1839,6 @@ TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
           }
     });
     ASSERT_TRUE(found) << c.name;
-    Buffer b;
-    b.Assign(bad.data(), bad.size());
-    kiln_error_t err;
-    err.message[0] = '\0';
-    EXPECT_EQ(LoadAndRun(b, &err, false), c.expected) << c.name << ": " << err.message;
-    EXPECT_NE(std::strstr(err.message, c.message), nullptr) << c.name << ": " << err.message;
+    ExpectLoadRefused(bad, c.expected, c.message, c.name);
   }
 }
