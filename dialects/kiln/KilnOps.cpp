@@ -41,38 +41,32 @@ static void printWeightExpr(OpAsmPrinter& printer, Operation*, WeightExprAttrInt
 // gate and up are one interleaved weight.
 //===----------------------------------------------------------------------===//
 
-static ParseResult parseUpDown(OpAsmParser& parser, std::optional<OpAsmParser::UnresolvedOperand>& up,
-                               OpAsmParser::UnresolvedOperand& down) {
-  OpAsmParser::UnresolvedOperand first;
-  if (parser.parseOperand(first))
+// One element (`down`) or two (`up, down`), read by `parse`.
+template <typename T, typename Up, typename Parse>
+static ParseResult parseOneOrTwo(OpAsmParser& parser, Up& up, T& down, Parse parse) {
+  T first;
+  if (parse(first))
     return failure();
   if (failed(parser.parseOptionalComma())) {
     down = first;
     return success();
   }
   up = first;
-  return parser.parseOperand(down);
+  return parse(down);
 }
 
-static void printUpDown(OpAsmPrinter& printer, Operation*, Value up, Value down) {
-  if (up)
-    printer << up << ", ";
-  printer << down;
+static ParseResult parseUpDown(OpAsmParser& parser, std::optional<OpAsmParser::UnresolvedOperand>& up,
+                               OpAsmParser::UnresolvedOperand& down) {
+  return parseOneOrTwo(parser, up, down, [&](OpAsmParser::UnresolvedOperand& v) { return parser.parseOperand(v); });
 }
 
 static ParseResult parseUpDown(OpAsmParser& parser, Type& up, Type& down) {
-  Type first;
-  if (parser.parseType(first))
-    return failure();
-  if (failed(parser.parseOptionalComma())) {
-    down = first;
-    return success();
-  }
-  up = first;
-  return parser.parseType(down);
+  return parseOneOrTwo(parser, up, down, [&](Type& t) { return parser.parseType(t); });
 }
 
-static void printUpDown(OpAsmPrinter& printer, Operation*, Type up, Type down) {
+// Value or Type: `up, down`, or `down` when there is no up.
+template <typename Up, typename Down>
+static void printUpDown(OpAsmPrinter& printer, Operation*, Up up, Down down) {
   if (up)
     printer << up << ", ";
   printer << down;
@@ -366,13 +360,13 @@ LogicalResult GatedMlpOp::verify() {
     const int64_t hidden = tensorOf(getInput()).getDimSize(1);
     if (failed(expectDim(*this, "gate/up rows", gu.getDimSize(0), "2 x down in_features", 2 * d.getDimSize(1))) ||
         failed(expectDim(*this, "gate/up in_features", gu.getDimSize(1), "hidden size", hidden)) ||
-        failed(expectDim(*this, "down out_features", d.getDimSize(0), "hidden size", hidden)) ||
-        failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
+        failed(expectDim(*this, "down out_features", d.getDimSize(0), "hidden size", hidden)))
       return failure();
-  } else if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), "")) ||
-             failed(expectResultShape(*this, tensorOf(getInput()).getShape()))) {
+  } else if (failed(verifyGatedMlp(*this, getInput(), getGate(), getUp(), getDown(), ""))) {
     return failure();
   }
+  if (failed(expectResultShape(*this, tensorOf(getInput()).getShape())))
+    return failure();
   return verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual());
 }
 

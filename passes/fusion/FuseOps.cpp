@@ -341,8 +341,8 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
 struct FuseGateUpPass : impl::KilnFuseGateUpBase<FuseGateUpPass> {
   using KilnFuseGateUpBase::KilnFuseGateUpBase;
 
-  // Why `g`'s gate and up cannot be fused, or "" when they can.
-  static std::string refusal(GatedMlpOp g, WeightOp wg, WeightOp wu) {
+  // Why gate `wg` and up `wu` cannot be fused, or "" when they can.
+  static std::string refusal(WeightOp wg, WeightOp wu) {
     if (!wg || !wu)
       return "the gate or up weight is not a kiln.weight";
     if (wg.getEncoding() != wu.getEncoding())
@@ -366,7 +366,7 @@ struct FuseGateUpPass : impl::KilnFuseGateUpBase<FuseGateUpPass> {
     });
     for (GatedMlpOp g : mlps) {
       WeightOp wg = weightOf(g.getGate()), wu = weightOf(g.getUp());
-      if (std::string why = refusal(g, wg, wu); !why.empty()) {
+      if (std::string why = refusal(wg, wu); !why.empty()) {
         g.emitRemark() << "kiln-fuse-gate-up: not fused: " << why;
         continue;
       }

@@ -1,7 +1,6 @@
 // Runners of the ops built on a matrix product with a stored weight: linear, the LM
 // head, the gated MLP, mixture of experts, patch embedding and embedding lookup.
 #include <cmath>
-#include <numeric>
 
 #include "ops/common.h"
 #include "ops/ops.h"
