@@ -118,6 +118,48 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "::mlir::ModuleOp"> {
   ];
 }
 
+def KilnPruneExperts : Pass<"kiln-prune-experts", "::mlir::ModuleOp"> {
+  let summary = "Remove the mixture-of-experts experts calibration shows are least used";
+  let description = [{
+    Reads the routing statistics calibration attaches to each MoE router weight
+    (`kiln.routing`: the `tokens` routed, and per expert, in the order of the
+    op's operands, how many tokens `selected` it among their top k and the
+    `mass`, the sum of the routing weights it received) and removes, in every
+    layer, the experts with the least mass (ties: fewer selections, then the
+    later expert). `prune` says how many: `N` experts per layer, a fraction
+    `0.25` or a percentage `25%` of each layer's experts (rounded down).
+
+    The router loses the pruned experts' rows (a `#kiln.slice`/`#kiln.concat`
+    of the original, evaluated by the artifact writer), every `kiln.moe` that
+    reads it loses their gate, up and down weights and `expert_ids` their
+    entries, and weights no op reads any more leave the module, so the artifact
+    shrinks. With `normalize_top_k` (Mixtral's renormalised top-k) this is
+    exactly "never route to them": the kept experts' routing weights are a
+    softmax over the chosen logits only. A router whose weights are not
+    renormalised is left alone with a remark (its softmax would change).
+
+    Each pruned expert is named in a remark with its statistics, and recorded
+    on the router (`kiln.pruned_experts`: `expert_ids`, `selected`, `mass`,
+    `tokens`) for the precision report. A router without statistics, or a
+    pruning that would leave fewer experts than `top_k`, is an error naming the
+    weight.
+
+    ```mlir
+    kiln.weight @router : tensor<4x16xf32> from ... as #kiln.encoding<f32>
+        {kiln.routing = {tokens = 100 : i64, selected = array<i64: 90, 5, 80, 25>,
+                         mass = array<f64: 60.0, 2.0, 30.0, 8.0>}}
+    // kiln-prune-experts{prune=1} -> expert 1 goes: the router keeps rows 0, 2, 3
+    kiln.weight @router : tensor<3x16xf32> from #kiln.concat<axis = 0, [
+        #kiln.slice<..., offsets = [0, 0], sizes = [1, 16]>,
+        #kiln.slice<..., offsets = [2, 0], sizes = [2, 16]>]> as #kiln.encoding<f32>
+    ```
+  }];
+  let options = [
+    Option<"prune", "prune", "std::string", /*default=*/"\"\"",
+           "Experts to remove per layer: a count (2), a fraction (0.25) or a percentage (25%)">,
+  ];
+}
+
 def KilnAssignPrecision : Pass<"kiln-assign-precision", "::mlir::ModuleOp"> {
   let summary = "Choose the storage encoding of every weight under a memory budget";
   let description = [{

@@ -1,7 +1,9 @@
 //===- Calibration.cpp - running the model at compile time -------*- C++ -*-===//
 #include "compiler/calibration/Calibration.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +100,8 @@ struct TensorUse {
   bool quantizable = false;
   bool int8Activations = false;  // a matrix product: int8 activations apply
   bool visionSide = false;  // read by the vision encoder or projector
+  int64_t routerTopK = 0;   // > 0: the router of a mixture of experts choosing this many
+  bool routerNormalize = false;
 };
 
 std::vector<TensorUse> tensorUses(const fb::Model* m) {
@@ -116,21 +120,32 @@ std::vector<TensorUse> tensorUses(const fb::Model* m) {
           u.quantizable = true;
         if (info && format::HasSlot(info->int8_act_weights, i))
           u.int8Activations = true;
+        if (op->kind() == fb::OpKind::Moe && i == 0 && op->params_as_MoeParams()) {
+          u.routerTopK = op->params_as_MoeParams()->top_k();
+          u.routerNormalize = op->params_as_MoeParams()->normalize_top_k();
+        }
       }
     }
   }
   return uses;
 }
 
-// Accumulates X^T X of the inputs of every quantisable weight (GPTQ's Hessian), from
-// the activations the runtime's kernels multiply each weight by
+// Watches the activations the runtime's kernels multiply each weight by
 // (kiln_calib_set_weight_observer): nothing about the model is recomputed here.
-struct HessianCollector {
+//  * Hessians: X^T X of the inputs of every quantisable weight (GPTQ's);
+//  * routing: the inputs of every MoE router, whose logits (with the f32 router
+//    weights of the loaded artifact) give each token's top-k experts and their
+//    routing weights exactly as the runtime chooses them.
+struct Observer {
+  bool hessians = false, routing = false;
+  std::vector<TensorUse>* uses = nullptr;
+  const uint8_t* weights = nullptr;  // the loaded f32 artifact
+  const fb::Model* fbm = nullptr;
   std::map<uint32_t, std::vector<double>> sums;
   std::map<uint32_t, int64_t> rows;
-  std::vector<TensorUse>* uses = nullptr;
+  std::map<uint32_t, RoutingStats> routes;
 
-  void add(uint32_t tensor, const float* x, int64_t n, int64_t ld, int64_t k) {
+  void addHessian(uint32_t tensor, const float* x, int64_t n, int64_t ld, int64_t k) {
     std::vector<double>& h = sums[tensor];
     if (h.empty())
       h.assign(static_cast<size_t>(k * k), 0.0);
@@ -148,10 +163,59 @@ struct HessianCollector {
     rows[tensor] += n;
   }
 
+  // The runtime's routing (runtime/src/ops/matmul_ops.cc RunMoe): softmax, top k by
+  // probability (ties: the lower expert), renormalised when the op says so.
+  void addRoutes(uint32_t tensor, const TensorUse& use, const float* x, int64_t n, int64_t ld, int64_t k) {
+    const fb::Tensor* t = fbm->tensors()->Get(tensor);
+    const int64_t experts = t->shape()->Get(0);
+    const float* w = reinterpret_cast<const float*>(weights + t->offset());
+    RoutingStats& st = routes[tensor];
+    if (st.selected.empty()) {
+      st.selected.assign(static_cast<size_t>(experts), 0);
+      st.mass.assign(static_cast<size_t>(experts), 0.0);
+    }
+    std::vector<double> prob(static_cast<size_t>(experts));
+    std::vector<int64_t> chosen;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* xr = x + r * ld;
+      double mx = -INFINITY;
+      for (int64_t e = 0; e < experts; ++e) {
+        double d = 0;
+        for (int64_t i = 0; i < k; ++i)
+          d += static_cast<double>(xr[i]) * w[e * k + i];
+        prob[e] = d;
+        mx = std::max(mx, d);
+      }
+      double sum = 0;
+      for (double& v : prob)
+        sum += (v = std::exp(v - mx));
+      chosen.clear();
+      double chosenSum = 0;
+      for (int64_t j = 0; j < use.routerTopK && j < experts; ++j) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < experts; ++e)
+          if (!llvm::is_contained(chosen, e) && (best < 0 || prob[e] > prob[best]))
+            best = e;
+        chosen.push_back(best);
+        chosenSum += prob[best];
+      }
+      for (int64_t e : chosen) {
+        st.selected[e] += 1;
+        st.mass[e] += prob[e] / (use.routerNormalize ? chosenSum : sum);
+      }
+      st.tokens += 1;
+    }
+  }
+
   static void callback(void* user, uint32_t tensor, const float* x, int64_t n, int64_t ld, int64_t k) {
-    auto* self = static_cast<HessianCollector*>(user);
-    if (tensor < self->uses->size() && (*self->uses)[tensor].quantizable)
-      self->add(tensor, x, n, ld, k);
+    auto* self = static_cast<Observer*>(user);
+    if (tensor >= self->uses->size())
+      return;
+    const TensorUse& use = (*self->uses)[tensor];
+    if (self->hessians && use.quantizable)
+      self->addHessian(tensor, x, n, ld, k);
+    if (self->routing && use.routerTopK > 0)
+      self->addRoutes(tensor, use, x, n, ld, k);
   }
 };
 
@@ -220,9 +284,27 @@ llvm::Expected<std::vector<Sample>> readCalibrationSet(llvm::StringRef path) {
   return samples;
 }
 
-mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Result* result) {
-  // The calibration artifact: every weight as f32, so that candidates are measured
-  // against the checkpoint's own values.
+namespace {
+
+// The module as an f32 artifact loaded into the runtime, with one session.
+struct Loaded {
+  std::unique_ptr<AlignedBuffer> buffer;
+  kiln_model_t* model = nullptr;
+  kiln_session_t* session = nullptr;
+  kiln_model_info_t info = {};
+  kiln_session_options_t so = {};
+  const fb::Model* fbm = nullptr;
+  ~Loaded() {
+    if (session)
+      kiln_session_release(session);
+    if (model)
+      kiln_model_release(model);
+  }
+};
+
+// Every weight as f32, so that candidates are measured against the checkpoint's own
+// values (and pruned models against the unpruned one).
+mlir::LogicalResult loadF32(mlir::ModuleOp module, int threads, Loaded* out) {
   mlir::OwningOpRef<mlir::ModuleOp> clone = module.clone();
   mlir::MLIRContext* ctx = module.getContext();
   clone->walk([&](WeightOp w) {
@@ -233,87 +315,113 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
   artifactOptions.compilerVersion = "calibration";
   if (mlir::failed(writeArtifactToMemory(*clone, artifactOptions, &bytes)))
     return mlir::failure();
-  AlignedBuffer buffer(bytes);
+  out->buffer = std::make_unique<AlignedBuffer>(bytes);
   bytes.clear();
-  if (buffer.data == nullptr)
+  if (out->buffer->data == nullptr)
     return module.emitError("calibration: out of memory for the calibration artifact");
-
   kiln_error_t err;
-  kiln_model_t* model = nullptr;
-  if (kiln_model_load_from_memory(buffer.data, buffer.size, nullptr, &model, &err) != KILN_OK)
+  if (kiln_model_load_from_memory(out->buffer->data, out->buffer->size, nullptr, &out->model, &err) != KILN_OK)
     return module.emitError("calibration: the calibration artifact does not load: ") << err.message;
-  auto releaseModel = llvm::make_scope_exit([&] { kiln_model_release(model); });
-  kiln_model_info_t info = {};
-  info.struct_size = sizeof(info);
-  kiln_model_get_info(model, &info);
-  kiln_session_options_t so = {};
-  so.struct_size = sizeof(so);
-  so.num_threads = options.threads;
-  so.context_length = std::min(info.max_position_embeddings, 2048);
-  kiln_session_t* session = nullptr;
-  if (kiln_session_create(model, &so, &session, &err) != KILN_OK)
+  out->info.struct_size = sizeof(out->info);
+  kiln_model_get_info(out->model, &out->info);
+  out->so.struct_size = sizeof(out->so);
+  out->so.num_threads = threads;
+  out->so.context_length = std::min(out->info.max_position_embeddings, 2048);
+  if (kiln_session_create(out->model, &out->so, &out->session, &err) != KILN_OK)
     return module.emitError("calibration: ") << err.message;
-  auto releaseSession = llvm::make_scope_exit([&] { kiln_session_release(session); });
+  out->fbm = fb::GetSizePrefixedModel(out->buffer->data);  // verified by the load above
+  return mlir::success();
+}
 
-  const fb::Model* fbm = fb::GetSizePrefixedModel(buffer.data);  // verified by the load above
+// Feeds sample `i` to a fresh session state: its image (p->pixels keeps the
+// preprocessed values), its prompt and answer tokens (p->ids; p->scored the positions
+// whose next token counts: the answer's, else the prompt's last 8), and fills
+// `logits` with the next-token logits of every position.
+mlir::LogicalResult runSample(mlir::ModuleOp module, Loaded& l, const Sample& s, size_t i, Prepared* p,
+                              std::vector<float>* logits) {
+  kiln_error_t err;
+  kiln_session_reset(l.session);
+  if (!s.image.empty()) {
+    if (l.info.image_tokens == 0)
+      return module.emitError("calibration: sample ") << i + 1 << " has an image but " << l.info.architecture
+                                                     << " takes none";
+    tools::RgbImage img;
+    std::string error;
+    if (!tools::LoadRgbImage(s.image, &img, &error))
+      return module.emitError("calibration: ") << error;
+    if (kiln_session_set_image_rgb(l.session, img.pixels.data(), img.width, img.height,
+                                   3 * static_cast<size_t>(img.width), &err) != KILN_OK)
+      return module.emitError("calibration: ") << s.image << ": " << err.message;
+    int64_t size = l.fbm->image()->image_size();
+    p->pixels.resize(static_cast<size_t>(3 * size * size));
+    if (kiln_calib_get_pixel_values(l.session, p->pixels.data(), p->pixels.size(), &err) != KILN_OK)
+      return module.emitError("calibration: ") << err.message;
+  }
+  size_t count = 0;
+  std::vector<int32_t> ids(4096);
+  if (kiln_session_prompt_ids(l.session, s.prompt.c_str(), ids.data(), ids.size(), &count, &err) != KILN_OK)
+    return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+  ids.resize(count);
+  size_t promptLen = ids.size();
+  p->scored.clear();
+  if (!s.answer.empty()) {
+    std::vector<int32_t> answer(1024);
+    std::string text = " " + s.answer;
+    if (kiln_tokenize(l.model, text.c_str(), text.size(), 0, answer.data(), answer.size(), &count, &err) != KILN_OK)
+      return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+    answer.resize(count);
+    ids.insert(ids.end(), answer.begin(), answer.end());
+    for (size_t k = promptLen - 1; k + 1 < ids.size(); ++k)
+      p->scored.push_back(static_cast<int>(k));
+  } else {
+    for (size_t k = promptLen > 8 ? promptLen - 8 : 0; k < promptLen; ++k)
+      p->scored.push_back(static_cast<int>(k));
+  }
+  if (static_cast<int64_t>(ids.size()) > l.so.context_length)
+    return module.emitError("calibration: sample ") << i + 1 << " has " << ids.size()
+                                                    << " tokens, more than the context";
+  p->ids = ids;
+  logits->resize(ids.size() * static_cast<size_t>(l.info.vocab_size));
+  if (kiln_session_prefill_logits(l.session, ids.data(), ids.size(), logits->data(), logits->size(), &err) !=
+      KILN_OK)
+    return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+  return mlir::success();
+}
+
+} // namespace
+
+mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Result* result) {
+  mlir::MLIRContext* ctx = module.getContext();
+  Loaded l;
+  if (mlir::failed(loadF32(module, options.threads, &l)))
+    return mlir::failure();
+  kiln_error_t err;
+  kiln_model_t* model = l.model;
+  kiln_session_t* session = l.session;
+  const fb::Model* fbm = l.fbm;
+  const uint8_t* base = l.buffer->data;
   std::vector<TensorUse> uses = tensorUses(fbm);
-  const int64_t vocab = info.vocab_size;
-  const size_t imageFloats = static_cast<size_t>(info.image_tokens) * static_cast<size_t>(info.hidden_size);
+  const int64_t vocab = l.info.vocab_size;
+  const size_t imageFloats = static_cast<size_t>(l.info.image_tokens) * static_cast<size_t>(l.info.hidden_size);
 
-  // Baseline: the unquantised model's next-token distributions (and the Hessians).
-  HessianCollector collector;
-  collector.uses = &uses;
-  if (options.collectHessians)
-    kiln_calib_set_weight_observer(session, HessianCollector::callback, &collector);
+  // Baseline: the unquantised model's next-token distributions (and the Hessians and
+  // the routing statistics).
+  Observer observer;
+  observer.uses = &uses;
+  observer.hessians = options.collectHessians;
+  observer.routing = options.collectRouting;
+  observer.weights = base;
+  observer.fbm = fbm;
+  if (observer.hessians || observer.routing)
+    kiln_calib_set_weight_observer(session, Observer::callback, &observer);
   std::vector<Prepared> prepared(options.samples.size());
   {
     Progress progress(options.progress, "calibration", options.samples.size());
+    std::vector<float> logits;
     for (size_t i = 0; i < options.samples.size(); ++i) {
-      const Sample& s = options.samples[i];
       Prepared& p = prepared[i];
-      kiln_session_reset(session);
-      if (!s.image.empty()) {
-        if (info.image_tokens == 0)
-          return module.emitError("calibration: sample ") << i + 1 << " has an image but "
-                                                         << info.architecture << " takes none";
-        tools::RgbImage img;
-        std::string error;
-        if (!tools::LoadRgbImage(s.image, &img, &error))
-          return module.emitError("calibration: ") << error;
-        if (kiln_session_set_image_rgb(session, img.pixels.data(), img.width, img.height, 3 * static_cast<size_t>(img.width),
-                                       &err) != KILN_OK)
-          return module.emitError("calibration: ") << s.image << ": " << err.message;
-        int64_t size = fbm->image()->image_size();
-        p.pixels.resize(static_cast<size_t>(3 * size * size));
-        if (kiln_calib_get_pixel_values(session, p.pixels.data(), p.pixels.size(), &err) != KILN_OK)
-          return module.emitError("calibration: ") << err.message;
-      }
-      size_t count = 0;
-      std::vector<int32_t> ids(4096);
-      if (kiln_session_prompt_ids(session, s.prompt.c_str(), ids.data(), ids.size(), &count, &err) != KILN_OK)
-        return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
-      ids.resize(count);
-      size_t promptLen = ids.size();
-      if (!s.answer.empty()) {
-        std::vector<int32_t> answer(1024);
-        std::string text = " " + s.answer;
-        if (kiln_tokenize(model, text.c_str(), text.size(), 0, answer.data(), answer.size(), &count, &err) != KILN_OK)
-          return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
-        answer.resize(count);
-        ids.insert(ids.end(), answer.begin(), answer.end());
-        for (size_t k = promptLen - 1; k + 1 < ids.size(); ++k)
-          p.scored.push_back(static_cast<int>(k));
-      } else {
-        for (size_t k = promptLen > 8 ? promptLen - 8 : 0; k < promptLen; ++k)
-          p.scored.push_back(static_cast<int>(k));
-      }
-      if (static_cast<int64_t>(ids.size()) > so.context_length)
-        return module.emitError("calibration: sample ") << i + 1 << " has " << ids.size()
-                                                        << " tokens, more than the context";
-      p.ids = ids;
-      std::vector<float> logits(ids.size() * static_cast<size_t>(vocab));
-      if (kiln_session_prefill_logits(session, ids.data(), ids.size(), logits.data(), logits.size(), &err) != KILN_OK)
-        return module.emitError("calibration: sample ") << i + 1 << ": " << err.message;
+      if (mlir::failed(runSample(module, l, options.samples[i], i, &p, &logits)))
+        return mlir::failure();
       for (int k : p.scored) {
         p.baseLogProbs.emplace_back();
         logSoftmax(logits.data() + static_cast<size_t>(k) * vocab, vocab, &p.baseLogProbs.back());
@@ -329,12 +437,15 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
   }
   kiln_calib_set_weight_observer(session, nullptr, nullptr);
   if (options.collectHessians)
-    for (auto& [tensor, h] : collector.sums) {
-      double n = static_cast<double>(std::max<int64_t>(1, collector.rows[tensor]));
+    for (auto& [tensor, h] : observer.sums) {
+      double n = static_cast<double>(std::max<int64_t>(1, observer.rows[tensor]));
       for (double& v : h)
         v /= n;
       result->hessians[fbm->tensors()->Get(tensor)->name()->str()] = std::move(h);
     }
+  if (options.collectRouting)
+    for (auto& [tensor, r] : observer.routes)
+      result->routing[fbm->tensors()->Get(tensor)->name()->str()] = std::move(r);
 
   // Sensitivity: each weight alone in each candidate encoding.
   std::vector<std::pair<uint32_t, std::string>> jobs;
@@ -363,7 +474,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     bool act8 = enc.getActivation() == ActivationMode::Int8PerToken;
     if (act8 && !uses[t].int8Activations)
       continue;  // int8 activations apply to matrix products only
-    const float* w = reinterpret_cast<const float*>(buffer.data + tensor->offset());
+    const float* w = reinterpret_cast<const float*>(base + tensor->offset());
     auto h = result->hessians.find(name);
     std::vector<uint8_t> q = options.gptq && h != result->hessians.end() && h->second.size() == cols * cols
                                  ? quant::quantizeGptq(w, rows, cols, spec, h->second.data())
@@ -401,6 +512,39 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
     kiln_calib_restore_weight(model, t);
     result->sensitivity[name][label] = positions > 0 ? kl / positions : 0.0;
   }
+  return mlir::success();
+}
+
+mlir::LogicalResult evaluateAnswers(mlir::ModuleOp module, const std::vector<Sample>& samples, int threads,
+                                    Evaluation* out) {
+  Loaded l;
+  if (mlir::failed(loadF32(module, threads, &l)))
+    return mlir::failure();
+  const int64_t vocab = l.info.vocab_size;
+  *out = Evaluation();
+  std::vector<float> logits;
+  std::vector<double> lp;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].answer.empty())
+      return module.emitError("evaluation: sample ") << i + 1 << " has no answer";
+    Prepared p;
+    if (mlir::failed(runSample(module, l, samples[i], i, &p, &logits)))
+      return mlir::failure();
+    bool right = true;
+    for (int k : p.scored) {
+      const float* row = logits.data() + static_cast<size_t>(k) * vocab;
+      int32_t next = p.ids[static_cast<size_t>(k) + 1];
+      right &= std::max_element(row, row + vocab) - row == next;
+      logSoftmax(row, vocab, &lp);
+      out->answerNll -= lp[static_cast<size_t>(next)];
+      ++tokens;
+    }
+    out->samples += 1;
+    out->correct += right ? 1 : 0;
+  }
+  if (tokens > 0)
+    out->answerNll /= static_cast<double>(tokens);
   return mlir::success();
 }
 

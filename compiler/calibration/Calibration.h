@@ -7,7 +7,12 @@
 //    the inputs it multiplies (for error-compensated GPTQ rounding);
 //  * sensitivity: for every quantisable weight and candidate encoding, the mean KL
 //    divergence of the next-token distributions when that weight alone is stored in
-//    that encoding, against the unquantised model, over the calibration set.
+//    that encoding, against the unquantised model, over the calibration set;
+//  * routing: for every mixture-of-experts router, how often each expert is chosen
+//    and the routing weight it receives (for expert pruning).
+//
+// It also scores a model's answers (teacher-forced exact match), to compare a
+// pruned model with the unpruned one on held-out samples.
 //
 // Candidates are measured with the runtime's real kernels (int8 activations
 // included): the weight's bytes and encoding are swapped in the loaded model, nothing
@@ -37,10 +42,20 @@ struct Sample {
 /// (image paths relative to the file), or a directory holding one *.jsonl file.
 llvm::Expected<std::vector<Sample>> readCalibrationSet(llvm::StringRef path);
 
+/// How a mixture-of-experts router routed the calibration tokens: per expert (router
+/// row), how many tokens chose it among their top k, and the sum of the routing
+/// weights it received (its share of the layer's output).
+struct RoutingStats {
+  int64_t tokens = 0;
+  std::vector<int64_t> selected;
+  std::vector<double> mass;
+};
+
 struct Options {
   std::vector<Sample> samples;
   std::vector<std::string> candidates;  // encoding labels ("int4_g32", ...)
   bool collectHessians = false;         // for GPTQ
+  bool collectRouting = false;          // for expert pruning
   bool gptq = false;                    // measure candidates with GPTQ rounding
   int threads = 0;
   bool progress = false;                // draw progress on stderr
@@ -52,6 +67,8 @@ struct Result {
   /// weight -> [cols, cols] row-major Hessian (when collected).
   std::map<std::string, std::vector<double>> hessians;
   int scoredPositions = 0;
+  /// router weight -> routing statistics (when collected).
+  std::map<std::string, RoutingStats> routing;
 };
 
 /// The default candidate encodings.
@@ -60,6 +77,21 @@ std::vector<std::string> defaultCandidates();
 /// Calibrates `module` (imported and lowered; weights in any encoding — they are
 /// measured from the checkpoint's values). Errors are diagnostics on the module.
 mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Result* result);
+
+/// Teacher-forced answer accuracy: a sample is right when every token of its answer
+/// is the most likely next token after the prompt and the answer's earlier tokens
+/// (what greedy decoding produces).
+struct Evaluation {
+  int samples = 0;
+  int correct = 0;
+  double answerNll = 0;  // mean negative log-likelihood per answer token (nats)
+  double accuracy() const { return samples > 0 ? 100.0 * correct / samples : 0.0; }
+};
+
+/// Scores `module` (lowered, any encodings: run as f32) on `samples`, which must all
+/// have answers.
+mlir::LogicalResult evaluateAnswers(mlir::ModuleOp module, const std::vector<Sample>& samples, int threads,
+                                    Evaluation* out);
 
 /// A digest of the checkpoint content the module reads (configs and every weight's
 /// bytes, xxh3): the cache key's first part.

@@ -2,6 +2,7 @@
 #include "compiler/pipelines/Pipeline.h"
 
 #include <cstdlib>
+#include <limits>
 #include <unistd.h>
 
 #include "codegen/targets/Target.h"
@@ -14,6 +15,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Object/ArchiveWriter.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/TargetParser/Triple.h"
 #include "llvm/Support/Path.h"
@@ -56,6 +58,28 @@ bool needsQuantizedEncodings(const CompileOptions& o) {
   return false;
 }
 
+// The calibration inputs: --calibration, else the checkpoint's calibration.jsonl
+// (`who` needs them), at most --calibration-samples of them.
+mlir::FailureOr<std::vector<calib::Sample>> calibrationSet(mlir::ModuleOp module, const CompileOptions& options,
+                                                          llvm::StringRef who) {
+  std::string path = options.calibration;
+  if (path.empty()) {
+    llvm::SmallString<256> p(options.checkpoint);
+    llvm::sys::path::append(p, "calibration.jsonl");
+    if (!llvm::sys::fs::exists(p))
+      return module.emitError(who) << " calibration inputs to measure the model on: give --calibration=FILE.jsonl "
+                                      "(lines of {\"image\": ..., \"prompt\": ...}) or put calibration.jsonl in "
+                                   << options.checkpoint;
+    path = std::string(p);
+  }
+  auto samples = calib::readCalibrationSet(path);
+  if (!samples)
+    return module.emitError(llvm::toString(samples.takeError()));
+  if (options.calibrationSamples > 0 && samples->size() > static_cast<size_t>(options.calibrationSamples))
+    samples->resize(static_cast<size_t>(options.calibrationSamples));
+  return std::move(*samples);
+}
+
 // Measures sensitivities (and Hessians for GPTQ) and attaches them to the weights.
 mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions& options,
                                     HessianTable* hessians) {
@@ -63,24 +87,12 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
   bool gptq = usesGptq(options);
   if (!budget && !gptq)
     return mlir::success();
-  std::string path = options.calibration;
-  if (path.empty()) {
-    llvm::SmallString<256> p(options.checkpoint);
-    llvm::sys::path::append(p, "calibration.jsonl");
-    if (!llvm::sys::fs::exists(p))
-      return module.emitError(budget ? "--memory-budget and --bits-per-weight" : "--quantizer=gptq")
-             << " need calibration inputs to measure the model on: give --calibration=FILE.jsonl "
-                "(lines of {\"image\": ..., \"prompt\": ...}) or put calibration.jsonl in "
-             << options.checkpoint;
-    path = std::string(p);
-  }
-  auto samples = calib::readCalibrationSet(path);
-  if (!samples)
-    return module.emitError(llvm::toString(samples.takeError()));
+  auto samples =
+      calibrationSet(module, options, budget ? "--memory-budget and --bits-per-weight need" : "--quantizer=gptq needs");
+  if (mlir::failed(samples))
+    return mlir::failure();
   calib::Options co;
   co.samples = std::move(*samples);
-  if (options.calibrationSamples > 0 && co.samples.size() > static_cast<size_t>(options.calibrationSamples))
-    co.samples.resize(static_cast<size_t>(options.calibrationSamples));
   co.candidates = budget ? calib::defaultCandidates() : std::vector<std::string>{};
   co.collectHessians = gptq;
   co.gptq = gptq;
@@ -170,6 +182,138 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
   pm.addPass(createKilnPlanMemory(plan));
 }
 
+namespace {
+
+// A copy of `module` lowered so that calibration can run it: for this machine
+// (whatever the artifact's target), with row-major weights (calibration swaps weights
+// in and out of the loaded copy), unfused (every weight its own op, whose inputs
+// calibration observes) and with an f32 KV cache (the measurements are the weights'
+// alone). Null on failure.
+mlir::OwningOpRef<mlir::ModuleOp> lowerForCalibration(mlir::MLIRContext& context, mlir::ModuleOp module,
+                                                      const CompileOptions& options) {
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = module.clone();
+  mlir::PassManager pm(&context);
+  applyToolOptions(pm);
+  CompileOptions here = options;
+  here.target = "";
+  here.cpuFeatures = "";
+  here.packWeights = false;
+  here.fuse = false;
+  here.kvCache = "f32";
+  buildLoweringPipeline(pm, here);
+  if (mlir::failed(pm.run(*lowered)))
+    return {};
+  return lowered;
+}
+
+mlir::LogicalResult runPruneExperts(mlir::MLIRContext& context, mlir::ModuleOp module, llvm::StringRef prune) {
+  mlir::PassManager pm(&context);
+  applyToolOptions(pm);
+  KilnPruneExpertsOptions o;
+  o.prune = prune.str();
+  pm.addPass(createKilnPruneExperts(o));
+  return pm.run(module);
+}
+
+// --prune-experts: routing statistics from calibration on the router weights, then
+// kiln-prune-experts; with `auto`, the largest per-layer count whose held-out accuracy
+// stays within --prune-experts-max-loss points of the unpruned model's.
+mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp module, const CompileOptions& options) {
+  int64_t most = std::numeric_limits<int64_t>::max(), experts = 0;
+  module.walk([&](MoeOp m) {
+    experts = std::max<int64_t>(experts, static_cast<int64_t>(m.getGate().size()));
+    most = std::min<int64_t>(most, static_cast<int64_t>(m.getGate().size()) - static_cast<int64_t>(m.getTopK()));
+  });
+  auto arch = module->getAttrOfType<mlir::StringAttr>("kiln.architecture");
+  if (experts == 0)
+    return module.emitError("--prune-experts: ")
+           << (arch ? arch.getValue() : "the model") << " has no mixture-of-experts layers";
+  const bool automatic = options.pruneExperts == "auto";
+  if (!automatic && !parseExpertPruning(options.pruneExperts))
+    return module.emitError("--prune-experts must be a count (2), a fraction (0.25), a percentage (25%) or auto, got '")
+           << options.pruneExperts << "'";
+  auto samples = calibrationSet(module, options, "--prune-experts needs");
+  if (mlir::failed(samples))
+    return mlir::failure();
+  // auto: every other sample is held out of the statistics to score the candidates.
+  std::vector<calib::Sample> stats, heldOut;
+  for (size_t i = 0; i < samples->size(); ++i)
+    (automatic && i % 2 == 1 ? heldOut : stats).push_back((*samples)[i]);
+  if (automatic) {
+    if (heldOut.empty())
+      return module.emitError("--prune-experts=auto needs at least 2 calibration samples (every other one is held "
+                              "out to measure the accuracy)");
+    for (const calib::Sample& s : heldOut)
+      if (s.answer.empty())
+        return module.emitError("--prune-experts=auto scores held-out calibration samples by their answers: "
+                                "give every line of the calibration set an \"answer\"");
+  }
+
+  mlir::OwningOpRef<mlir::ModuleOp> lowered = lowerForCalibration(context, module, options);
+  if (!lowered)
+    return mlir::failure();
+  calib::Options co;
+  co.samples = stats;
+  co.collectRouting = true;
+  co.threads = options.threads;
+  co.progress = isatty(2) != 0;
+  calib::Result result;
+  if (mlir::failed(calib::calibrate(*lowered, co, &result)))
+    return mlir::failure();
+  mlir::Builder b(&context);
+  module.walk([&](WeightOp w) {
+    auto it = result.routing.find(w.getSymName().str());
+    if (it == result.routing.end())
+      return;
+    w->setAttr("kiln.routing",
+               b.getDictionaryAttr({b.getNamedAttr("tokens", b.getI64IntegerAttr(it->second.tokens)),
+                                    b.getNamedAttr("selected", b.getDenseI64ArrayAttr(it->second.selected)),
+                                    b.getNamedAttr("mass", b.getDenseF64ArrayAttr(it->second.mass))}));
+  });
+  if (!automatic)
+    return runPruneExperts(context, module, options.pruneExperts);
+
+  calib::Evaluation base;
+  if (mlir::failed(calib::evaluateAnswers(*lowered, heldOut, options.threads, &base)))
+    return mlir::failure();
+  lowered = nullptr;
+  int64_t chosen = 0;
+  for (int64_t n = most; n >= 1 && chosen == 0; --n) {
+    mlir::OwningOpRef<mlir::ModuleOp> candidate = module.clone();
+    mlir::OwningOpRef<mlir::ModuleOp> low;
+    {
+      // The candidates' own remarks would repeat for every count tried.
+      mlir::ScopedDiagnosticHandler quiet(&context, [](mlir::Diagnostic& d) {
+        return mlir::success(d.getSeverity() == mlir::DiagnosticSeverity::Remark);
+      });
+      if (mlir::failed(runPruneExperts(context, *candidate, std::to_string(n))))
+        return mlir::failure();
+      low = lowerForCalibration(context, *candidate, options);
+      if (!low)
+        return mlir::failure();
+    }
+    calib::Evaluation e;
+    if (mlir::failed(calib::evaluateAnswers(*low, heldOut, options.threads, &e)))
+      return mlir::failure();
+    bool within = base.accuracy() - e.accuracy() <= options.pruneExpertsMaxLoss;
+    module.emitRemark() << llvm::formatv(
+        "--prune-experts=auto: {0} of {1} experts per layer pruned: held-out accuracy {2:F1}% ({3}/{4}; unpruned "
+        "{5:F1}%), answer NLL {6:F4} (unpruned {7:F4}){8}",
+        n, experts, e.accuracy(), e.correct, e.samples, base.accuracy(), e.answerNll, base.answerNll,
+        within ? ": chosen" : "");
+    if (within)
+      chosen = n;
+  }
+  if (chosen == 0) {
+    module.emitRemark() << "--prune-experts=auto: no pruning keeps the held-out accuracy within "
+                        << options.pruneExpertsMaxLoss << " points: every expert kept";
+    return mlir::success();
+  }
+  return runPruneExperts(context, module, std::to_string(chosen));
+}
+
+} // namespace
+
 mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
                                                  const CompileOptions& options, bool lower,
                                                  HessianTable* hessians) {
@@ -190,25 +334,16 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
   if (!module || !lower)
     return module;
 
+  if (!options.pruneExperts.empty() && mlir::failed(pruneExperts(context, *module, options)))
+    return {};
   bool precision = needsQuantizedEncodings(options) || !options.precision.empty();
   if (precision) {
     // Calibration runs the model here: it needs a lowered copy, which it makes
     // itself, for this machine (whatever the artifact's target) and with row-major
     // weights (calibration swaps weights in and out of the loaded copy).
     {
-      mlir::OwningOpRef<mlir::ModuleOp> lowered = module->clone();
-      mlir::PassManager pm(&context);
-      applyToolOptions(pm);
-      CompileOptions here = options;
-      here.target = "";
-      here.cpuFeatures = "";
-      here.packWeights = false;
-      // Unfused: every weight its own op, whose inputs calibration observes.
-      here.fuse = false;
-      // An f32 KV cache: the sensitivities measure the weights' encodings alone.
-      here.kvCache = "f32";
-      buildLoweringPipeline(pm, here);
-      if (mlir::failed(pm.run(*lowered)))
+      mlir::OwningOpRef<mlir::ModuleOp> lowered = lowerForCalibration(context, *module, options);
+      if (!lowered)
         return {};
       if (mlir::failed(calibrateModule(*lowered, options, hessians)))
         return {};

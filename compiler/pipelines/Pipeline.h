@@ -43,6 +43,11 @@ struct CompileOptions {
   std::string quantizer = "auto";         // "auto" (gptq under a budget, else rtn), "rtn" or "gptq"
   std::string cacheDir;                   // "" = $XDG_CACHE_HOME/kiln or ~/.cache/kiln
   std::string report;                     // precision report (.json; .svg beside it)
+
+  // Expert pruning (docs/pruning.md): "" none, "auto", or kiln-prune-experts' prune
+  // ("2", "0.25", "25%").
+  std::string pruneExperts;
+  double pruneExpertsMaxLoss = 1.0;       // auto: held-out accuracy points it may lose
   int threads = 0;
   /// --emit=static-library: generated kernels go to <output stem>.kernels.a (and its
   /// header, .kernels.h) instead of the artifact's code segment.

@@ -203,6 +203,46 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
         {"sensitivity", std::isnan(r.sensitivity) ? llvm::json::Value(nullptr) : llvm::json::Value(r.sensitivity)},
         {"candidates", std::move(cands)}});
   }
+  // Experts kiln-prune-experts removed, by router, with their routing statistics.
+  llvm::json::Array prunedExperts;
+  for (WeightOp w : module.getOps<WeightOp>()) {
+    auto pruned = w->getAttrOfType<mlir::DictionaryAttr>("kiln.pruned_experts");
+    if (!pruned)
+      continue;  // the dialect verified its fields
+    auto ids = pruned.getAs<mlir::DenseI64ArrayAttr>("expert_ids").asArrayRef();
+    auto selected = pruned.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef();
+    auto mass = pruned.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef();
+    int64_t tokens = pruned.getAs<mlir::IntegerAttr>("tokens").getInt();
+    llvm::json::Array experts;
+    for (size_t i = 0; i < ids.size(); ++i)
+      experts.push_back(llvm::json::Object{{"expert", ids[i]},
+                                           {"selected", selected[i]},
+                                           {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
+                                           {"mass", mass[i]}});
+    // The kept experts' statistics (kiln.routing follows the kept rows); their ids
+    // are the MoE ops' expert_ids.
+    llvm::json::Array kept;
+    auto routing = w->getAttrOfType<mlir::DictionaryAttr>("kiln.routing");
+    llvm::ArrayRef<int64_t> keptIds;
+    w->getParentOfType<mlir::ModuleOp>().walk([&](MoeOp m) {
+      if (auto ref = m.getRouter().getDefiningOp<WeightRefOp>(); ref && ref.getName() == w.getSymName())
+        keptIds = m.getExpertIds();
+    });
+    if (routing) {
+      auto ksel = routing.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef();
+      auto kmass = routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef();
+      for (size_t i = 0; i < ksel.size() && i < keptIds.size(); ++i)
+        kept.push_back(llvm::json::Object{{"expert", keptIds[i]},
+                                          {"selected", ksel[i]},
+                                          {"selection_share", tokens > 0 ? static_cast<double>(ksel[i]) / tokens : 0.0},
+                                          {"mass", kmass[i]}});
+    }
+    prunedExperts.push_back(llvm::json::Object{{"router", w.getSymName().str()},
+                                               {"calibration_tokens", tokens},
+                                               {"kept", w.getTensorType().getDimSize(0)},
+                                               {"pruned", std::move(experts)},
+                                               {"kept_experts", std::move(kept)}});
+  }
   auto arch = module->getAttrOfType<mlir::StringAttr>("kiln.architecture");
   llvm::json::Object root{
       {"architecture", arch ? arch.str() : ""},
@@ -216,6 +256,7 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
       {"bytes", static_cast<int64_t>(total)},
       {"bits_per_weight", params ? 8.0 * static_cast<double>(total) / static_cast<double>(params) : 0.0},
       {"total_sensitivity", sensitivity},
+      {"pruned_experts", std::move(prunedExperts)},
       {"weights", std::move(weights)}};
 
   std::error_code ec;

@@ -70,7 +70,8 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
            << attr.getName().getValue()
            << "' (kiln.* attributes: architecture, checkpoint, prompt_template, text, image, "
               "preprocessor, generation, tokenizer, max_prefill_tokens, kv_cache, target, stage, arena_bytes, "
-              "kernel, symbol, symbols, fused, offset, output, sensitivity, fused_from)";
+              "kernel, symbol, symbols, fused, offset, output, sensitivity, fused_from, routing, "
+              "pruned_experts)";
   };
   if (!name.consume_front("kiln."))
     return unknown();
@@ -143,6 +144,28 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     if (!llvm::isa<WeightOp>(op) || !array ||
         !llvm::all_of(array, [](Attribute a) { return llvm::isa<FlatSymbolRefAttr>(a); }))
       return op->emitOpError("attribute 'kiln.fused_from' must be an array of weight symbols on a kiln.weight");
+    return success();
+  }
+  // MoE routing statistics (calibration) and the record of pruned experts
+  // (kiln-prune-experts), on a router weight: per-expert arrays of one length.
+  if (name == "routing" || name == "pruned_experts") {
+    auto dict = llvm::dyn_cast<DictionaryAttr>(attr.getValue());
+    bool pruned = name == "pruned_experts";
+    auto tokens = dict ? dict.getAs<IntegerAttr>("tokens") : IntegerAttr();
+    auto selected = dict ? dict.getAs<DenseI64ArrayAttr>("selected") : DenseI64ArrayAttr();
+    auto mass = dict ? dict.getAs<DenseF64ArrayAttr>("mass") : DenseF64ArrayAttr();
+    auto ids = dict ? dict.getAs<DenseI64ArrayAttr>("expert_ids") : DenseI64ArrayAttr();
+    if (!llvm::isa<WeightOp>(op) || !tokens || tokens.getInt() < 0 || !selected || !mass || (pruned && !ids) ||
+        dict.size() != (pruned ? 4u : 3u))
+      return op->emitOpError("attribute 'kiln.")
+             << name << "' must be {" << (pruned ? "expert_ids = array<i64>, " : "")
+             << "tokens = N, selected = array<i64>, mass = array<f64>} on a kiln.weight";
+    if (pruned && ids.size() != selected.size())
+      return op->emitOpError("attribute 'kiln.pruned_experts' has ")
+             << ids.size() << " expert ids and " << selected.size() << " selections";
+    if (selected.size() != mass.size())
+      return op->emitOpError("attribute 'kiln.")
+             << name << "' has " << selected.size() << " selections and " << mass.size() << " masses";
     return success();
   }
   if (name == "sensitivity") {

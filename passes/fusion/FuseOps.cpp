@@ -21,6 +21,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 #include "passes/Passes.h"
+#include "passes/Weights.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFUSEQKV
@@ -65,13 +66,6 @@ void copyKilnAttrs(mlir::Operation* from, mlir::Operation* to) {
       to->setAttr(a.getName(), a.getValue());
 }
 
-WeightOp weightOf(mlir::Value v) {
-  auto ref = v ? v.getDefiningOp<WeightRefOp>() : WeightRefOp();
-  if (!ref)
-    return nullptr;
-  return mlir::SymbolTable::lookupNearestSymbolFrom<WeightOp>(ref, ref.getNameAttr());
-}
-
 bool onlyUser(mlir::Value v, mlir::Operation* user) {
   return v.hasOneUse() && *v.getUsers().begin() == user;
 }
@@ -82,22 +76,6 @@ bool dominates(mlir::Value v, mlir::Operation* op) {
   if (!def)
     return true;
   return def->getBlock() == op->getBlock() && def->isBeforeInBlock(op);
-}
-
-// Weights no stage reads any more.
-void eraseUnreadWeights(mlir::ModuleOp module) {
-  llvm::DenseSet<mlir::StringAttr> read;
-  module.walk([&](WeightRefOp r) { read.insert(r.getNameAttr().getAttr()); });
-  for (WeightOp w : llvm::make_early_inc_range(module.getOps<WeightOp>()))
-    if (!read.count(w.getSymNameAttr()))
-      w.erase();
-}
-
-void eraseDeadWeightRefs(mlir::ModuleOp module) {
-  module.walk([&](WeightRefOp r) {
-    if (r->use_empty())
-      r.erase();
-  });
 }
 
 // A linear's or gated MLP's operands and fusion attributes, to rebuild the op with some
@@ -136,14 +114,6 @@ struct GatedMlpParts {
 // kiln-fuse-qkv
 //===----------------------------------------------------------------------===//
 
-// A weight's expression as an operand of #kiln.concat: a plain source states its shape.
-mlir::Attribute concatOperand(WeightOp w) {
-  if (SourceAttr s = w.getPlainSource(); s && s.getShape().empty())
-    return SourceAttr::get(w.getContext(), s.getFile(), s.getOffset(), s.getSize(), s.getDtype(),
-                           w.getTensorType().getShape());
-  return w.getSource();
-}
-
 // The weight concatenating `parts` along rows, interleaved in blocks of `block` rows
 // when non-zero (made once per module, by name).
 WeightOp concatWeight(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRef<WeightOp> parts, int64_t block = 0) {
@@ -153,7 +123,7 @@ WeightOp concatWeight(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRe
   llvm::SmallVector<mlir::Attribute> from;
   int64_t rows = 0;
   for (WeightOp w : parts) {
-    operands.push_back(concatOperand(w));
+    operands.push_back(exprOperand(w));
     from.push_back(mlir::FlatSymbolRefAttr::get(w.getSymNameAttr()));
     rows += w.getTensorType().getDimSize(0);
   }

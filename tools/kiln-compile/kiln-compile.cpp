@@ -153,6 +153,16 @@ static cl::opt<std::string> cacheDir("cache-dir", cl::desc("Where measured sensi
 static cl::opt<std::string> report("report",
                                    cl::desc("Write the precision report here (.json, and a .svg chart beside it)"),
                                    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> pruneExperts(
+    "prune-experts",
+    cl::desc("Remove the experts of each mixture-of-experts layer that calibration shows are least used: a count "
+             "per layer (2), a fraction (0.25) or a percentage (25%) of its experts, or auto (the most whose "
+             "held-out calibration accuracy stays within --prune-experts-max-loss)"),
+    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<double> pruneExpertsMaxLoss(
+    "prune-experts-max-loss",
+    cl::desc("--prune-experts=auto: accuracy points the pruned model may lose on the held-out calibration samples"),
+    cl::init(1.0), cl::cat(kilnCategory));
 static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
                             cl::cat(kilnCategory));
 
@@ -273,7 +283,8 @@ int main(int argc, char** argv) {
     for (cl::Option* o : std::initializer_list<cl::Option*>{
              &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
-             &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate})
+             &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &pruneExperts,
+             &pruneExpertsMaxLoss})
       if (o->getNumOccurrences() > 0) {
         llvm::errs() << "kiln-compile: error: --" << o->ArgStr
                      << " applies to compiling a checkpoint, not to --from-ir\n";
@@ -430,6 +441,19 @@ int main(int argc, char** argv) {
   options.cacheDir = cacheDir;
   options.report = report;
   options.threads = threads;
+  options.pruneExperts = pruneExperts;
+  options.pruneExpertsMaxLoss = pruneExpertsMaxLoss;
+  if (pruneExperts.getNumOccurrences() > 0 && pruneExperts != "auto" && !kiln::parseExpertPruning(pruneExperts)) {
+    llvm::errs() << "kiln-compile: error: --prune-experts must be a count (2), a fraction (0.25), a percentage (25%) "
+                    "or auto, got '"
+                 << pruneExperts << "'\n";
+    return 2;
+  }
+  if (pruneExpertsMaxLoss.getNumOccurrences() > 0 && (pruneExperts != "auto" || !(pruneExpertsMaxLoss >= 0))) {
+    llvm::errs() << "kiln-compile: error: --prune-experts-max-loss takes a non-negative number of points and goes "
+                    "with --prune-experts=auto\n";
+    return 2;
+  }
   options.kernelLibrary = emit == EmitKind::StaticLibrary;
   if (!report.empty() && !writesArtifact) {
     llvm::errs() << "kiln-compile: error: --report goes with -o (the artifact)\n";

@@ -137,3 +137,19 @@ kiln.weight @w : tensor<4x4xf32> from #kiln.source<"m.safetensors", offset = 0, 
 func.func @f() attributes {kiln.arena_bytes = 64 : i64} {
   return
 }
+
+// -----
+
+// Routing statistics: per-expert arrays of one length, on a weight.
+// expected-error @+1 {{attribute 'kiln.routing' has 2 selections and 3 masses}}
+kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.routing = {tokens = 3 : i64, selected = array<i64: 1, 2>, mass = array<f64: 1.0, 1.0, 1.0>}}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.routing' must be {tokens = N, selected = array<i64>, mass = array<f64>} on a kiln.weight}}
+kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.routing = {tokens = 3 : i64, selected = [1, 2], mass = array<f64: 1.0, 1.0>}}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.pruned_experts' has 1 expert ids and 2 selections}}
+kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.pruned_experts = {expert_ids = array<i64: 3>, tokens = 3 : i64, selected = array<i64: 1, 2>, mass = array<f64: 1.0, 1.0>}}

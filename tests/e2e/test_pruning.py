@@ -1,0 +1,172 @@
+"""Expert pruning (kiln-compile --prune-experts, docs/pruning.md).
+
+The pruned artifact is checked against an independent reference: the checkpoint
+rewritten in Python without the experts the precision report says were pruned (router
+rows removed, the kept experts renumbered, num_local_experts lowered), run by the
+PyTorch reference. Mixtral renormalises the top-k routing weights, so the two must agree
+to the usual 1e-4 of the logits' scale.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import MODELS, ROOT, run, tool
+from kiln_models import safetensors_io
+
+SHAPES_MOE = os.path.join(ROOT, "tests", "models", "shapes", "checkpoints", "moe")
+PROMPTS = ["The quick brown fox", "How do I install this part?", "Step one: remove the cover.",
+           "Tighten the four screws", "What is in the box?", "Hello there, how are you today?"]
+
+
+@pytest.fixture(scope="module")
+def mixtral(tiny_dir):
+    """tiny-mixtral (4 experts, top 2) with a text calibration set beside it."""
+    d = tiny_dir / "prune-tiny-mixtral"
+    if not d.exists():
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-mixtral", "--out", d])
+        with open(d / "calibration.jsonl", "w") as f:
+            for p in PROMPTS:
+                f.write(json.dumps({"prompt": p}) + "\n")
+    return d
+
+
+def pruned_checkpoint(src, report, out):
+    """`src` without the experts `report` lists as pruned, as a Hugging Face checkpoint."""
+    shutil.copytree(src, out)
+    cfg = json.load(open(src / "config.json"))
+    tensors = safetensors_io.load_file(str(src / "model.safetensors"))
+    kept_counts = set()
+    for entry in report["pruned_experts"]:
+        router = entry["router"]                      # model.layers.L.block_sparse_moe.gate.weight
+        prefix = router[: -len("gate.weight")]
+        gone = {e["expert"] for e in entry["pruned"]}
+        experts = cfg["num_local_experts"]
+        keep = [e for e in range(experts) if e not in gone]
+        kept_counts.add(len(keep))
+        tensors[router] = tensors[router][keep]
+        moved = {}
+        for new, old in enumerate(keep):
+            for w in ("w1", "w2", "w3"):
+                moved[f"{prefix}experts.{new}.{w}.weight"] = tensors[f"{prefix}experts.{old}.{w}.weight"]
+        for e in range(experts):
+            for w in ("w1", "w2", "w3"):
+                del tensors[f"{prefix}experts.{e}.{w}.weight"]
+        tensors.update(moved)
+    assert len(kept_counts) == 1
+    cfg["num_local_experts"] = kept_counts.pop()
+    json.dump(cfg, open(out / "config.json", "w"))
+    safetensors_io.save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("prune,kept", [("1", 3), ("50%", 2)])
+def test_pruned_artifact_equals_the_pruned_reference(mixtral, tiny_dir, prune, kept):
+    tag = prune.replace("%", "pct")
+    artifact = tiny_dir / f"mixtral-pruned-{tag}.kiln"
+    report_path = tiny_dir / f"mixtral-pruned-{tag}.json"
+    out = run([tool("kiln-compile"), mixtral, "-o", artifact, "--kv-cache=f32", f"--prune-experts={prune}",
+               "--report", report_path, "--remarks"])
+    report = json.load(open(report_path))
+    assert len(report["pruned_experts"]) == 2  # both layers
+    for entry in report["pruned_experts"]:
+        assert entry["kept"] == kept
+        assert entry["calibration_tokens"] > 0
+        for e in entry["pruned"]:
+            assert f"expert {e['expert']} (selected by {e['selected']} of {entry['calibration_tokens']} tokens" \
+                in out.stderr
+    # Every pruned expert had the least routing mass of its layer.
+    full = tiny_dir / "mixtral-unpruned.kiln"
+    run([tool("kiln-compile"), mixtral, "-o", full, "--kv-cache=f32"])
+    assert os.path.getsize(artifact) < os.path.getsize(full)
+
+    ref_ckpt = tiny_dir / f"mixtral-reference-{tag}"
+    if ref_ckpt.exists():
+        shutil.rmtree(ref_ckpt)
+    pruned_checkpoint(mixtral, report, ref_ckpt)
+    golden = tiny_dir / f"mixtral-golden-{tag}"
+    run(["/usr/bin/python3", os.path.join(MODELS, "golden.py"), ref_ckpt, "--out", golden,
+         "--prompt", "How do I install this part? Tell me step by step.", "--max-new-tokens", "8"])
+    logits = tiny_dir / f"mixtral-pruned-{tag}-logits.npy"
+    run([tool("kiln-run"), artifact, "--input-ids", golden / "input_ids.npy", "--dump-logits", logits,
+         "--max-new-tokens", "1", "--threads", "2", "--quiet"])
+    ref = np.load(golden / "logits.npy")
+    got = np.load(logits)
+    assert got.shape == ref.shape
+    err = float(np.abs(got - ref).max())
+    assert err <= 1e-4 * float(np.abs(ref).max()), f"max abs error {err}"
+    # And it is not the unpruned model's output.
+    unpruned_logits = tiny_dir / f"mixtral-unpruned-{tag}-logits.npy"
+    run([tool("kiln-run"), full, "--input-ids", golden / "input_ids.npy", "--dump-logits", unpruned_logits,
+         "--max-new-tokens", "1", "--threads", "2", "--quiet"])
+    assert float(np.abs(np.load(unpruned_logits) - ref).max()) > 10 * err
+
+
+def test_the_least_used_experts_go(mixtral, tiny_dir):
+    """The pruned experts are those with the least gate mass of their layer, and pruning
+    one expert removes the first of the two that pruning two removes."""
+    reports = {}
+    for n in ("1", "2"):
+        path = tiny_dir / f"order-{n}.json"
+        run([tool("kiln-compile"), mixtral, "-o", tiny_dir / f"order-{n}.kiln", f"--prune-experts={n}",
+             "--report", path])
+        reports[n] = {e["router"]: e for e in json.load(open(path))["pruned_experts"]}
+    for router, one in reports["1"].items():
+        two = reports["2"][router]
+        assert len(one["kept_experts"]) == 3 and len(two["kept_experts"]) == 2
+        for r in (one, two):
+            assert max(e["mass"] for e in r["pruned"]) <= min(e["mass"] for e in r["kept_experts"])
+            assert sum(e["selected"] for e in r["pruned"] + r["kept_experts"]) == 2 * r["calibration_tokens"]
+        assert {e["expert"] for e in one["pruned"]} < {e["expert"] for e in two["pruned"]}
+
+
+def test_auto_on_the_demo_model(tiny_dir):
+    """auto: held-out calibration samples score every count; the choice is a pruning whose
+    held-out accuracy stays within the bound (or none), and the artifact says which experts
+    are gone."""
+    artifact = tiny_dir / "shapes-moe-auto.kiln"
+    report_path = tiny_dir / "shapes-moe-auto.json"
+    out = run([tool("kiln-compile"), SHAPES_MOE, "-o", artifact, "--prune-experts=auto", "--remarks",
+               "--report", report_path])
+    lines = [l for l in out.stderr.splitlines() if "--prune-experts=auto:" in l]
+    assert lines, out.stderr
+    chosen = [l for l in lines if l.endswith(": chosen")]
+    report = json.load(open(report_path))
+    if chosen:
+        n = int(chosen[0].split("--prune-experts=auto: ")[1].split(" of ")[0])
+        assert all(len(e["pruned"]) == n for e in report["pruned_experts"])
+        assert len(report["pruned_experts"]) == 4
+    else:
+        assert "every expert kept" in lines[-1]
+        assert report["pruned_experts"] == []
+    info = json.loads(run([tool("kiln-inspect"), artifact, "--json"]).stdout)
+    assert info["file_bytes"] > 0
+
+
+def test_errors_leave_no_artifact(mixtral, tiny_dir):
+    artifact = tiny_dir / "never.kiln"
+    # More than top_k allows.
+    p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts=3"])
+    assert p.returncode != 0 and "leaves fewer than top_k = 2" in p.stderr
+    assert not artifact.exists()
+    # Not a count, fraction or percentage.
+    p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts=most"])
+    assert p.returncode == 2 and "--prune-experts must be a count (2)" in p.stderr
+    assert not artifact.exists()
+    # auto needs answers in the calibration set.
+    p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts=auto"])
+    assert p.returncode != 0 and 'give every line of the calibration set an "answer"' in p.stderr
+    assert not artifact.exists()
+    # A dense model has no experts.
+    dense = tiny_dir / "prune-tiny-llama"
+    run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llama", "--out", dense])
+    p = subprocess_run([tool("kiln-compile"), dense, "-o", artifact, "--prune-experts=1"])
+    assert p.returncode != 0 and "LlamaForCausalLM has no mixture-of-experts layers" in p.stderr
+    assert not artifact.exists()
+
+
+def subprocess_run(cmd):
+    import subprocess
+    return subprocess.run(cmd, capture_output=True, text=True)
