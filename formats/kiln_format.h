@@ -22,8 +22,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // which older runtimes ignore (their caches stay f32); 7: generated attention kernels
 // read paged KV caches (kiln_uk_attention_params_t.kv_blocks), nothing else changed;
 // 8: generated attention kernels read quantised caches with keys per channel over
-// spans and the span being filled at full precision (kiln_uk_attention_params_t.kv_span)
-constexpr uint32_t kSchemaMinor = 9;
+// spans and the span being filled at full precision (kiln_uk_attention_params_t.kv_span);
+// 9: gate and up as one interleaved weight (GatedMlpParams.gate_up_block); 10: the
+// SelectTokens op (visual-token pruning), which older runtimes refuse by its kind
+constexpr uint32_t kSchemaMinor = 10;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -15,15 +15,15 @@ namespace kiln {
 // nullopt if it is not one (or not positive).
 std::optional<uint64_t> parseByteSize(llvm::StringRef text);
 
-// How many experts kiln-prune-experts removes per layer: a count ("2"), a fraction
-// of the layer's experts ("0.25") or a percentage ("25%"), rounded down.
-struct ExpertPruning {
+// A number of things out of a total, as the pruning passes take it: a count ("2"), a
+// fraction of the total ("0.25") or a percentage ("25%"), rounded down.
+struct CountOrShare {
   int64_t count = -1;     // >= 0: this many
-  double fraction = -1;   // in [0, 1): this share
-  int64_t of(int64_t experts) const;
+  double fraction = -1;   // in [0, 1]: this share
+  int64_t of(int64_t total) const;
 };
 // nullopt if `text` is none of those.
-std::optional<ExpertPruning> parseExpertPruning(llvm::StringRef text);
+std::optional<CountOrShare> parseCountOrShare(llvm::StringRef text);
 
 #define GEN_PASS_DECL
 #include "passes/Passes.h.inc"

@@ -160,6 +160,38 @@ def KilnPruneExperts : Pass<"kiln-prune-experts", "::mlir::ModuleOp"> {
   ];
 }
 
+def KilnPruneVisualTokens : Pass<"kiln-prune-visual-tokens", "::mlir::ModuleOp"> {
+  let summary = "Keep only the best-scoring image tokens for the decoder";
+  let description = [{
+    Ends the projector stage with a `kiln.select_tokens` that scores its image
+    tokens and keeps the `keep` best in their original order: a count (`72`), a
+    fraction (`0.5`) or a percentage (`50%`) of the projector's tokens, rounded
+    down. The module's image configuration follows (`image_tokens`), so the prompt
+    holds as many image placeholders as tokens kept, and the decoder's prefill and
+    KV cache see only those. `score`: `distinct` (the default: one minus the cosine
+    similarity of a token to the image's mean token, which ranks tokens that differ
+    from the background first) or `norm` (the token's L2 norm). Works for every
+    layout that has a projector stage (LLaVA's MLP, Idefics3's pixel shuffle and
+    linear). Keeping all tokens is a no-op (remark); pruning twice selects once,
+    from the original tokens. At run time a session may keep fewer
+    (`kiln_session_options_t.image_tokens`, `kiln-run --image-tokens`).
+
+    ```mlir
+    func.func @projector(%x: tensor<16x32xf32>) -> tensor<8x64xf32> ... {
+      ...
+      %t = kiln.select_tokens %p {keep = 8 : i64, score = "distinct"} : tensor<16x64xf32> -> tensor<8x64xf32>
+      return %t : tensor<8x64xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"keep", "keep", "std::string", /*default=*/"\"\"",
+           "Image tokens to keep per image: a count (72), a fraction (0.5) or a percentage (50%)">,
+    Option<"score", "score", "std::string", /*default=*/"\"distinct\"",
+           "How tokens are ranked: distinct (unlike the image's mean token) or norm (L2 norm)">,
+  ];
+}
+
 def KilnAssignPrecision : Pass<"kiln-assign-precision", "::mlir::ModuleOp"> {
   let summary = "Choose the storage encoding of every weight under a memory budget";
   let description = [{

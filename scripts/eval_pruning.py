@@ -2,16 +2,19 @@
 """Measures what compile-time pruning costs and buys on the demo model, through Kiln
 (kiln-compile + kiln-run + kiln-bench), on held-out test questions:
 
-  * experts (--experts): the MoE demo model with 0, 1, 2 (25%) and 4 (50%) of its 8
-    experts per layer pruned, and --prune-experts=auto: exact-match accuracy (per
-    question kind too), artifact and weight bytes, and kiln-bench's prefill, TTFT,
-    decode and peak RSS (medians, --threads, --reps);
-  * visual tokens (--visual-tokens): the dense and MoE demo models with 100, 75, 50
-    and 25% of the image tokens kept: accuracy, TTFT by stage and LLM prefill.
+  * experts: the MoE demo model with 0, 1, 2 (25%) and 4 (50%) of its 8 experts per
+    layer pruned (--prune-experts), and auto: exact-match accuracy (per question kind
+    too), artifact and weight bytes, and kiln-bench's prefill, TTFT, decode and peak
+    RSS (medians of --reps runs, --threads);
+  * visual-tokens: the dense and MoE demo models with 100, 75, 50 and 25% of their
+    image tokens kept (--visual-tokens), by either score: accuracy, TTFT by stage;
+  * smolvlm: LLM prefill and TTFT by stage at SmolVLM-256M's shapes (generated weights,
+    int8 with int8 activations) with 64, 48, 32 and 16 of its 64 image tokens kept.
 
 Writes JSON (and prints Markdown tables). Needs a host build (build/host/bin).
 
     /usr/bin/python3 scripts/eval_pruning.py --out build/eval-pruning.json [--questions 500] [--threads 2]
+        [--reps 5] [--only experts|visual-tokens|smolvlm]
 """
 
 import argparse
@@ -84,29 +87,86 @@ def experts(args, tmp, qfile):
     return rows
 
 
+def visual_tokens(args, tmp, qfile):
+    rows = []
+    for variant in ["dense", "moe"]:
+        ckpt = os.path.join(SHAPES, "checkpoints", variant)
+        for score in ["distinct", "norm"]:
+            for keep in ["100%", "75%", "50%", "25%"]:
+                if keep == "100%" and score == "norm":
+                    continue  # the same artifact as distinct's
+                artifact = os.path.join(tmp, f"{variant}-vt.kiln")
+                flags = [] if keep == "100%" else [f"--visual-tokens={keep}", f"--visual-token-score={score}"]
+                run([f"{BIN}/kiln-compile", ckpt, "-o", artifact, *flags])
+                row = {"model": variant, "visual_tokens": keep, "score": score if keep != "100%" else None,
+                       **accuracy(artifact, qfile, args.threads), **bench(artifact, args.threads, args.reps, tmp)}
+                rows.append(row)
+                print(f"visual tokens {variant} {keep} {score}: {row['accuracy']:.1f}%", file=sys.stderr)
+    return rows
+
+
+def smolvlm_prefill(args, tmp):
+    """LLM prefill and TTFT by stage at SmolVLM-256M's shapes (generated weights: speed only)."""
+    ckpt = os.path.join(tmp, "smolvlm-256m")
+    run([PY, os.path.join(ROOT, "tests", "models", "generate.py"), "--preset", "smolvlm-256m", "--out", ckpt])
+    rows = []
+    for keep in ["64", "48", "32", "16"]:
+        artifact = os.path.join(tmp, "smol.kiln")
+        flags = [] if keep == "64" else [f"--visual-tokens={keep}"]
+        run([f"{BIN}/kiln-compile", ckpt, "-o", artifact, "--precision=.*=int8_a8", *flags])
+        rows.append({"visual_tokens": int(keep), **bench(artifact, args.threads, args.reps, tmp)})
+        print(f"smolvlm {keep} tokens: prefill {rows[-1]['prefill_ms']:.1f} ms", file=sys.stderr)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--questions", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", choices=["experts", "visual-tokens", "smolvlm"], action="append",
+                    help="run only these parts (repeatable; default: all)")
     args = ap.parse_args()
+    parts = set(args.only or ["experts", "visual-tokens", "smolvlm"])
     with tempfile.TemporaryDirectory() as tmp:
         qdir = os.path.join(tmp, "test")
         run([PY, os.path.join(SHAPES, "make_examples.py"), "--out", qdir, "--count", str(args.questions),
              "--split", "test"])
         qfile = os.path.join(qdir, "questions.jsonl")
         result = {"questions": args.questions, "threads": args.threads, "reps": args.reps,
-                  "load_average": os.getloadavg()[0], "experts": experts(args, tmp, qfile)}
+                  "load_average": os.getloadavg()[0]}
+        if "experts" in parts:
+            result["experts"] = experts(args, tmp, qfile)
+        if "visual-tokens" in parts:
+            result["visual_tokens"] = visual_tokens(args, tmp, qfile)
+        if "smolvlm" in parts:
+            result["smolvlm"] = smolvlm_prefill(args, tmp)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
-    print(f"| --prune-experts | experts kept per layer | accuracy ({args.questions} test questions) | artifact bytes "
-          f"| prefill tok/s | TTFT ms | decode tok/s | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in result["experts"]:
-        print(f"| {r['prune_experts']} | {'/'.join(map(str, r['experts_kept']))} | {r['accuracy']:.1f}% "
-              f"({r['correct']}/{r['questions']}) | {r['file_bytes']:,} | {r['prefill_tokens_per_s']:.0f} "
-              f"| {r['ttft_ms']:.2f} | {r['decode_tokens_per_s']:.0f} | {r['peak_rss_bytes'] / 1e6:.1f} |")
+    if "experts" in result:
+        print(f"| --prune-experts | experts kept per layer | accuracy ({args.questions} test questions) "
+              f"| artifact bytes | prefill tok/s | TTFT ms | decode tok/s | peak RSS MB |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in result["experts"]:
+            print(f"| {r['prune_experts']} | {'/'.join(map(str, r['experts_kept']))} | {r['accuracy']:.1f}% "
+                  f"({r['correct']}/{r['questions']}) | {r['file_bytes']:,} | {r['prefill_tokens_per_s']:.0f} "
+                  f"| {r['ttft_ms']:.2f} | {r['decode_tokens_per_s']:.0f} | {r['peak_rss_bytes'] / 1e6:.1f} |")
+    if "visual_tokens" in result:
+        print(f"\n| model | --visual-tokens | score | accuracy ({args.questions} test questions) | prompt tokens "
+              f"| vision encoder ms | projector ms | LLM prefill ms | TTFT ms |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in result["visual_tokens"]:
+            print(f"| {r['model']} | {r['visual_tokens']} | {r['score'] or '-'} | {r['accuracy']:.1f}% "
+                  f"({r['correct']}/{r['questions']}) | {r['prompt_tokens']:.0f} | {r['vision_encoder_ms']:.2f} "
+                  f"| {r['projector_ms']:.3f} | {r['prefill_ms']:.2f} | {r['ttft_ms']:.2f} |")
+    if "smolvlm" in result:
+        base = result["smolvlm"][0]["prefill_ms"]
+        print("\n| image tokens kept | prompt tokens | vision encoder ms | LLM prefill ms | prefill speed-up | TTFT ms |")
+        print("|---|---|---|---|---|---|")
+        for r in result["smolvlm"]:
+            print(f"| {r['visual_tokens']} | {r['prompt_tokens']:.0f} | {r['vision_encoder_ms']:.0f} "
+                  f"| {r['prefill_ms']:.1f} | {base / r['prefill_ms']:.2f}x | {r['ttft_ms']:.0f} |")
 
 
 if __name__ == "__main__":

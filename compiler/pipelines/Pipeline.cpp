@@ -229,7 +229,7 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
     return module.emitError("--prune-experts: ")
            << (arch ? arch.getValue() : "the model") << " has no mixture-of-experts layers";
   const bool automatic = options.pruneExperts == "auto";
-  if (!automatic && !parseExpertPruning(options.pruneExperts))
+  if (!automatic && !parseCountOrShare(options.pruneExperts))
     return module.emitError("--prune-experts must be a count (2), a fraction (0.25), a percentage (25%) or auto, got '")
            << options.pruneExperts << "'";
   auto samples = calibrationSet(module, options, "--prune-experts needs");
@@ -334,6 +334,16 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
   if (!module || !lower)
     return module;
 
+  if (!options.visualTokens.empty()) {
+    mlir::PassManager pm(&context);
+    applyToolOptions(pm);
+    KilnPruneVisualTokensOptions o;
+    o.keep = options.visualTokens;
+    o.score = options.visualTokenScore;
+    pm.addPass(createKilnPruneVisualTokens(o));
+    if (mlir::failed(pm.run(*module)))
+      return {};
+  }
   if (!options.pruneExperts.empty() && mlir::failed(pruneExperts(context, *module, options)))
     return {};
   bool precision = needsQuantizedEncodings(options) || !options.precision.empty();

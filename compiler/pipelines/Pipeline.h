@@ -48,6 +48,9 @@ struct CompileOptions {
   // ("2", "0.25", "25%").
   std::string pruneExperts;
   double pruneExpertsMaxLoss = 1.0;       // auto: held-out accuracy points it may lose
+  // Visual-token pruning: "" none, else kiln-prune-visual-tokens' keep ("72", "0.5", "50%").
+  std::string visualTokens;
+  std::string visualTokenScore = "distinct";
   int threads = 0;
   /// --emit=static-library: generated kernels go to <output stem>.kernels.a (and its
   /// header, .kernels.h) instead of the artifact's code segment.

@@ -1,6 +1,9 @@
 //===- OpParams.cpp - op parameters into the artifact ------------*- C++ -*-===//
 #include "compiler/serialize/OpParams.h"
 
+#include "dialects/kiln/KilnOps.h"
+#include "mlir/IR/Builders.h"
+
 #include <cctype>
 #include <limits>
 
@@ -157,6 +160,14 @@ serializeTable(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op, const fla
   return flatbuffers::Offset<void>(b.EndTable(start));
 }
 
+// Parameters the artifact stores that the op's types carry rather than an attribute.
+mlir::Attribute derivedParam(mlir::Operation* op, llvm::StringRef name) {
+  if (auto s = llvm::dyn_cast<SelectTokensOp>(op); s && name == "tokens")
+    return mlir::Builder(op->getContext())
+        .getI64IntegerAttr(llvm::cast<mlir::RankedTensorType>(s.getInput().getType()).getDimSize(0));
+  return nullptr;
+}
+
 } // namespace
 
 mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuilder& b, mlir::Operation* op,
@@ -170,7 +181,13 @@ mlir::FailureOr<SerializedParams> serializeOpParams(flatbuffers::FlatBufferBuild
   const flatbuffers::TypeTable* table =
       unionTable->type_refs[unionTable->type_codes[static_cast<size_t>(out.type)].sequence_ref]();
   mlir::FailureOr<flatbuffers::Offset<void>> t =
-      serializeTable(b, op, table, [&](llvm::StringRef name) { return op->getAttr(name); }, "");
+      serializeTable(b, op, table,
+                     [&](llvm::StringRef name) {
+                       if (mlir::Attribute a = op->getAttr(name))
+                         return a;
+                       return derivedParam(op, name);
+                     },
+                     "");
   if (mlir::failed(t))
     return mlir::failure();
   out.table = *t;

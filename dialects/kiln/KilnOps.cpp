@@ -637,6 +637,23 @@ LogicalResult PositionEmbeddingOp::verify() {
   return expectResultShape(*this, in.getShape());
 }
 
+LogicalResult SelectTokensOp::verify() {
+  if (failed(expectRank(*this, "input", getInput(), 2)) ||
+      failed(expectRank(*this, "result", getResult(), 2)))
+    return failure();
+  auto in = tensorOf(getInput()), out = tensorOf(getResult());
+  if (in.isDynamicDim(0) || out.isDynamicDim(0))
+    return emitOpError("selects from a static number of tokens into a static number");
+  if (getScore() != "norm" && getScore() != "distinct")
+    return emitOpError("score must be norm or distinct, got '") << getScore() << "'";
+  if (getKeep() < 1 || getKeep() > in.getDimSize(0))
+    return emitOpError("keep ") << getKeep() << " must lie in [1, " << in.getDimSize(0) << "]";
+  if (failed(expectDim(*this, "result rows", out.getDimSize(0), "keep", getKeep())) ||
+      failed(expectDim(*this, "result width", out.getDimSize(1), "input width", in.getDimSize(1))))
+    return failure();
+  return success();
+}
+
 LogicalResult SliceRowsOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 2)) ||
       failed(expectRank(*this, "result", getResult(), 2)))

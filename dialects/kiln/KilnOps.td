@@ -615,6 +615,26 @@ def Kiln_ConcatOp : Kiln_Op<"concat", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Kiln_SelectTokensOp : Kiln_Op<"select_tokens", [Pure]> {
+  let summary = "Keep the best-scoring rows, in order (visual-token pruning)";
+  let description = [{
+    Scores every row of `input` ([tokens, D], an image's tokens after the
+    projector) and keeps the `keep` best, in their original order (ties: the
+    earlier row). `score`: `norm`, the row's L2 norm, or `distinct`, one minus the
+    cosine similarity of the row to the mean of all rows (tokens unlike the
+    image's background). Inserted by kiln-prune-visual-tokens; at run time a
+    session may keep fewer rows than `keep` (kiln_session_options_t.image_tokens).
+
+    ```mlir
+    %y = kiln.select_tokens %x {keep = 8 : i64, score = "distinct"} : tensor<16x64xf32> -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, I64Attr:$keep, StrAttr:$score);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Kiln_PixelShuffleOp : Kiln_Op<"pixel_shuffle", [Pure]> {
   let summary = "Space-to-depth over the patch grid (Idefics3 connector)";
   let description = [{

@@ -19,21 +19,21 @@
 
 namespace kiln {
 
-int64_t ExpertPruning::of(int64_t experts) const {
+int64_t CountOrShare::of(int64_t total) const {
   if (count >= 0)
     return count;
   // 0.25 of 8 is 2, not 1 (0.25 * 8 may round below 2).
-  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(experts) + 1e-9));
+  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(total) + 1e-9));
 }
 
-std::optional<ExpertPruning> parseExpertPruning(llvm::StringRef text) {
+std::optional<CountOrShare> parseCountOrShare(llvm::StringRef text) {
   text = text.trim();
-  ExpertPruning p;
+  CountOrShare p;
   if (text.empty())
     return std::nullopt;
   if (text.consume_back("%")) {
     double percent;
-    if (text.getAsDouble(percent) || !(percent >= 0) || percent >= 100)
+    if (text.getAsDouble(percent) || !(percent >= 0) || percent > 100)
       return std::nullopt;
     p.fraction = percent / 100;
     return p;
@@ -46,7 +46,7 @@ std::optional<ExpertPruning> parseExpertPruning(llvm::StringRef text) {
     return p;
   }
   double f;
-  if (text.getAsDouble(f) || !(f >= 0) || f >= 1)
+  if (text.getAsDouble(f) || !(f >= 0) || f > 1)
     return std::nullopt;
   p.fraction = f;
   return p;
@@ -114,7 +114,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
-    std::optional<ExpertPruning> spec = parseExpertPruning(prune);
+    std::optional<CountOrShare> spec = parseCountOrShare(prune);
     if (!spec) {
       module.emitError("kiln-prune-experts: prune must be a count (2), a fraction (0.25) or a percentage (25%), got '")
           << prune << "'";
@@ -252,12 +252,12 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
     return mlir::success();
   }
 
-  const ExpertPruning& spec() {
+  const CountOrShare& spec() {
     if (!parsed)
-      parsed = parseExpertPruning(prune);
+      parsed = parseCountOrShare(prune);
     return *parsed;
   }
-  std::optional<ExpertPruning> parsed;
+  std::optional<CountOrShare> parsed;
 };
 
 } // namespace

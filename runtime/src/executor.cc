@@ -1,5 +1,7 @@
 // Runs a stage of a verified artifact: every op through its kernel, operands
 // resolved to the arena, the weights and the bound stage inputs and outputs.
+#include <algorithm>
+
 #include "formats/kiln_format.h"
 #include "model.h"
 #include "support/error.h"
@@ -13,8 +15,10 @@ int64_t RowElements(const fb::Value* v) {
   return n;
 }
 
-// Rows an op's output gets from its inputs; static outputs keep their shape.
-int64_t OutputRows(const fb::Op* op, const fb::Value* out, const int64_t* rows) {
+// Rows an op's output gets from its inputs; static outputs keep their shape, but for
+// the visual tokens a session keeps (fewer than planned when it asks so).
+int64_t OutputRows(const kiln_session_t* s, const fb::Op* op, const fb::Value* out, const int64_t* rows) {
+  if (op->kind() == fb::OpKind::SelectTokens) return std::min<int64_t>(out->shape()->Get(0), s->image_tokens);
   if (out->shape()->Get(0) >= 0) return out->shape()->Get(0);
   uint32_t first = op->inputs()->Get(0);
   return rows[first];
@@ -72,7 +76,7 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     int ni = static_cast<int>(op->inputs()->size());
     for (int i = 0; i < ni; ++i) in_views[i] = view_of(op->inputs()->Get(i));
     const fb::Value* out = values->Get(op->output());
-    int64_t out_rows = OutputRows(op, out, rows);
+    int64_t out_rows = OutputRows(s, op, out, rows);
     if (out_rows > out->max_rows())
       return Fail(error, KILN_ERROR_INTERNAL, "op '%s': %lld rows exceed the planned %lld", OpName(op),
                   static_cast<long long>(out_rows), static_cast<long long>(out->max_rows()));

@@ -24,6 +24,9 @@ const char* Str(const flatbuffers::String* s) { return s != nullptr ? s->c_str()
 kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   const fb::Model* f = m->fb;
   for (const fb::Stage* s : *f->stages()) m->stages[static_cast<int>(s->kind())] = s;
+  if (const fb::Stage* projector = m->stages[static_cast<int>(fb::StageKind::Projector)])
+    for (const fb::Op* op : *projector->ops())
+      if (op->kind() == fb::OpKind::SelectTokens) m->image_tokens_scored = op->params_as_SelectTokensParams()->tokens();
 
   m->weights.set_allocator(&m->allocator);
   if (!m->weights.resize(f->tensors()->size()))
@@ -146,6 +149,7 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   info.image_size = m->multimodal ? static_cast<int32_t>(f->image()->image_size()) : 0;
   info.image_tokens = m->multimodal ? static_cast<int32_t>(f->image()->image_tokens()) : 0;
   info.image_token_id = m->multimodal ? static_cast<int32_t>(f->image()->image_token_id()) : -1;
+  info.image_tokens_scored = static_cast<int32_t>(m->image_tokens_scored);
   info.weight_bytes = f->memory_plan()->weight_bytes();
   info.file_bytes = m->size;
   return KILN_OK;

@@ -46,6 +46,7 @@ struct kiln_model_t {
   kiln::rt::Vec<kiln::rt::TokenizerSpec::Added> added;
 
   bool multimodal = false;
+  int64_t image_tokens_scored = 0;  // > 0: the projector selects its image tokens from this many (SelectTokens)
   kiln::rt::ImagePreprocessSpec preprocess;
   const char* image_token_text = "<image>";
   size_t image_token_text_len = 7;
@@ -123,7 +124,8 @@ struct kiln_session_t {
   float* logits = nullptr;       // [1, vocab]
   float* pixels = nullptr;       // [3, S, S]
   float* vision_features = nullptr;
-  float* image_features = nullptr;  // [image_tokens, hidden]
+  float* image_features = nullptr;  // [image_tokens, hidden] (the artifact's count)
+  int64_t image_tokens = 0;         // image tokens per image in this session (options.image_tokens)
 
   bool has_image = false;     // pixels hold an image
   bool image_encoded = false; // image_features are up to date

@@ -220,7 +220,7 @@ kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
   double t1 = NowSeconds();
   Binding feats{s->vision_features, vout->max_rows()};
   if (kiln_status_t st = RunStage(s, s->model->stages[kProjector], &feats, 1,
-                                  Binding{s->image_features, m->image()->image_tokens()}, error);
+                                  Binding{s->image_features, s->image_tokens}, error);
       st != KILN_OK)
     return st;
   double t2 = NowSeconds();
@@ -249,9 +249,9 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     if (!s->has_image)
       return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has %lld image tokens but no image was set",
                   static_cast<long long>(image_total));
-    if (image_total != m->image()->image_tokens())
-      return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has %lld image tokens; one image takes %u",
-                  static_cast<long long>(image_total), m->image()->image_tokens());
+    if (image_total != s->image_tokens)
+      return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has %lld image tokens; one image takes %lld",
+                  static_cast<long long>(image_total), static_cast<long long>(s->image_tokens));
   }
   for (size_t i = 0; i < count; ++i) {
     bool ok = (ids[i] >= 0 && ids[i] < vocab) || (mm && ids[i] == image_id);
@@ -283,7 +283,7 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     if (mm) {
       // The image_features input has its own row count (the verifier's image-row
       // symbol): this chunk's image tokens, taken in order from the encoded image.
-      if (image_used + chunk_images > static_cast<int64_t>(m->image()->image_tokens()))
+      if (image_used + chunk_images > s->image_tokens)
         return Fail(error, KILN_ERROR_INPUT_TOKENS, "the prompt has more image tokens than one image gives");
       in[2] = {s->image_features + image_used * hidden, chunk_images};
       num_in = 3;
@@ -526,7 +526,7 @@ kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* o
   bool ok = put(before, std::strlen(before));
   if (image) {
     ok = ok && put(image_open, std::strlen(image_open));
-    for (uint32_t i = 0; ok && i < model->fb->image()->image_tokens(); ++i)
+    for (int64_t i = 0; ok && i < s->image_tokens; ++i)
       ok = put(model->image_token_text, model->image_token_text_len);
     ok = ok && put(image_close, std::strlen(image_close));
   }
@@ -547,6 +547,7 @@ struct SessionPlan {
   size_t arena = 0, tokens = 0, hidden = 0, logits = 0;
   size_t cached_ids = 0;  // the ids the KV cache holds: [context]
   size_t pixels = 0, vision = 0, image = 0;
+  int64_t image_tokens = 0;  // image tokens per image in this session
   size_t scratch_floats = 0, scratch = 0;
   size_t value_rows = 0;  // the per-value row counts
   // Paged: the model's pool holds the cache (kv_half and kv_scales_half are what the
@@ -628,6 +629,20 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
                SizeOf(vocab, sizeof(float), 1, 1, &p->logits) &&
                SizeOf(m->values()->size(), sizeof(int64_t), 1, 1, &p->value_rows);
   p->arena = m->memory_plan()->arena_bytes();
+  if (model->multimodal) {
+    const int64_t planned = m->image()->image_tokens();
+    if (o.image_tokens < 0 || o.image_tokens > planned)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image_tokens %d: must lie in [0, %lld], the artifact's",
+                  o.image_tokens, static_cast<long long>(planned));
+    if (o.image_tokens > 0 && o.image_tokens < planned && model->image_tokens_scored == 0)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT,
+                  "image_tokens %d: this artifact gives every image %lld tokens; only one compiled with "
+                  "visual-token pruning (kiln-compile --visual-tokens) can keep fewer",
+                  o.image_tokens, static_cast<long long>(planned));
+    p->image_tokens = o.image_tokens > 0 ? o.image_tokens : planned;
+  } else if (o.image_tokens != 0) {
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image_tokens %d: the model takes no images", o.image_tokens);
+  }
   if (sized && model->multimodal) {
     uint64_t size = m->image()->image_size();
     sized = SizeOf(3, size, size, sizeof(float), &p->pixels) &&
@@ -1109,7 +1124,7 @@ kiln_status_t kiln_calib_get_image_features(kiln_session_t* s, float* out, size_
   if (!s->model->multimodal || !s->has_image) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "no image set");
   if (!s->image_encoded)
     if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
-  size_t n = static_cast<size_t>(s->model->fb->image()->image_tokens()) * s->model->fb->text()->hidden_size();
+  size_t n = static_cast<size_t>(s->image_tokens) * s->model->fb->text()->hidden_size();
   if (capacity < n) return Fail(error, KILN_ERROR_BUFFER_TOO_SMALL, "image features need %zu floats", n);
   std::memcpy(out, s->image_features, n * 4);
   return KILN_OK;
@@ -1120,7 +1135,7 @@ kiln_status_t kiln_calib_set_image_features(kiln_session_t* s, const float* feat
   ClearError(error);
   if (s == nullptr || features == nullptr) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "null argument");
   if (!s->model->multimodal) return Fail(error, KILN_ERROR_INPUT_NOT_MULTIMODAL, "model takes no images");
-  size_t n = static_cast<size_t>(s->model->fb->image()->image_tokens()) * s->model->fb->text()->hidden_size();
+  size_t n = static_cast<size_t>(s->image_tokens) * s->model->fb->text()->hidden_size();
   if (count != n) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image features need %zu floats, got %zu", n, count);
   std::memcpy(s->image_features, features, n * 4);
   s->has_image = true;
@@ -1234,6 +1249,7 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
   if (mem == nullptr) return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
   kiln_session_t* s = new (mem) kiln_session_t(model, a);
   s->context = plan.context;
+  s->image_tokens = plan.image_tokens;
   s->max_prefill = m->memory_plan()->max_prefill_tokens();
   s->pool = ThreadPool::Create(plan.threads, &s->allocator);
   kiln_status_t st = KILN_OK;
@@ -1482,7 +1498,7 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
     std::memcpy(s->pixels, src->pixels, 3 * size * size * sizeof(float));
     if (src->image_encoded)
       std::memcpy(s->image_features, src->image_features,
-                  static_cast<size_t>(model->fb->image()->image_tokens()) * model->fb->text()->hidden_size() * 4);
+                  static_cast<size_t>(s->image_tokens) * model->fb->text()->hidden_size() * 4);
   }
   s->has_image = src->has_image;
   s->image_encoded = src->image_encoded;

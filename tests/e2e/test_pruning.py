@@ -170,3 +170,126 @@ def test_errors_leave_no_artifact(mixtral, tiny_dir):
 def subprocess_run(cmd):
     import subprocess
     return subprocess.run(cmd, capture_output=True, text=True)
+
+
+# ----------------------------------------------------------------- visual tokens
+
+def _select(features, keep, score):
+    """The runtime's rule (runtime/src/ops/eltwise_ops.cc RunSelectTokens): the `keep`
+    highest-scoring rows of [T, D] (ties: the earlier row), in their order."""
+    import torch
+    f = features.double()
+    if score == "norm":
+        s = f.norm(dim=1)
+    else:
+        m = f.mean(0, keepdim=True)
+        s = 1 - (f @ m.T)[:, 0] / (f.norm(dim=1) * m.norm()).clamp_min(1e-300)
+    order = sorted(range(f.shape[0]), key=lambda i: (-float(s[i]), i))[:keep]
+    return sorted(order)
+
+
+def _pruned_reference(ckpt, golden, keep, score):
+    """Logits of the PyTorch reference when the projector's tokens are cut to the `keep`
+    the runtime's rule selects, and the prompt carries that many image tokens."""
+    import torch
+    from kiln_models.registry import load_checkpoint
+    model, _ = load_checkpoint(str(ckpt))
+    model.eval()
+    ids = np.load(golden / "input_ids.npy")
+    px = torch.from_numpy(np.load(golden / "pixel_values.npy").astype(np.float32))
+    cfg = json.load(open(ckpt / "config.json"))
+    image_id = cfg.get("image_token_index", cfg.get("image_token_id"))  # LLaVA, Idefics3
+    original = model.get_image_features
+    with torch.no_grad():
+        feats = original(px)
+        rows = _select(feats.reshape(-1, feats.shape[-1]), keep, score)
+        model.get_image_features = lambda _px: feats.reshape(1, -1, feats.shape[-1])[:, rows]
+        positions = np.flatnonzero(ids[0] == image_id)
+        pruned_ids = np.delete(ids, positions[keep:], axis=1)
+        logits = model(torch.from_numpy(pruned_ids), pixel_values=px).numpy()
+    return pruned_ids, logits
+
+
+@pytest.mark.parametrize("preset", ["tiny-llava", "tiny-idefics3"])
+@pytest.mark.parametrize("score", ["distinct", "norm"])
+def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
+    ckpt = tiny_dir / f"vt-{preset}"
+    golden = tiny_dir / f"vt-{preset}-golden"
+    if not ckpt.exists():
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
+        from PIL import Image
+        rng = np.random.default_rng(3)
+        Image.fromarray(rng.integers(0, 255, (6, 9, 3), dtype=np.uint8)).resize((90, 60)).save(tiny_dir / "vt.png")
+        run(["/usr/bin/python3", os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
+             "--prompt", "How do I install this part?", "--image", tiny_dir / "vt.png", "--max-new-tokens", "1"])
+    artifact = tiny_dir / f"vt-{preset}-{score}.kiln"
+    out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%",
+               f"--visual-token-score={score}", "--remarks"])
+    assert "keeps 8 of 16 image tokens per image" in out.stderr
+    inspect = run([tool("kiln-inspect"), artifact]).stdout
+    assert f"visual tokens    8 of 16 kept (score {score})" in inspect
+    px = np.load(golden / "pixel_values.npy").astype(np.float32)
+    np.save(tiny_dir / f"vt-{preset}-px.npy", px.reshape(px.shape[-3:]))
+    # The artifact's 8 tokens, then a session that keeps 4 of them (the degrade path).
+    for session_tokens in (0, 4):
+        keep = session_tokens or 8
+        ids, ref = _pruned_reference(ckpt, golden, keep, score)
+        np.save(tiny_dir / "vt-ids.npy", ids)
+        logits = tiny_dir / "vt-logits.npy"
+        cmd = [tool("kiln-run"), artifact, "--input-ids", tiny_dir / "vt-ids.npy", "--pixel-values",
+               tiny_dir / f"vt-{preset}-px.npy", "--dump-logits", logits, "--max-new-tokens", "1", "--quiet",
+               "--threads", "2"]
+        if session_tokens:
+            cmd += ["--image-tokens", str(session_tokens)]
+        run(cmd)
+        got = np.load(logits)
+        assert got.shape == ref.shape
+        err = float(np.abs(got - ref).max())
+        assert err <= 1e-4 * float(np.abs(ref).max()), f"{preset} {score} keep {keep}: max abs error {err}"
+
+
+def test_prompt_follows_the_kept_tokens_and_sessions_cannot_ask_for_more(tiny_dir):
+    ckpt = tiny_dir / "vt-tiny-llava"
+    if not ckpt.exists():
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llava", "--out", ckpt])
+    from PIL import Image
+    Image.fromarray(np.full((40, 40, 3), 200, dtype=np.uint8)).save(tiny_dir / "vt-grey.png")
+    full = tiny_dir / "vt-full.kiln"
+    pruned = tiny_dir / "vt-quarter.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", full])
+    run([tool("kiln-compile"), ckpt, "-o", pruned, "--visual-tokens=4"])
+    base = ["--image", tiny_dir / "vt-grey.png", "--prompt", "What is it?", "--max-new-tokens", "1", "--json"]
+    stats = {}
+    for name, artifact, extra in (("full", full, []), ("pruned", pruned, []),
+                                  ("session", pruned, ["--image-tokens", "2"])):
+        line = run([tool("kiln-run"), artifact, *base, *extra]).stdout.strip().splitlines()[-1]
+        stats[name] = json.loads(line)
+    assert stats["full"]["image_tokens"] == 16 and stats["pruned"]["image_tokens"] == 4
+    assert stats["session"]["image_tokens"] == 2
+    assert stats["full"]["prompt_tokens"] - stats["pruned"]["prompt_tokens"] == 12
+    assert stats["pruned"]["prompt_tokens"] - stats["session"]["prompt_tokens"] == 2
+    info = json.loads(run([tool("kiln-inspect"), pruned, "--json"]).stdout)
+    assert info["image"]["image_tokens"] == 4 and info["image"]["image_tokens_scored"] == 16
+    # More tokens than the artifact keeps, or fewer from an artifact that selects none.
+    for artifact, n, message in ((pruned, "5", "image_tokens 5: must lie in [0, 4], the artifact's"),
+                                 (full, "8", "only one compiled with visual-token pruning")):
+        p = subprocess_run([tool("kiln-run"), artifact, *base, "--image-tokens", n])
+        assert p.returncode != 0 and message in p.stderr, p.stderr
+
+
+def test_visual_token_errors_leave_no_artifact(mixtral, tiny_dir):
+    artifact = tiny_dir / "never-vt.kiln"
+    ckpt = tiny_dir / "vt-tiny-llava"
+    if not ckpt.exists():
+        run(["/usr/bin/python3", os.path.join(MODELS, "generate.py"), "--preset", "tiny-llava", "--out", ckpt])
+    cases = [
+        ([ckpt, "--visual-tokens=0"], "keeping '0' of 16 image tokens leaves none"),
+        ([ckpt, "--visual-tokens=lots"], "--visual-tokens must be a count (72)"),
+        ([ckpt, "--visual-tokens=8", "--visual-token-score=attention"], "--visual-token-score must be distinct or norm"),
+        ([ckpt, "--visual-token-score=norm"], "--visual-token-score goes with --visual-tokens"),
+        ([mixtral, "--visual-tokens=8"], "the model takes no images"),
+    ]
+    for args, message in cases:
+        p = subprocess_run([tool("kiln-compile"), *args, "-o", artifact])
+        assert p.returncode != 0 and message in p.stderr, p.stderr
+        assert not artifact.exists()

@@ -102,6 +102,10 @@ def main():
             if suffix == "a8" and preset in SME2:
                 run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.a8.gen-aarch64-sme2.kiln"),
                      "--target=aarch64-linux-gnu", f"--cpu-features={SME2[preset]}"] + precision)
+        # Visual-token pruning: 8 of the projector's 16 tokens (the verifier's SelectTokens tests).
+        if preset == "tiny-llava":
+            run([*compiler, ckpt, "-o", os.path.join(args.out, f"{preset}.vt8.kiln"), "--target=portable",
+                 "--visual-tokens=8"])
         cmd = [sys.executable, os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
                "--prompt", "What is in the picture?", "--max-new-tokens", "6"]
         if vlm:

@@ -163,6 +163,15 @@ static cl::opt<double> pruneExpertsMaxLoss(
     "prune-experts-max-loss",
     cl::desc("--prune-experts=auto: accuracy points the pruned model may lose on the held-out calibration samples"),
     cl::init(1.0), cl::cat(kilnCategory));
+static cl::opt<std::string> visualTokens(
+    "visual-tokens",
+    cl::desc("Image tokens each image keeps after the projector: a count (72), a fraction (0.5) or a percentage "
+             "(50%) of them; the best-scoring ones reach the decoder, in their order"),
+    cl::init(""), cl::cat(kilnCategory));
+static cl::opt<std::string> visualTokenScore(
+    "visual-token-score", cl::desc("How --visual-tokens ranks image tokens: distinct (unlike the image's mean "
+                                   "token; the default) or norm (L2 norm)"),
+    cl::init("distinct"), cl::cat(kilnCategory));
 static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
                             cl::cat(kilnCategory));
 
@@ -284,7 +293,7 @@ int main(int argc, char** argv) {
              &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
              &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &pruneExperts,
-             &pruneExpertsMaxLoss})
+             &pruneExpertsMaxLoss, &visualTokens, &visualTokenScore})
       if (o->getNumOccurrences() > 0) {
         llvm::errs() << "kiln-compile: error: --" << o->ArgStr
                      << " applies to compiling a checkpoint, not to --from-ir\n";
@@ -443,7 +452,7 @@ int main(int argc, char** argv) {
   options.threads = threads;
   options.pruneExperts = pruneExperts;
   options.pruneExpertsMaxLoss = pruneExpertsMaxLoss;
-  if (pruneExperts.getNumOccurrences() > 0 && pruneExperts != "auto" && !kiln::parseExpertPruning(pruneExperts)) {
+  if (pruneExperts.getNumOccurrences() > 0 && pruneExperts != "auto" && !kiln::parseCountOrShare(pruneExperts)) {
     llvm::errs() << "kiln-compile: error: --prune-experts must be a count (2), a fraction (0.25), a percentage (25%) "
                     "or auto, got '"
                  << pruneExperts << "'\n";
@@ -452,6 +461,23 @@ int main(int argc, char** argv) {
   if (pruneExpertsMaxLoss.getNumOccurrences() > 0 && (pruneExperts != "auto" || !(pruneExpertsMaxLoss >= 0))) {
     llvm::errs() << "kiln-compile: error: --prune-experts-max-loss takes a non-negative number of points and goes "
                     "with --prune-experts=auto\n";
+    return 2;
+  }
+  options.visualTokens = visualTokens;
+  options.visualTokenScore = visualTokenScore;
+  if (visualTokens.getNumOccurrences() > 0 && !kiln::parseCountOrShare(visualTokens)) {
+    llvm::errs() << "kiln-compile: error: --visual-tokens must be a count (72), a fraction (0.5) or a percentage "
+                    "(50%), got '"
+                 << visualTokens << "'\n";
+    return 2;
+  }
+  if (visualTokenScore != "distinct" && visualTokenScore != "norm") {
+    llvm::errs() << "kiln-compile: error: --visual-token-score must be distinct or norm, got '" << visualTokenScore
+                 << "'\n";
+    return 2;
+  }
+  if (visualTokenScore.getNumOccurrences() > 0 && visualTokens.empty()) {
+    llvm::errs() << "kiln-compile: error: --visual-token-score goes with --visual-tokens\n";
     return 2;
   }
   options.kernelLibrary = emit == EmitKind::StaticLibrary;

@@ -78,6 +78,15 @@ FusionCount CountFusion(const fb::Stage* s) {
   return f;
 }
 
+// The projector's visual-token selection (kiln-compile --visual-tokens), or null.
+const fb::SelectTokensParams* SelectTokensOf(const fb::Model* m) {
+  for (const fb::Stage* s : *m->stages())
+    if (s->kind() == fb::StageKind::Projector)
+      for (const fb::Op* op : *s->ops())
+        if (op->kind() == fb::OpKind::SelectTokens) return op->params_as_SelectTokensParams();
+  return nullptr;
+}
+
 std::string Shape(const flatbuffers::Vector<int64_t>* shape) {
   std::string s = "[";
   for (uint32_t i = 0; shape && i < shape->size(); ++i) {
@@ -229,6 +238,9 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  image            %ux%u, %u tokens (id %" PRId64 "), %s preprocessing, resample %u\n",
                 m->image()->image_size(), m->image()->image_size(), m->image()->image_tokens(),
                 m->image()->image_token_id(), fb::EnumNameImageProcessor(p->processor()), p->resample());
+    if (const fb::SelectTokensParams* sel = SelectTokensOf(m))
+      std::printf("  visual tokens    %u of %u kept (score %s); a session may keep fewer\n", sel->keep(),
+                  sel->tokens(), sel->score() == fb::TokenScore::Norm ? "norm" : "distinct");
   }
   const fb::Tokenizer* tok = m->tokenizer() != nullptr ? m->tokenizer() : mem.root->tokenizer();  // a tier shares the root's
   std::printf("  tokenizer        byte-level BPE (%s), %u ids, %u merges, %u added tokens, bos %d%s\n",
@@ -356,11 +368,14 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
               "\"head_dim\": %u, \"vocab_size\": %u, \"max_position_embeddings\": %u},\n",
               t->num_layers(), t->hidden_size(), t->num_heads(), t->num_kv_heads(), t->head_dim(), t->vocab_size(),
               t->max_position_embeddings());
-  if (m->image())
-    std::printf("  \"image\": {\"image_size\": %u, \"image_tokens\": %u, \"image_token_id\": %" PRId64
-                ", \"processor\": %s},\n",
-                m->image()->image_size(), m->image()->image_tokens(), m->image()->image_token_id(),
-                J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
+  if (m->image()) {
+    const fb::SelectTokensParams* sel = SelectTokensOf(m);
+    std::printf("  \"image\": {\"image_size\": %u, \"image_tokens\": %u, \"image_tokens_scored\": %u, "
+                "\"visual_token_score\": %s, \"image_token_id\": %" PRId64 ", \"processor\": %s},\n",
+                m->image()->image_size(), m->image()->image_tokens(), sel ? sel->tokens() : 0,
+                sel ? (sel->score() == fb::TokenScore::Norm ? "\"norm\"" : "\"distinct\"") : "null",
+                m->image()->image_token_id(), J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
+  }
   std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
               ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64
               ", \"kv_cache_encoding\": %s, \"kv_cache_group\": %u},\n",

@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
   std::string memory_budget, pressure_spec;
   std::vector<std::string> more_models;
   std::string pressure_threads, pressure_context;
-  int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0, tier = -1;
+  int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0, tier = -1, image_tokens = 0;
   int64_t kv_pool_tokens = 0;
   int kv_block_tokens = 0;
   float temperature = 0.0f, top_p = 1.0f;
@@ -507,6 +507,9 @@ int main(int argc, char** argv) {
                                                                      {"slide", KILN_CONTEXT_SLIDE}}));
   app.add_option("--keep-tokens", keep_tokens,
                  "positions at the start a sliding window keeps (default: through the image, at least 4)");
+  app.add_option("--image-tokens", image_tokens,
+                 "image tokens one image becomes in this session: fewer than the artifact's keeps the best-scoring "
+                 "ones (artifacts compiled with --visual-tokens; default: the artifact's)");
   app.add_option("--pressure", pressure_spec,
                  "simulate device pressure before answering: KIND=LEVEL[,...] with KIND memory, thermal or battery "
                  "and LEVEL none, moderate, serious or critical (the session's default pressure policy reacts)");
@@ -619,6 +622,7 @@ int main(int argc, char** argv) {
   so.kv_cache = kv_cache;
   so.context_overflow = context_overflow;
   so.keep_tokens = keep_tokens;
+  so.image_tokens = image_tokens;
   // --memory-budget: the runtime checks the model and this session against it at load.
   kiln_model_options_t mo;
   kiln_model_options_init(&mo);

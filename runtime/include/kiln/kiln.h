@@ -268,6 +268,9 @@ typedef struct kiln_model_info_t {
   int32_t tier;               /* the precision tier loaded (0: the largest) */
   int32_t tier_count;         /* tiers in the artifact (1: not tiered) */
   uint64_t tier_weight_budget;/* the weight budget the tier was compiled for (0: none) */
+  int32_t image_tokens_scored;/* compiled with visual-token pruning: the encoder's tokens
+                                 image_tokens are selected from (a session may keep fewer,
+                                 kiln_session_options_t.image_tokens); 0: not pruned */
 } kiln_model_info_t;
 
 /* Facts about a loaded model. The strings are owned by the model. Thread-safe.
@@ -400,6 +403,11 @@ typedef struct kiln_session_options_t {
   /* How the session reacts to kiln_model_set_pressure (copied at creation; NULL:
    * kiln_pressure_policy_init's). */
   const struct kiln_pressure_policy_t* pressure_policy;
+  /* Image tokens one image becomes in this session: 0, the artifact's
+   * (kiln_model_info_t.image_tokens); fewer keeps only the best-scoring ones, a
+   * faster prefill for some accuracy (artifacts compiled with visual-token pruning,
+   * kiln-compile --visual-tokens; others: KILN_ERROR_INVALID_ARGUMENT). */
+  int32_t image_tokens;
 } kiln_session_options_t;
 
 /* Defaults: struct_size set, the performance cores, the model's context (at most

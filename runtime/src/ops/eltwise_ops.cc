@@ -1,5 +1,6 @@
 // Runners of normalisations, element-wise ops, rotary embedding, attention and data
 // movement.
+#include <algorithm>
 #include <cmath>
 
 #include "kv_cache.h"
@@ -360,5 +361,57 @@ kiln_status_t RunPixelShuffle(const OpContext& c) {
   return KILN_OK;
 }
 size_t ScratchPixelShuffle(const fb::Op*, const WeightView*, int, int64_t, int64_t, int) { return 0; }
+
+// Visual-token pruning: each row's score, then the output's rows (the planned `keep`,
+// or fewer when the session keeps fewer) are the best-scoring input rows in their
+// original order (ties: the earlier row).
+kiln_status_t RunSelectTokens(const OpContext& c) {
+  const ActView& x = c.inputs[0];
+  const fb::SelectTokensParams* p = c.op->params_as_SelectTokensParams();
+  const int64_t n = x.rows, d = x.cols, keep = c.output.rows;
+  if (n != static_cast<int64_t>(p->tokens()) || keep < 1 || keep > n || c.output.cols != d)
+    return Bad(c, "expects [tokens, D] and keeps 1 to tokens rows");
+  float* score = c.scratch;                                   // n
+  int32_t* order = reinterpret_cast<int32_t*>(c.scratch + n);  // n
+  if (p->score() == fb::TokenScore::Distinct) {
+    // The mean row, in the output's first row until the rows are copied.
+    float* mean = c.output.f32();
+    for (int64_t j = 0; j < d; ++j) {
+      double m = 0;
+      for (int64_t r = 0; r < n; ++r) m += x.f32()[r * d + j];
+      mean[j] = static_cast<float>(m / static_cast<double>(n));
+    }
+    double mm = 0;
+    for (int64_t j = 0; j < d; ++j) mm += static_cast<double>(mean[j]) * mean[j];
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = x.f32() + r * d;
+      double dot = 0, rr = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        dot += static_cast<double>(row[j]) * mean[j];
+        rr += static_cast<double>(row[j]) * row[j];
+      }
+      double den = std::sqrt(rr * mm);
+      score[r] = static_cast<float>(den > 0 ? 1.0 - dot / den : 0.0);
+    }
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      double rr = 0;
+      for (int64_t j = 0; j < d; ++j) rr += static_cast<double>(x.f32()[r * d + j]) * x.f32()[r * d + j];
+      score[r] = static_cast<float>(std::sqrt(rr));
+    }
+  }
+  for (int64_t r = 0; r < n; ++r) order[r] = static_cast<int32_t>(r);
+  // The best `keep` first (ties: the earlier row), then those back in row order.
+  std::partial_sort(order, order + keep, order + n, [&](int32_t a, int32_t b) {
+    return score[a] != score[b] ? score[a] > score[b] : a < b;
+  });
+  std::sort(order, order + keep);
+  for (int64_t k = 0; k < keep; ++k)
+    std::memcpy(c.output.f32() + k * d, x.f32() + static_cast<int64_t>(order[k]) * d, static_cast<size_t>(d) * 4);
+  return KILN_OK;
+}
+size_t ScratchSelectTokens(const fb::Op* op, const WeightView*, int, int64_t, int64_t, int) {
+  return 2 * static_cast<size_t>(op->params_as_SelectTokensParams()->tokens());
+}
 
 }  // namespace kiln::rt::ops

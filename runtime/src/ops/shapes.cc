@@ -286,6 +286,16 @@ kiln_status_t ShapeSliceRows(const ShapeCheck &c) {
   return KILN_OK;
 }
 
+kiln_status_t ShapeSelectTokens(const ShapeCheck &c) {
+  const fb::SelectTokensParams* p = c.op->params_as_SelectTokensParams();
+  if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).sym != kSymStatic || c.in(0).d[0] != static_cast<int64_t>(p->tokens()) ||
+      p->keep() < 1 || p->keep() > p->tokens() || !c.mat(c.out) || c.out.sym != kSymStatic ||
+      c.out.d[0] != static_cast<int64_t>(p->keep()) || c.out.d[1] != c.in(0).d[1] ||
+      (p->score() != fb::TokenScore::Norm && p->score() != fb::TokenScore::Distinct))
+    return c.ShapeBad("expects [tokens, D] -> [keep, D] with 1 <= keep <= tokens and a known score");
+  return KILN_OK;
+}
+
 kiln_status_t ShapeConcat(const ShapeCheck &c) {
   int64_t width = 0;
   for (int i = 0; i < c.ni; ++i) {

@@ -422,3 +422,27 @@ func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<16x8
   %y = kiln.patch_embed %px, %w position(%t) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<16x8xf32> -> tensor<16x16xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<16x8xf32>) {
+  // expected-error @+1 {{'kiln.select_tokens' op keep 20 must lie in [1, 16]}}
+  %y = kiln.select_tokens %x {keep = 20 : i64, score = "norm"} : tensor<16x8xf32> -> tensor<20x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<16x8xf32>) {
+  // expected-error @+1 {{'kiln.select_tokens' op score must be norm or distinct, got 'attention'}}
+  %y = kiln.select_tokens %x {keep = 4 : i64, score = "attention"} : tensor<16x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<16x8xf32>) {
+  // expected-error @+1 {{'kiln.select_tokens' op result rows (6) does not match keep (4)}}
+  %y = kiln.select_tokens %x {keep = 4 : i64, score = "norm"} : tensor<16x8xf32> -> tensor<6x8xf32>
+  return
+}

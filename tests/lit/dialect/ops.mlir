@@ -46,6 +46,8 @@ func.func @vision(%px: tensor<3x16x16xf32>) -> tensor<4x64xf32> attributes {kiln
   %a = kiln.attention %ln, %ln, %ln {num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64} : tensor<17x16xf32>, tensor<17x16xf32>, tensor<17x16xf32> -> tensor<17x16xf32>
   // CHECK: kiln.activation {{.*}} {kind = #kiln.activation<quick_gelu>} : tensor<17x16xf32>
   %g = kiln.activation %a {kind = #kiln.activation<quick_gelu>} : tensor<17x16xf32>
+  // CHECK: kiln.select_tokens {{.*}} {keep = 9 : i64, score = "distinct"} : tensor<17x16xf32> -> tensor<9x16xf32>
+  %sel = kiln.select_tokens %g {keep = 9 : i64, score = "distinct"} : tensor<17x16xf32> -> tensor<9x16xf32>
   // CHECK: kiln.slice_rows {{.*}} {start = 1 : i64} : tensor<17x16xf32> -> tensor<16x16xf32>
   %s = kiln.slice_rows %g {start = 1 : i64} : tensor<17x16xf32> -> tensor<16x16xf32>
   // CHECK: kiln.pixel_shuffle {{.*}} {scale_factor = 2 : i64} : tensor<16x16xf32> -> tensor<4x64xf32>

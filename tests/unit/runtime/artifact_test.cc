@@ -1842,3 +1842,70 @@ TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
     ExpectLoadRefused(bad, c.expected, c.message, c.name);
   }
 }
+
+// Visual-token pruning (SelectTokens in the projector): damaged parameters are refused
+// at load, and a session may keep fewer tokens than the artifact but not more.
+TEST(VisualTokens, DamagedSelectionsAreRefusedAndSessionsKeepAtMostTheArtifacts) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<uint8_t> bytes;
+  const std::string path = dir + "/tiny-llava.vt8.kiln";
+  ASSERT_TRUE(ReadFile(path, &bytes)) << path;
+  struct Case {
+    const char* name;
+    std::function<void(fb::SelectTokensParamsT&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"keep above tokens", [](fb::SelectTokensParamsT& p) { p.keep = 17; }},
+      {"keep 0", [](fb::SelectTokensParamsT& p) { p.keep = 0; }},
+      {"tokens other than the input's rows", [](fb::SelectTokensParamsT& p) { p.tokens = 12; }},
+      {"an unknown score", [](fb::SelectTokensParamsT& p) { p.score = static_cast<fb::TokenScore>(7); }},
+  };
+  for (const Case& c : cases) {
+    bool found = false;
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, [&](fb::ModelT& mt) {
+      for (auto& stage : mt.stages)
+        for (auto& op : stage->ops)
+          if (op->kind == fb::OpKind::SelectTokens) {
+            ASSERT_EQ(op->params.AsSelectTokensParams()->keep, 8u);
+            ASSERT_EQ(op->params.AsSelectTokensParams()->tokens, 16u);
+            c.edit(*op->params.AsSelectTokensParams());
+            found = true;
+          }
+    });
+    ASSERT_TRUE(found) << c.name;
+    ExpectLoadRefused(bad, KILN_ERROR_ARTIFACT_SHAPE, "expects [tokens, D] -> [keep, D]", c.name);
+  }
+
+  kiln_model_t* model = nullptr;
+  kiln_error_t err;
+  ASSERT_EQ(kiln_model_load(path.c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(kiln_model_get_info(model, &info), KILN_OK);
+  EXPECT_EQ(info.image_tokens, 8);
+  EXPECT_EQ(info.image_tokens_scored, 16);
+  for (int32_t n : {0, 1, 4, 8, 9, -1}) {
+    kiln_session_options_t so;
+    kiln_session_options_init(&so);
+    so.image_tokens = n;
+    kiln_session_t* s = nullptr;
+    kiln_status_t st = kiln_session_create(model, &so, &s, &err);
+    if (n >= 0 && n <= 8) {
+      ASSERT_EQ(st, KILN_OK) << n << ": " << err.message;
+      // The prompt holds as many image tokens as the session keeps.
+      std::vector<float> px(3 * 32 * 32, 0.5f);
+      ASSERT_EQ(kiln_session_set_pixel_values(s, px.data(), px.size(), &err), KILN_OK) << err.message;
+      std::vector<int32_t> ids(256);
+      size_t count = 0;
+      ASSERT_EQ(kiln_session_prompt_ids(s, "What is it?", ids.data(), ids.size(), &count, &err), KILN_OK);
+      EXPECT_EQ(std::count(ids.begin(), ids.begin() + static_cast<long>(count), info.image_token_id), n == 0 ? 8 : n);
+      kiln_session_release(s);
+    } else {
+      EXPECT_EQ(st, KILN_ERROR_INVALID_ARGUMENT) << n;
+      EXPECT_NE(std::string(err.message).find("image_tokens"), std::string::npos) << err.message;
+    }
+  }
+  kiln_model_release(model);
+}
+
