@@ -780,7 +780,9 @@ bool BlockTag(const kiln_session_t* s, const int32_t* ids, int64_t end, int64_t 
   if (FirstImageToken(s, ids, b << shift, stop) < stop) {
     if (!s->has_image || (s->image_hash[0] == 0 && s->image_hash[1] == 0)) return false;
     tag->image[0] = s->image_hash[0];
-    tag->image[1] = s->image_hash[1];
+    // The tokens of the image a session keeps (kiln_session_options_t.image_tokens)
+    // are other features for the same ids: only sessions keeping as many share.
+    tag->image[1] = s->image_hash[1] ^ (static_cast<uint64_t>(s->image_tokens) * 0x9E3779B97F4A7C15ull);
   }
   return true;
 }

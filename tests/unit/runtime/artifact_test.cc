@@ -1909,3 +1909,57 @@ TEST(VisualTokens, DamagedSelectionsAreRefusedAndSessionsKeepAtMostTheArtifacts)
   kiln_model_release(model);
 }
 
+// Sessions of one pooled model that keep different numbers of image tokens never share
+// the KV blocks of their image tokens: with blocks of 8 positions the first block of
+// the prompt ("<s>USER: " and one image token) has the same ids whether the session
+// keeps 8 image tokens or 1, but not the same features (the earliest of the best 8,
+// the best one).
+TEST(VisualTokens, SessionsKeepingFewerTokensShareNoImageBlocks) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  const std::string path = dir + "/tiny-llava.vt8.kiln";
+  std::vector<float> px(3 * 32 * 32);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  kiln_error_t err;
+  // A session keeping `tokens` image tokens asked "What is it?" about the picture.
+  int64_t first_image = -1;  // the prompt's first image token
+  auto ask = [&](kiln_model_t* model, int32_t tokens, paged::Answer* out) {
+    kiln_session_options_t so;
+    kiln_session_options_init(&so);
+    so.image_tokens = tokens;
+    so.context_length = 64;
+    so.num_threads = 2;
+    kiln_session_t* s = nullptr;
+    ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+    ASSERT_EQ(kiln_session_set_pixel_values(s, px.data(), px.size(), &err), KILN_OK) << err.message;
+    std::vector<int32_t> ids(256);
+    size_t count = 0;
+    ASSERT_EQ(kiln_session_prompt_ids(s, "What is it?", ids.data(), ids.size(), &count, &err), KILN_OK);
+    ids.resize(count);
+    kiln_model_info_t info = {};
+    info.struct_size = sizeof(info);
+    kiln_model_get_info(model, &info);
+    first_image = std::find(ids.begin(), ids.end(), info.image_token_id) - ids.begin();
+    *out = paged::Ask(s, ids, 4);
+    ASSERT_EQ(out->status, KILN_OK) << out->message;
+    kiln_session_release(s);
+  };
+  kiln_model_t* flat = paged::Load(path, 0, 0);
+  ASSERT_NE(flat, nullptr);
+  paged::Answer expected;
+  ask(flat, 1, &expected);
+  kiln_model_release(flat);
+
+  kiln_model_t* pooled = paged::Load(path, 16 * 8, 8);
+  ASSERT_NE(pooled, nullptr);
+  paged::Answer eight, again, one;
+  ask(pooled, 0, &eight);  // publishes its blocks
+  ask(pooled, 8, &again);  // the same tokens: finds them
+  ask(pooled, 1, &one);    // one image token: finds none
+  kiln_model_release(pooled);
+  EXPECT_GE(again.stats.reused_tokens, 8);
+  ASSERT_GT(first_image, 0);
+  EXPECT_LE(one.stats.reused_tokens, first_image);  // the text before the image at most
+  EXPECT_EQ(one.tokens, expected.tokens);
+}
+
