@@ -21,21 +21,13 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from eval_precision import BIN, PY, ROOT, run  # noqa: E402
+
 SHAPES = os.path.join(ROOT, "tests", "models", "shapes")
-BIN = os.environ.get("KILN_BIN_DIR", os.path.join(ROOT, "build", "host", "bin"))
-PY = "/usr/bin/python3"
-
-
-def run(cmd, **kw):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", **kw)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{p.stderr}")
-    return p
 
 
 def accuracy(artifact, qfile, threads):
