@@ -19,6 +19,7 @@
 #include "kiln/kiln.h"
 #include "kiln/kiln_calibration.h"
 #include "support/image_file.h"
+#include "support/progress.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
@@ -51,26 +52,7 @@ struct AlignedBuffer {
   ~AlignedBuffer() { std::free(data); }
 };
 
-// One-line progress on a terminal, nothing otherwise.
-class Progress {
-public:
-  Progress(bool enabled, const char* what, size_t total) : enabled_(enabled), what_(what), total_(total) {}
-  void update(size_t done, const std::string& detail = "") {
-    if (!enabled_)
-      return;
-    std::fprintf(stderr, "\r\033[K%s: %zu/%zu %s", what_, done, total_, detail.c_str());
-    std::fflush(stderr);
-  }
-  ~Progress() {
-    if (enabled_)
-      std::fprintf(stderr, "\r\033[K");
-  }
-
-private:
-  bool enabled_;
-  const char* what_;
-  size_t total_;
-};
+using tools::Progress;
 
 // What one calibration sample feeds the model, and what the unquantised model says.
 struct Prepared {
@@ -417,6 +399,7 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
   std::vector<Prepared> prepared(options.samples.size());
   {
     Progress progress(options.progress, "calibration", options.samples.size());
+    progress.update(0);
     std::vector<float> logits;
     for (size_t i = 0; i < options.samples.size(); ++i) {
       Prepared& p = prepared[i];

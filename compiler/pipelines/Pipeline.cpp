@@ -29,6 +29,8 @@ bool hasBudget(const CompileOptions& o) { return !o.memoryBudget.empty() || o.bi
 
 } // namespace
 
+bool showProgress(const CompileOptions& options) { return !options.quiet && isatty(2) != 0; }
+
 bool usesGptq(const CompileOptions& options) {
   if (options.quantizer == "auto")
     return hasBudget(options);
@@ -97,7 +99,7 @@ mlir::LogicalResult calibrateModule(mlir::ModuleOp module, const CompileOptions&
   co.collectHessians = gptq;
   co.gptq = gptq;
   co.threads = options.threads;
-  co.progress = isatty(2) != 0;
+  co.progress = showProgress(options);
 
   // Sensitivities are cached by what determines them; Hessians are recomputed.
   calib::Result result;
@@ -256,7 +258,7 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
   co.samples = stats;
   co.collectRouting = true;
   co.threads = options.threads;
-  co.progress = isatty(2) != 0;
+  co.progress = showProgress(options);
   calib::Result result;
   if (mlir::failed(calib::calibrate(*lowered, co, &result)))
     return mlir::failure();
@@ -454,6 +456,7 @@ mlir::LogicalResult emitArtifact(mlir::ModuleOp module, const CompileOptions& op
   // The writer derives the required CPU features from the bound kernels.
   artifact.requiredCpuFeatures = 0;
   artifact.compilerVersion = compilerVersion();
+  artifact.progress = showProgress(options);
   if (usesGptq(options) && hessians)
     artifact.hessians = *hessians;
   if (mlir::failed(writeArtifact(module, output, artifact)))
@@ -492,6 +495,7 @@ mlir::LogicalResult emitTieredArtifact(mlir::MLIRContext& context, const Compile
     ArtifactOptions artifact;
     artifact.targetTriple = target->triple;
     artifact.compilerVersion = compilerVersion();
+    artifact.progress = showProgress(tier);
     if (usesGptq(tier))
       artifact.hessians = hessians;
     std::vector<uint8_t> bytes;

@@ -52,6 +52,7 @@ struct CompileOptions {
   std::string visualTokens;
   std::string visualTokenScore = "distinct";
   int threads = 0;
+  bool quiet = false;  // --quiet: no progress on a terminal
   /// --emit=static-library: generated kernels go to <output stem>.kernels.a (and its
   /// header, .kernels.h) instead of the artifact's code segment.
   bool kernelLibrary = false;
@@ -68,6 +69,9 @@ KernelLibraryPaths kernelLibraryPaths(llvm::StringRef artifact);
 /// Whether weights are rounded with GPTQ: --quantizer=gptq, or auto with a memory
 /// budget or bits-per-weight target (calibration runs for the budget anyway).
 bool usesGptq(const CompileOptions& options);
+
+/// Whether long steps draw their progress: stderr is a terminal and not --quiet.
+bool showProgress(const CompileOptions& options);
 
 /// The compiler's version string (recorded in artifacts).
 const char* compilerVersion();

@@ -1,6 +1,8 @@
 //===- ArtifactWriter.cpp - kiln IR to a .kiln artifact ----------*- C++ -*-===//
 #include "compiler/serialize/ArtifactWriter.h"
 
+#include "support/progress.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -563,8 +565,9 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
       gen ? fb::CreateGenerationDirect(b, i32("bos_token_id", gen.getBosTokenId()), &eos,
                                        i32("pad_token_id", gen.getPadTokenId()), gen.getDoSample(),
                                        static_cast<float>(gen.getTemperature()), i32("top_k", gen.getTopK()),
-                                       static_cast<float>(gen.getTopP()), i32("max_new_tokens", gen.getMaxNewTokens()))
-          : fb::CreateGenerationDirect(b, -1, &eos, -1, false, 1.0f, 0, 1.0f, 0);
+                                       static_cast<float>(gen.getTopP()), i32("max_new_tokens", gen.getMaxNewTokens()),
+                                       static_cast<float>(gen.getRepetitionPenalty()))
+          : fb::CreateGenerationDirect(b, -1, &eos, -1, false, 1.0f, 0, 1.0f, 0, 1.0f);
   if (!narrowed.empty())
     return error() << narrowed;
 
@@ -781,7 +784,10 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
   write(fbb_.GetBufferPointer(), fbb_.GetSize());
   pad(dataStart_);
   std::vector<uint8_t> scratch;
+  tools::Progress progress(options_.progress, "weights", weights_.size());
+  size_t done = 0;
   for (const WeightEntry& w : weights_) {
+    progress.update(done++, w.op.getSymName().str());
     pad(w.offset);
     // A plain source converts straight from its bytes (copied when the encoding is
     // the checkpoint's); an expression is evaluated to f32 first, then encoded.

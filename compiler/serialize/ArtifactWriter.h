@@ -36,6 +36,8 @@ struct ArtifactOptions {
   bool kernelLibrary = false;
   std::string kernelLibrarySymbol;
   std::vector<uint8_t>* kernelLibraryObject = nullptr;
+  /// Draw the weights' progress (what, how many of how many, time left) on stderr.
+  bool progress = false;
 };
 
 /// As writeArtifact, into memory (for calibration, which runs the model at compile

@@ -224,3 +224,30 @@ def test_gptq_covers_moe_experts(tmp_path):
         for a in (rtn, gptq):
             kl[a].append(_mean_kl(logp[f32], logp[a]))
     assert np.mean(kl[gptq]) < np.mean(kl[rtn]), (np.mean(kl[gptq]), np.mean(kl[rtn]))
+
+
+def test_progress_on_a_terminal_only(tiny_llava, tmp_path):
+    """On a terminal (a pseudo-terminal from script(1)) a budgeted compile draws the
+    progress of calibration, sensitivity and the weights (what, how many of how many,
+    the time so far); --quiet, or stderr not a terminal, draws none."""
+    import shlex
+    import shutil
+    import subprocess
+    if shutil.which("script") is None:
+        pytest.skip("script(1) not installed")
+    base = [tool("kiln-compile"), tiny_llava, "--bits-per-weight=6", "--calibration-threads=2",
+            "--cache-dir", tmp_path / "cache"]
+
+    def on_terminal(extra, out):
+        cmd = " ".join(shlex.quote(str(c)) for c in base + ["-o", out] + extra)
+        p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True, errors="replace")
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    drawn = on_terminal([], tmp_path / "a.kiln")
+    for what in ("calibration: 0/4", "sensitivity: 0/", "weights: 0/"):
+        assert what in drawn, drawn
+    assert "\033[K" in drawn
+    assert "weights:" not in on_terminal(["--quiet"], tmp_path / "b.kiln")
+    piped = run(base + ["-o", tmp_path / "c.kiln"])
+    assert "weights:" not in piped.stderr and "\033[K" not in piped.stderr

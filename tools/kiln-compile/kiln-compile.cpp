@@ -119,6 +119,10 @@ static cl::opt<std::string> kvCache(
              "per 32 channels of a position, keys one per channel over 32 positions, the 32 being filled kept "
              "exact; a session may choose another (kiln-run --kv-cache)"),
     cl::init("int8"), cl::cat(kilnCategory));
+static cl::opt<bool> quiet("quiet",
+                           cl::desc("Draw no progress (calibration, sensitivity, weights: what, how many of how "
+                                    "many, time left), which a terminal otherwise shows"),
+                           cl::init(false), cl::cat(kilnCategory));
 static cl::opt<bool> showRemarks("remarks",
                                  cl::desc("Print the decisions the compiler makes (remarks)"),
                                  cl::init(false), cl::cat(kilnCategory));
@@ -450,6 +454,7 @@ int main(int argc, char** argv) {
   options.cacheDir = cacheDir;
   options.report = report;
   options.threads = threads;
+  options.quiet = quiet;
   options.pruneExperts = pruneExperts;
   options.pruneExpertsMaxLoss = pruneExpertsMaxLoss;
   if (pruneExperts.getNumOccurrences() > 0 && pruneExperts != "auto" && !kiln::parseCountOrShare(pruneExperts)) {
