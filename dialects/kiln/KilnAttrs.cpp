@@ -524,7 +524,7 @@ LogicalResult PreprocessorConfigAttr::verify(function_ref<InFlightDiagnostic()> 
 LogicalResult GenerationConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t bosTokenId,
                                            ArrayRef<int64_t> eosTokenIds, int64_t padTokenId, bool,
                                            F64 temperature, int64_t topK, F64 topP,
-                                           int64_t maxNewTokens) {
+                                           int64_t maxNewTokens, F64 repetitionPenalty) {
   if (failed(atLeast(emitError, "bos_token_id", bosTokenId, -1)) ||
       failed(atLeast(emitError, "pad_token_id", padTokenId, -1)) || failed(atLeast(emitError, "top_k", topK, 0)) ||
       failed(atLeast(emitError, "max_new_tokens", maxNewTokens, 0)))
@@ -536,6 +536,8 @@ LogicalResult GenerationConfigAttr::verify(function_ref<InFlightDiagnostic()> em
     return emitError() << "temperature must be at least 0";
   if (!(topP > 0.0 && topP <= 1.0))
     return emitError() << "top_p must lie in (0, 1]";
+  if (!(repetitionPenalty > 0.0) || std::isinf(static_cast<double>(repetitionPenalty)))
+    return emitError() << "repetition_penalty must be a positive number";
   return success();
 }
 

@@ -393,7 +393,12 @@ def Kiln_GenerationConfigAttr : Kiln_Attr<"GenerationConfig", "generation_config
     ```mlir
     #kiln.generation_config<bos_token_id = 1, eos_token_ids = [2]>
     #kiln.generation_config<eos_token_ids = [2, 7], do_sample = true, temperature = 0.7, top_k = 50, top_p = 0.9>
+    #kiln.generation_config<eos_token_ids = [2], repetition_penalty = 1.2>
     ```
+
+    `repetition_penalty` is transformers' (1: off): before choosing a token, the
+    logit of every id already in the sequence (prompt and answer) is divided by it
+    when positive and multiplied by it when negative.
   }];
   let parameters = (ins
     DefaultValuedParameter<"int64_t", "-1">:$bos_token_id,
@@ -403,7 +408,8 @@ def Kiln_GenerationConfigAttr : Kiln_Attr<"GenerationConfig", "generation_config
     Kiln_F64Parameter<"sampling temperature", "::kiln::F64(1.0)">:$temperature,
     DefaultValuedParameter<"int64_t", "0">:$top_k,
     Kiln_F64Parameter<"nucleus mass", "::kiln::F64(1.0)">:$top_p,
-    DefaultValuedParameter<"int64_t", "0">:$max_new_tokens);
+    DefaultValuedParameter<"int64_t", "0">:$max_new_tokens,
+    Kiln_F64Parameter<"repetition penalty", "::kiln::F64(1.0)">:$repetition_penalty);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -646,7 +646,7 @@ LogicalResult SelectTokensOp::verify() {
     return emitOpError("selects from a static number of tokens into a static number");
   if (getScore() != "norm" && getScore() != "distinct")
     return emitOpError("score must be norm or distinct, got '") << getScore() << "'";
-  if (getKeep() < 1 || getKeep() > in.getDimSize(0))
+  if (getKeep() < 1 || static_cast<int64_t>(getKeep()) > in.getDimSize(0))
     return emitOpError("keep ") << getKeep() << " must lie in [1, " << in.getDimSize(0) << "]";
   if (failed(expectDim(*this, "result rows", out.getDimSize(0), "keep", getKeep())) ||
       failed(expectDim(*this, "result width", out.getDimSize(1), "input width", in.getDimSize(1))))

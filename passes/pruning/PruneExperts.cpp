@@ -114,8 +114,8 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
-    std::optional<CountOrShare> spec = parseCountOrShare(prune);
-    if (!spec) {
+    parsed = parseCountOrShare(prune);
+    if (!parsed) {
       module.emitError("kiln-prune-experts: prune must be a count (2), a fraction (0.25) or a percentage (25%), got '")
           << prune << "'";
       return signalPassFailure();
@@ -137,7 +137,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
       if (m.getExpertIds() != first.getExpertIds() || m.getTopK() != first.getTopK())
         return m.emitOpError("kiln-prune-experts: reads router ")
                << router.getSymName() << " with other experts or another top_k than " << first->getLoc();
-    const int64_t remove = spec().of(experts);
+    const int64_t remove = parsed->of(experts);
     if (remove == 0)
       return mlir::success();
     if (!first.getNormalizeTopK()) {
@@ -158,7 +158,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
     // The least mass goes first; ties: fewer selections, then the later expert.
     llvm::SmallVector<int64_t> order(experts);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       if (routing->mass[a] != routing->mass[b])
         return routing->mass[a] < routing->mass[b];
       if (routing->selected[a] != routing->selected[b])
@@ -252,12 +252,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
     return mlir::success();
   }
 
-  const CountOrShare& spec() {
-    if (!parsed)
-      parsed = parseCountOrShare(prune);
-    return *parsed;
-  }
-  std::optional<CountOrShare> parsed;
+  std::optional<CountOrShare> parsed;  // `prune`
 };
 
 } // namespace

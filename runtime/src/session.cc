@@ -87,6 +87,13 @@ int32_t Sample(const float* logits, int64_t n, const kiln_generate_options_t& o,
   return order[keep - 1];
 }
 
+// transformers' RepetitionPenaltyLogitsProcessor: the logit of every id seen so far
+// is divided by the penalty when positive, multiplied by it otherwise.
+void Penalize(float* logits, const uint8_t* seen, int64_t n, float penalty) {
+  for (int64_t i = 0; i < n; ++i)
+    if (seen[i]) logits[i] = logits[i] > 0.0f ? logits[i] / penalty : logits[i] * penalty;
+}
+
 // a * b * c * d bytes, false on overflow: every session buffer size comes from
 // artifact fields, so none is computed unchecked.
 bool SizeOf(uint64_t a, uint64_t b, uint64_t c, uint64_t d, size_t* out) {
@@ -373,6 +380,10 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "top_p %g: must be in [0, 1] (0 or 1: no nucleus filter)",
                 static_cast<double>(o.top_p));
   if (o.top_k < 0) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "top_k %d: must be >= 0 (0: no top-k filter)", o.top_k);
+  if (!(o.repetition_penalty >= 0.0f) || std::isinf(o.repetition_penalty))
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT,
+                "repetition_penalty %g: must be finite and > 0 (0 or 1: no penalty)",
+                static_cast<double>(o.repetition_penalty));
   if (o.max_new_tokens <= 0) {
     int32_t mnt = m->generation()->max_new_tokens();
     o.max_new_tokens = mnt > 0 ? mnt : 128;
@@ -436,6 +447,16 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   Rng rng{o.seed ^ 0x5eedull};
   int32_t* order = reinterpret_cast<int32_t*>(s->scratch);
   float* probs = s->scratch + vocab;  // scratch holds at least 2 * vocab floats
+  // The repetition penalty's ids: the prompt's, then each token chosen.
+  const bool penalty = o.repetition_penalty > 0.0f && o.repetition_penalty != 1.0f;
+  Vec<uint8_t> seen(&s->allocator);
+  if (penalty) {
+    if (!seen.resize(static_cast<size_t>(vocab))) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory");
+    std::memset(seen.data(), 0, seen.size());
+    for (size_t i = 0; i < count; ++i)
+      if (ids[i] >= 0 && ids[i] < vocab) seen[static_cast<size_t>(ids[i])] = 1;
+    Penalize(s->logits, seen.data(), vocab, o.repetition_penalty);
+  }
   int32_t token = Sample(s->logits, vocab, o, &rng, order, probs);
   if (token < 0 || token >= vocab)
     return Fail(error, KILN_ERROR_NONFINITE, "every logit of the first token is NaN (non-finite weights or activations)");
@@ -471,6 +492,10 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     OfferBlocks(s);
     st = Head(s, error);
     if (st != KILN_OK) break;
+    if (penalty) {
+      seen[static_cast<size_t>(s->ids[0])] = 1;  // the token just decoded
+      Penalize(s->logits, seen.data(), vocab, o.repetition_penalty);
+    }
     token = Sample(s->logits, vocab, o, &rng, order, probs);
     if (token < 0 || token >= vocab) {
       st = Fail(error, KILN_ERROR_NONFINITE, "every logit at position %lld is NaN (non-finite weights or activations)",
@@ -1189,6 +1214,19 @@ void kiln_generate_options_init(kiln_generate_options_t* options) {
   options->top_k = 0;
   options->top_p = 1.0f;
   options->reuse_prefix = 1;
+  options->repetition_penalty = 1.0f;
+}
+
+void kiln_generate_options_init_from_model(const kiln_model_t* model, kiln_generate_options_t* options) {
+  kiln_generate_options_init(options);
+  if (model == nullptr || options == nullptr) return;
+  const fb::Generation* g = model->fb->generation();  // verified at load
+  if (g->do_sample()) {
+    options->temperature = g->temperature();
+    options->top_k = g->top_k();
+    options->top_p = g->top_p();
+  }
+  options->repetition_penalty = g->repetition_penalty();
 }
 
 kiln_status_t kiln_model_session_bytes(const kiln_model_t* model, const kiln_session_options_t* options,

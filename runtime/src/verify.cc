@@ -457,6 +457,14 @@ kiln_status_t Verifier::Configs() {
     for (int32_t e : *g->eos_token_ids())
       if (e < 0 || e >= vocab_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "eos token id %d outside the vocabulary", e);
   if (g->bos_token_id() >= vocab_) return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "bos token id outside the vocabulary");
+  // The sampling defaults (kiln_generate_options_init_from_model) as generation takes them.
+  if (!(g->temperature() >= 0.0f) || std::isinf(g->temperature()) || g->top_k() < 0 ||
+      !(g->top_p() > 0.0f && g->top_p() <= 1.0f) || !(g->repetition_penalty() > 0.0f) ||
+      std::isinf(g->repetition_penalty()))
+    return Bad(KILN_ERROR_ARTIFACT_MALFORMED,
+               "generation defaults out of range (temperature %g, top_k %d, top_p %g, repetition_penalty %g)",
+               static_cast<double>(g->temperature()), g->top_k(), static_cast<double>(g->top_p()),
+               static_cast<double>(g->repetition_penalty()));
   for (uint32_t i = 0; model_->precision() != nullptr && i < model_->precision()->size(); ++i)
     if (model_->precision()->Get(i)->tensor() >= model_->tensors()->size())
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "precision table entry %u names no tensor", i);

@@ -87,6 +87,26 @@ const fb::SelectTokensParams* SelectTokensOf(const fb::Model* m) {
   return nullptr;
 }
 
+// The generation defaults (generation_config.json) in one line.
+std::string GenerationText(const fb::Generation* g) {
+  std::string eos;
+  for (uint32_t i = 0; g->eos_token_ids() != nullptr && i < g->eos_token_ids()->size(); ++i)
+    eos += (i ? "," : "") + std::to_string(g->eos_token_ids()->Get(i));
+  char buf[256];
+  if (g->do_sample())
+    std::snprintf(buf, sizeof(buf), "sampling (temperature %g, top_k %d, top_p %g)", static_cast<double>(g->temperature()),
+                  g->top_k(), static_cast<double>(g->top_p()));
+  else
+    std::snprintf(buf, sizeof(buf), "greedy");
+  std::string out = buf;
+  if (g->repetition_penalty() != 1.0f)
+    out += ", repetition_penalty " + std::to_string(g->repetition_penalty()).substr(0, 6);
+  if (g->max_new_tokens() > 0) out += ", max_new_tokens " + std::to_string(g->max_new_tokens());
+  out += ", bos " + std::to_string(g->bos_token_id()) + ", eos [" + eos + "]";
+  if (g->pad_token_id() >= 0) out += ", pad " + std::to_string(g->pad_token_id());
+  return out;
+}
+
 std::string Shape(const flatbuffers::Vector<int64_t>* shape) {
   std::string s = "[";
   for (uint32_t i = 0; shape && i < shape->size(); ++i) {
@@ -247,6 +267,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
               fb::EnumNamePreTokenizer(tok->pretokenizer()), tok->vocab()->size(),
               tok->merges() ? tok->merges()->size() : 0, tok->added_tokens() ? tok->added_tokens()->size() : 0,
               tok->bos_id(), tok->add_bos() ? " (added)" : "");
+  std::printf("  generation       %s\n", GenerationText(m->generation()).c_str());
   const fb::MemoryPlan* mp = m->memory_plan();
   std::printf("\nmemory plan\n");
   std::printf("  weights          %12.1f MB (mapped)\n", mp->weight_bytes() / 1e6);
@@ -375,6 +396,18 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 m->image()->image_size(), m->image()->image_tokens(), sel ? sel->tokens() : 0,
                 sel ? (sel->score() == fb::TokenScore::Norm ? "\"norm\"" : "\"distinct\"") : "null",
                 m->image()->image_token_id(), J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
+  }
+  {
+    const fb::Generation* g = m->generation();
+    std::string eos;
+    for (uint32_t i = 0; g->eos_token_ids() != nullptr && i < g->eos_token_ids()->size(); ++i)
+      eos += (i ? ", " : "") + std::to_string(g->eos_token_ids()->Get(i));
+    std::printf("  \"generation\": {\"bos_token_id\": %d, \"eos_token_ids\": [%s], \"pad_token_id\": %d, "
+                "\"do_sample\": %s, \"temperature\": %s, \"top_k\": %d, \"top_p\": %s, \"repetition_penalty\": %s, "
+                "\"max_new_tokens\": %d},\n",
+                g->bos_token_id(), eos.c_str(), g->pad_token_id(), g->do_sample() ? "true" : "false",
+                Num(g->temperature()).c_str(), g->top_k(), Num(g->top_p()).c_str(), Num(g->repetition_penalty()).c_str(),
+                g->max_new_tokens());
   }
   std::printf("  \"memory_plan\": {\"weight_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64
               ", \"max_prefill_tokens\": %u, \"io_bytes\": %" PRIu64 ", \"kv_bytes_per_token\": %" PRIu64

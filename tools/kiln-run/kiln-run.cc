@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
   int context_overflow = KILN_CONTEXT_STOP, keep_tokens = 0, tier = -1, image_tokens = 0;
   int64_t kv_pool_tokens = 0;
   int kv_block_tokens = 0;
-  float temperature = 0.0f, top_p = 1.0f;
+  float temperature = 0.0f, top_p = 1.0f, repetition_penalty = 1.0f;
   uint64_t seed = 0;
   bool json = false, quiet = false, no_special = false, no_prefix_reuse = false;
   std::string tokenize_text;
@@ -475,9 +475,15 @@ int main(int argc, char** argv) {
       ->needs(score_flag);
   CLI::Option* max_new_opt = app.add_option("--max-new-tokens", max_new_tokens,
                                             "tokens to generate (default: the checkpoint's, else 128)");
-  app.add_option("--temperature", temperature, "0 = greedy");
-  app.add_option("--top-k", top_k, "top-k filter (0 = off)");
-  app.add_option("--top-p", top_p, "nucleus filter (1 = off)");
+  // Unset: the checkpoint's generation config (kiln_generate_options_init_from_model).
+  CLI::Option* temperature_opt = app.add_option(
+      "--temperature", temperature, "0 = greedy (default: the checkpoint's generation config: greedy unless it samples)");
+  CLI::Option* top_k_opt = app.add_option("--top-k", top_k, "top-k filter (0 = off; default: the checkpoint's)");
+  CLI::Option* top_p_opt = app.add_option("--top-p", top_p, "nucleus filter (1 = off; default: the checkpoint's)");
+  CLI::Option* penalty_opt = app.add_option(
+      "--repetition-penalty", repetition_penalty,
+      "divide the logits of ids already in the sequence by this when positive, multiply when negative (1 = off; "
+      "default: the checkpoint's)");
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--threads", threads, "threads (default: the performance cores this process may run on; a big.LITTLE CPU's slowest cluster is left out)");
   CLI::Option* context_opt = app.add_option("--context", context, "KV-cache length in tokens");
@@ -565,6 +571,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-run: error: --top-p must be in (0, 1] (1 = off), got %g\n", static_cast<double>(top_p));
     return 2;
   }
+  if (!(repetition_penalty > 0.0f) || std::isinf(repetition_penalty)) {
+    std::fprintf(stderr, "kiln-run: error: --repetition-penalty must be finite and > 0 (1 = off), got %g\n",
+                 static_cast<double>(repetition_penalty));
+    return 2;
+  }
   if (top_k < 0) {
     std::fprintf(stderr, "kiln-run: error: --top-k must be >= 0 (0 = off), got %d\n", top_k);
     return 2;
@@ -650,7 +661,17 @@ int main(int argc, char** argv) {
   go.temperature = temperature;
   go.top_k = top_k;
   go.top_p = top_p;
+  go.repetition_penalty = repetition_penalty;
   go.seed = seed;
+  // The checkpoint's sampling settings where no flag gave one.
+  auto model_defaults = [&](const kiln_model_t* m) {
+    kiln_generate_options_t d;
+    kiln_generate_options_init_from_model(m, &d);
+    if (temperature_opt->count() == 0) go.temperature = d.temperature;
+    if (top_k_opt->count() == 0) go.top_k = d.top_k;
+    if (top_p_opt->count() == 0) go.top_p = d.top_p;
+    if (penalty_opt->count() == 0) go.repetition_penalty = d.repetition_penalty;
+  };
   go.reuse_prefix = no_prefix_reuse ? 0 : 1;
   kiln_error_t err;
   kiln_model_t* model = nullptr;
@@ -676,6 +697,7 @@ int main(int argc, char** argv) {
     if (!shared.Use(0, &model, &session, &err)) {
       rc = Die("loading the model", err);
     } else {
+      model_defaults(model);
       rc = RunBatch(model, session, batch_path, model_path, go, score, &shared, &session);
     }
     kiln_session_release(session);
@@ -684,6 +706,7 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (kiln_model_load(model_path.c_str(), &mo, &model, &err) != KILN_OK) return Die("loading the model", err);
+  model_defaults(model);
   kiln_model_info_t info = {};
   info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);

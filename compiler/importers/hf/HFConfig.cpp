@@ -451,6 +451,9 @@ llvm::Expected<GenerationConfig> parseGenerationConfig(const llvm::json::Value& 
   g.topP = r.number("top_p", 1.0);
   if (!(g.topP > 0.0 && g.topP <= 1.0))
     r.setError("top_p", std::to_string(g.topP) + " is outside (0, 1]");
+  g.repetitionPenalty = r.number("repetition_penalty", 1.0);
+  if (!(g.repetitionPenalty > 0.0) || std::isinf(g.repetitionPenalty))
+    r.setError("repetition_penalty", std::to_string(g.repetitionPenalty) + " is not a positive number");
   g.maxNewTokens = r.optInRange("max_new_tokens", 0, kMaxInt32);
   if (llvm::Error err = r.takeError())
     return std::move(err);

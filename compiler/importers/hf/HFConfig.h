@@ -102,6 +102,7 @@ struct GenerationConfig {
   double temperature = 1.0;
   int64_t topK = 50;
   double topP = 1.0;
+  double repetitionPenalty = 1.0;  // transformers' RepetitionPenaltyLogitsProcessor; 1: off
   std::optional<int64_t> maxNewTokens;
 };
 llvm::Expected<GenerationConfig> parseGenerationConfig(const llvm::json::Value& root,

@@ -635,8 +635,9 @@ void Importer::setModuleAttributes() {
   module_->setAttr(
       "kiln.generation",
       gen_ ? GenerationConfigAttr::get(ctx_, bos.value_or(-1), eos, gen_->padTokenId.value_or(-1), gen_->doSample,
-                                       gen_->temperature, gen_->topK, gen_->topP, gen_->maxNewTokens.value_or(0))
-           : GenerationConfigAttr::get(ctx_, bos.value_or(-1), eos, -1, false, 1.0, 0, 1.0, 0));
+                                       gen_->temperature, gen_->topK, gen_->topP, gen_->maxNewTokens.value_or(0),
+                                       gen_->repetitionPenalty)
+           : GenerationConfigAttr::get(ctx_, bos.value_or(-1), eos, -1, false, 1.0, 0, 1.0, 0, 1.0));
 
   module_->setAttr("kiln.tokenizer",
                    TokenizerConfigAttr::get(ctx_, "tokenizer.json", tokenizerVocab_, tokenizerAdded_));

@@ -556,10 +556,21 @@ typedef struct kiln_generate_options_t {
                                ids and those the session's KV cache holds (the previous
                                prompt and answer, while the image is the same) is not
                                prefilled again; 0: every id is */
+  float repetition_penalty; /* transformers' (0 or 1: off; else > 0 and finite): before
+                               each token is chosen, the logit of every id already in the
+                               sequence (prompt and answer) is divided by it when positive
+                               and multiplied by it when negative */
 } kiln_generate_options_t;
 
-/* Defaults: greedy, max_new_tokens from the checkpoint (else 128), prefix reuse. */
+/* Defaults: greedy, max_new_tokens from the checkpoint (else 128), prefix reuse, no
+ * repetition penalty. */
 KILN_API void kiln_generate_options_init(kiln_generate_options_t* options);
+
+/* The checkpoint's generation_config.json as defaults (kiln-inspect prints it):
+ * with do_sample its temperature, top_k and top_p, else greedy; its
+ * repetition_penalty; max_new_tokens 0 (the config's, else 128); prefix reuse.
+ * `model` NULL: kiln_generate_options_init's. */
+KILN_API void kiln_generate_options_init_from_model(const kiln_model_t* model, kiln_generate_options_t* options);
 
 /* Answers `prompt` (UTF-8) about the image set before (if any): applies the model's
  * prompt template, tokenizes, encodes the image, prefills, then decodes until an

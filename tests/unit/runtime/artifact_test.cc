@@ -1963,3 +1963,49 @@ TEST(VisualTokens, SessionsKeepingFewerTokensShareNoImageBlocks) {
   EXPECT_EQ(one.tokens, expected.tokens);
 }
 
+// Generation defaults (kiln_generate_options_init_from_model) out of range are refused
+// at load, as generation would refuse them.
+TEST(GenerationDefaults, OutOfRangeAreRefused) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<uint8_t> bytes;
+  const std::string path = dir + "/tiny-llama.kiln";
+  ASSERT_TRUE(ReadFile(path, &bytes)) << path;
+  const std::vector<std::pair<const char*, std::function<void(fb::GenerationT&)>>> cases = {
+      {"negative repetition penalty", [](fb::GenerationT& g) { g.repetition_penalty = -1.0f; }},
+      {"zero repetition penalty", [](fb::GenerationT& g) { g.repetition_penalty = 0.0f; }},
+      {"infinite temperature", [](fb::GenerationT& g) { g.temperature = INFINITY; }},
+      {"top_p above 1", [](fb::GenerationT& g) { g.top_p = 2.0f; }},
+      {"negative top_k", [](fb::GenerationT& g) { g.top_k = -3; }},
+  };
+  for (const auto& [name, edit] : cases) {
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, [&](fb::ModelT& mt) { edit(*mt.generation); });
+    ExpectLoadRefused(bad, KILN_ERROR_ARTIFACT_MALFORMED, "generation defaults out of range", name);
+  }
+  // In range: the defaults a session takes from the model.
+  std::vector<uint8_t> good = RewriteArtifact(bytes, [](fb::ModelT& mt) {
+    mt.generation->do_sample = true;
+    mt.generation->temperature = 0.5f;
+    mt.generation->top_k = 7;
+    mt.generation->top_p = 0.8f;
+    mt.generation->repetition_penalty = 1.25f;
+  });
+  Buffer aligned;
+  aligned.Assign(good.data(), good.size());
+  kiln_model_t* model = nullptr;
+  kiln_error_t err;
+  ASSERT_EQ(kiln_model_load_from_memory(aligned.data(), aligned.size, nullptr, &model, &err), KILN_OK)
+      << err.message;
+  kiln_generate_options_t go;
+  kiln_generate_options_init_from_model(model, &go);
+  EXPECT_EQ(go.temperature, 0.5f);
+  EXPECT_EQ(go.top_k, 7);
+  EXPECT_EQ(go.top_p, 0.8f);
+  EXPECT_EQ(go.repetition_penalty, 1.25f);
+  EXPECT_EQ(go.reuse_prefix, 1);
+  kiln_model_release(model);
+  kiln_generate_options_init_from_model(nullptr, &go);
+  EXPECT_EQ(go.temperature, 0.0f);
+  EXPECT_EQ(go.repetition_penalty, 1.0f);
+}
+
