@@ -1,6 +1,9 @@
 //===- KilnDialect.cpp - kiln dialect ----------------------------*- C++ -*-===//
 #include "dialects/kiln/KilnDialect.h"
 
+#include <cmath>
+
+
 #include "dialects/kiln/KilnAttrs.h"
 #include "dialects/kiln/KilnOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -166,6 +169,11 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     if (selected.size() != mass.size())
       return op->emitOpError("attribute 'kiln.")
              << name << "' has " << selected.size() << " selections and " << mass.size() << " masses";
+    for (int64_t i = 0; i < selected.size(); ++i)
+      if (selected[i] < 0 || !(mass[i] >= 0.0) || std::isinf(mass[i]))
+        return op->emitOpError("attribute 'kiln.")
+               << name << "': expert " << i << " has selections " << selected[i] << " and mass " << mass[i]
+               << " (counts and masses are finite and non-negative)";
     return success();
   }
   if (name == "sensitivity") {

@@ -400,7 +400,11 @@ kiln_status_t RunSelectTokens(const OpContext& c) {
       score[r] = static_cast<float>(std::sqrt(rr));
     }
   }
-  for (int64_t r = 0; r < n; ++r) order[r] = static_cast<int32_t>(r);
+  // A NaN score (non-finite features) ranks last: the order stays a strict one.
+  for (int64_t r = 0; r < n; ++r) {
+    if (std::isnan(score[r])) score[r] = -INFINITY;
+    order[r] = static_cast<int32_t>(r);
+  }
   // The best `keep` first (ties: the earlier row), then those back in row order.
   std::partial_sort(order, order + keep, order + n, [&](int32_t a, int32_t b) {
     return score[a] != score[b] ? score[a] > score[b] : a < b;

@@ -153,3 +153,8 @@ kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, 
 
 // expected-error @+1 {{attribute 'kiln.pruned_experts' has 1 expert ids and 2 selections}}
 kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.pruned_experts = {expert_ids = array<i64: 3>, tokens = 3 : i64, selected = array<i64: 1, 2>, mass = array<f64: 1.0, 1.0>}}
+
+// -----
+
+// expected-error @+1 {{attribute 'kiln.routing': expert 1 has selections 2 and mass -1.000000e+00 (counts and masses are finite and non-negative)}}
+kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.routing = {tokens = 3 : i64, selected = array<i64: 1, 2>, mass = array<f64: 1.0, -1.0>}}

@@ -1978,9 +1978,9 @@ TEST(GenerationDefaults, OutOfRangeAreRefused) {
       {"top_p above 1", [](fb::GenerationT& g) { g.top_p = 2.0f; }},
       {"negative top_k", [](fb::GenerationT& g) { g.top_k = -3; }},
   };
-  for (const auto& [name, edit] : cases) {
-    std::vector<uint8_t> bad = RewriteArtifact(bytes, [&](fb::ModelT& mt) { edit(*mt.generation); });
-    ExpectLoadRefused(bad, KILN_ERROR_ARTIFACT_MALFORMED, "generation defaults out of range", name);
+  for (const auto& c : cases) {
+    std::vector<uint8_t> bad = RewriteArtifact(bytes, [&](fb::ModelT& mt) { c.second(*mt.generation); });
+    ExpectLoadRefused(bad, KILN_ERROR_ARTIFACT_MALFORMED, "generation defaults out of range", c.first);
   }
   // In range: the defaults a session takes from the model.
   std::vector<uint8_t> good = RewriteArtifact(bytes, [](fb::ModelT& mt) {
@@ -2009,3 +2009,25 @@ TEST(GenerationDefaults, OutOfRangeAreRefused) {
   EXPECT_EQ(go.repetition_penalty, 1.0f);
 }
 
+
+// Non-finite image features (NaN pixels) give NaN scores, which the selection ranks
+// last (the sort gets a strict order): it runs (under the sanitizers too), and
+// generation reports the non-finite logits.
+TEST(VisualTokens, NanFeaturesAreSelectedSafely) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_model_t* model = paged::Load(dir + "/tiny-llava.vt8.kiln", 0, 0);
+  ASSERT_NE(model, nullptr);
+  kiln_session_t* s = paged::Session(model, 64);
+  ASSERT_NE(s, nullptr);
+  std::vector<float> px(3 * 32 * 32, NAN);
+  kiln_error_t err;
+  ASSERT_EQ(kiln_session_set_pixel_values(s, px.data(), px.size(), &err), KILN_OK) << err.message;
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 2;
+  kiln_status_t st = kiln_session_generate(s, "What is it?", &go, &err);
+  EXPECT_EQ(st, KILN_ERROR_NONFINITE) << err.message;
+  kiln_session_release(s);
+  kiln_model_release(model);
+}
