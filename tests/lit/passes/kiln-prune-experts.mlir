@@ -3,6 +3,7 @@
 // RUN: kiln-opt %s -split-input-file --kiln-prune-experts=prune=50% | FileCheck %s --check-prefix=HALF
 // RUN: kiln-opt %s -split-input-file --kiln-prune-experts=prune=0.25 | FileCheck %s --check-prefix=QUARTER
 // RUN: kiln-opt %s -split-input-file --kiln-prune-experts=prune=0 | FileCheck %s --check-prefix=NONE
+// RUN: kiln-opt %s --kiln-prune-experts=prune=1 --kiln-prune-experts=prune=1 | FileCheck %s --check-prefix=TWICE
 // RUN: not kiln-opt %s --kiln-prune-experts=prune=3 2>&1 | FileCheck %s --check-prefix=TOPK
 // RUN: not kiln-opt %s --kiln-prune-experts=prune=many 2>&1 | FileCheck %s --check-prefix=SPEC
 
@@ -29,6 +30,11 @@
 // A quarter of 4 is one expert.
 // QUARTER: kiln.weight @r : tensor<3x16xf32>
 // QUARTER: expert_ids = array<i64: 0, 2, 3>
+// Pruned twice: the second round slices the first's router (rows 0 and 2 of the
+// original), and the record lists both rounds' experts.
+// TWICE: kiln.weight @r : tensor<2x16xf32> from #kiln.slice<#kiln.concat<
+// TWICE-SAME: kiln.pruned_experts = {expert_ids = array<i64: 1, 3>, mass = array<f64: 2.000000e+00, 8.000000e+00>, selected = array<i64: 5, 25>, tokens = 100 : i64}
+// TWICE: expert_ids = array<i64: 0, 2>
 // NONE: kiln.weight @r : tensor<4x16xf32> from <"m.safetensors", offset = 0, size = 256, dtype = "F32">
 // NONE-NOT: kiln.pruned_experts
 // NONE: expert_ids = array<i64: 0, 1, 2, 3>
