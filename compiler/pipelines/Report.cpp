@@ -203,7 +203,13 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
         {"sensitivity", std::isnan(r.sensitivity) ? llvm::json::Value(nullptr) : llvm::json::Value(r.sensitivity)},
         {"candidates", std::move(cands)}});
   }
-  // Experts kiln-prune-experts removed, by router, with their routing statistics.
+  // Experts kiln-prune-experts removed, by router, with their routing statistics; the
+  // kept ones' ids are the expert_ids of the MoE ops that read the router.
+  llvm::StringMap<llvm::ArrayRef<int64_t>> keptIdsOf;
+  module.walk([&](MoeOp m) {
+    if (auto ref = m.getRouter().getDefiningOp<WeightRefOp>())
+      keptIdsOf[ref.getName()] = m.getExpertIds();
+  });
   llvm::json::Array prunedExperts;
   for (WeightOp w : module.getOps<WeightOp>()) {
     auto pruned = w->getAttrOfType<mlir::DictionaryAttr>("kiln.pruned_experts");
@@ -213,30 +219,22 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
     auto selected = pruned.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef();
     auto mass = pruned.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef();
     int64_t tokens = pruned.getAs<mlir::IntegerAttr>("tokens").getInt();
-    llvm::json::Array experts;
-    for (size_t i = 0; i < ids.size(); ++i)
-      experts.push_back(llvm::json::Object{{"expert", ids[i]},
-                                           {"selected", selected[i]},
-                                           {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
-                                           {"mass", mass[i]}});
-    // The kept experts' statistics (kiln.routing follows the kept rows); their ids
-    // are the MoE ops' expert_ids.
+    // One row per expert of `ids`, with its statistics.
+    auto rows = [&](llvm::ArrayRef<int64_t> ids, llvm::ArrayRef<int64_t> selected, llvm::ArrayRef<double> mass) {
+      llvm::json::Array out;
+      for (size_t i = 0; i < ids.size() && i < selected.size() && i < mass.size(); ++i)
+        out.push_back(llvm::json::Object{{"expert", ids[i]},
+                                         {"selected", selected[i]},
+                                         {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
+                                         {"mass", mass[i]}});
+      return out;
+    };
+    llvm::json::Array experts = rows(ids, selected, mass);
+    // The kept experts' statistics: kiln.routing follows the kept rows.
     llvm::json::Array kept;
-    auto routing = w->getAttrOfType<mlir::DictionaryAttr>("kiln.routing");
-    llvm::ArrayRef<int64_t> keptIds;
-    w->getParentOfType<mlir::ModuleOp>().walk([&](MoeOp m) {
-      if (auto ref = m.getRouter().getDefiningOp<WeightRefOp>(); ref && ref.getName() == w.getSymName())
-        keptIds = m.getExpertIds();
-    });
-    if (routing) {
-      auto ksel = routing.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef();
-      auto kmass = routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef();
-      for (size_t i = 0; i < ksel.size() && i < keptIds.size(); ++i)
-        kept.push_back(llvm::json::Object{{"expert", keptIds[i]},
-                                          {"selected", ksel[i]},
-                                          {"selection_share", tokens > 0 ? static_cast<double>(ksel[i]) / tokens : 0.0},
-                                          {"mass", kmass[i]}});
-    }
+    if (auto routing = w->getAttrOfType<mlir::DictionaryAttr>("kiln.routing"))
+      kept = rows(keptIdsOf.lookup(w.getSymName()), routing.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef(),
+                  routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef());
     prunedExperts.push_back(llvm::json::Object{{"router", w.getSymName().str()},
                                                {"calibration_tokens", tokens},
                                                {"kept", w.getTensorType().getDimSize(0)},

@@ -87,11 +87,21 @@ const fb::SelectTokensParams* SelectTokensOf(const fb::Model* m) {
   return nullptr;
 }
 
-// The generation defaults (generation_config.json) in one line.
-std::string GenerationText(const fb::Generation* g) {
+// The name of a visual-token score.
+const char* ScoreName(const fb::SelectTokensParams* sel) {
+  return sel->score() == fb::TokenScore::Norm ? "norm" : "distinct";
+}
+
+// The end-of-sequence ids, joined by `sep`.
+std::string EosIds(const fb::Generation* g, const char* sep) {
   std::string eos;
   for (uint32_t i = 0; g->eos_token_ids() != nullptr && i < g->eos_token_ids()->size(); ++i)
-    eos += (i ? "," : "") + std::to_string(g->eos_token_ids()->Get(i));
+    eos += (i ? sep : "") + std::to_string(g->eos_token_ids()->Get(i));
+  return eos;
+}
+
+// The generation defaults (generation_config.json) in one line.
+std::string GenerationText(const fb::Generation* g) {
   char buf[256];
   if (g->do_sample())
     std::snprintf(buf, sizeof(buf), "sampling (temperature %g, top_k %d, top_p %g)", static_cast<double>(g->temperature()),
@@ -102,7 +112,7 @@ std::string GenerationText(const fb::Generation* g) {
   if (g->repetition_penalty() != 1.0f)
     out += ", repetition_penalty " + std::to_string(g->repetition_penalty()).substr(0, 6);
   if (g->max_new_tokens() > 0) out += ", max_new_tokens " + std::to_string(g->max_new_tokens());
-  out += ", bos " + std::to_string(g->bos_token_id()) + ", eos [" + eos + "]";
+  out += ", bos " + std::to_string(g->bos_token_id()) + ", eos [" + EosIds(g, ",") + "]";
   if (g->pad_token_id() >= 0) out += ", pad " + std::to_string(g->pad_token_id());
   return out;
 }
@@ -260,7 +270,7 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 m->image()->image_token_id(), fb::EnumNameImageProcessor(p->processor()), p->resample());
     if (const fb::SelectTokensParams* sel = SelectTokensOf(m))
       std::printf("  visual tokens    %u of %u kept (score %s); a session may keep fewer\n", sel->keep(),
-                  sel->tokens(), sel->score() == fb::TokenScore::Norm ? "norm" : "distinct");
+                  sel->tokens(), ScoreName(sel));
   }
   const fb::Tokenizer* tok = m->tokenizer() != nullptr ? m->tokenizer() : mem.root->tokenizer();  // a tier shares the root's
   std::printf("  tokenizer        byte-level BPE (%s), %u ids, %u merges, %u added tokens, bos %d%s\n",
@@ -394,18 +404,15 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
     std::printf("  \"image\": {\"image_size\": %u, \"image_tokens\": %u, \"image_tokens_scored\": %u, "
                 "\"visual_token_score\": %s, \"image_token_id\": %" PRId64 ", \"processor\": %s},\n",
                 m->image()->image_size(), m->image()->image_tokens(), sel ? sel->tokens() : 0,
-                sel ? (sel->score() == fb::TokenScore::Norm ? "\"norm\"" : "\"distinct\"") : "null",
+                sel ? J(ScoreName(sel)).c_str() : "null",
                 m->image()->image_token_id(), J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
   }
   {
     const fb::Generation* g = m->generation();
-    std::string eos;
-    for (uint32_t i = 0; g->eos_token_ids() != nullptr && i < g->eos_token_ids()->size(); ++i)
-      eos += (i ? ", " : "") + std::to_string(g->eos_token_ids()->Get(i));
     std::printf("  \"generation\": {\"bos_token_id\": %d, \"eos_token_ids\": [%s], \"pad_token_id\": %d, "
                 "\"do_sample\": %s, \"temperature\": %s, \"top_k\": %d, \"top_p\": %s, \"repetition_penalty\": %s, "
                 "\"max_new_tokens\": %d},\n",
-                g->bos_token_id(), eos.c_str(), g->pad_token_id(), g->do_sample() ? "true" : "false",
+                g->bos_token_id(), EosIds(g, ", ").c_str(), g->pad_token_id(), g->do_sample() ? "true" : "false",
                 Num(g->temperature()).c_str(), g->top_k(), Num(g->top_p()).c_str(), Num(g->repetition_penalty()).c_str(),
                 g->max_new_tokens());
   }
