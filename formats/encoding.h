@@ -219,14 +219,17 @@ struct Int4View {
 // kLayoutRowMajor: the bytes above. Value 1 (int4_p4k32, schema 1.2) is retired:
 // neither written nor read.
 //
-// kLayoutPanel16: a float weight (f32, f16, bf16) for the generated float matmuls:
-// rows in panels of 16 (the last panel holds the rows left over), each panel column
-// by column: for k = 0 .. cols - 1 the panel's elements of column k, so that one
-// column of a panel is one or a few vector loads. Same bytes as row major.
+// kLayoutPanel16: a float weight (f32, f16, bf16) or an fp8 one (E4M3, E5M2) for the
+// generated matmuls with float activations: rows in panels of 16 (the last panel
+// holds the rows left over), each panel column by column: for k = 0 .. cols - 1 the
+// panel's elements (fp8: codes) of column k, so that one column of a panel is one or
+// a few vector loads; fp8's f32 row scales follow in row order, as in row major.
+// Same bytes as row major.
 //
-// kLayoutInt4P16K8: a symmetric int4 weight for the generated W4A8 matmuls that
-// multiply a panel of output channels by one activation row at a time (outer
-// products of 4-element dot products: VPDPBUSD, SDOT by element). Same bytes as row
+// kLayoutInt4P16K8: a symmetric int4 weight for the generated matmuls that multiply
+// a panel of output channels by one activation row at a time: with int8 activations
+// as outer products of 4-element dot products (VPDPBUSD, SDOT by element), with float
+// activations each column's codes taken by a shift and a mask. Same bytes as row
 // major:
 //   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
 //           is, for each step of 8 columns in order, each of its rows' 4 bytes:
@@ -236,7 +239,8 @@ struct Int4View {
 //   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
 //   no zero points (symmetric only). Needs the group a multiple of 8.
 //
-// kLayoutInt8P16K4: an int8 weight for the same kernels. Same bytes as row major:
+// kLayoutInt8P16K4: an int8 weight for the same kernels (int8 or float activations).
+// Same bytes as row major:
 //   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
 //           is, for each step of 4 columns in order, each of its rows' 4 codes;
 //   scales  f32 per row, in row order after the codes (as row major).
@@ -264,7 +268,9 @@ inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uin
   switch (layout) {
     case kLayoutRowMajor: return true;
     case kLayoutPanel16:
-      return (e.id == kEncF32 || e.id == kEncF16 || e.id == kEncBF16) && rows > 0 && cols > 0;
+      return (e.id == kEncF32 || e.id == kEncF16 || e.id == kEncBF16 || e.id == kEncFP8_E4M3 ||
+              e.id == kEncFP8_E5M2) &&
+             rows > 0 && cols > 0;
     case kLayoutInt4P16K8:
       return e.id == kEncINT4 && e.symmetric && rows > 0 && cols > 0 && e.group != 0 && e.group % kP16K8Step == 0 &&
              cols % e.group == 0;
@@ -332,6 +338,25 @@ inline void RepackInt8P16K4(bool pack, const uint8_t* in, uint64_t rows, uint64_
       std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), kP16K4Step);
     }
   std::memcpy(out + rows * cols, in + rows * cols, 4 * rows);  // the scales
+}
+
+// Rearranges a row-major weight of `e` (LayoutFits) into `layout` (`pack`) or back
+// (`!pack`). `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
+inline void RepackLayout(bool pack, uint8_t layout, const EncodingSpec& e, const uint8_t* in, uint64_t rows,
+                         uint64_t cols, uint8_t* out) {
+  switch (layout) {
+    case kLayoutInt4P16K8: RepackInt4P16K8(pack, e, in, rows, cols, out); return;
+    case kLayoutInt8P16K4: RepackInt8P16K4(pack, in, rows, cols, out); return;
+    case kLayoutPanel16:
+      if (e.id == kEncFP8_E4M3 || e.id == kEncFP8_E5M2) {
+        RepackPanel16(pack, 1, in, rows, cols, out);
+        std::memcpy(out + rows * cols, in + rows * cols, 4 * rows);  // the row scales
+      } else {
+        RepackPanel16(pack, StorageBytes(e, 1, 1), in, rows, cols, out);
+      }
+      return;
+    default: std::memcpy(out, in, StorageBytes(e, rows, cols)); return;
+  }
 }
 
 // ---- dequantisation ----

@@ -164,29 +164,32 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
 
 // Whether a kernel (generated or not, the weight encodings it accepts, its op kind)
 // reads weight slot `slot` of its op stored in `layout` (formats/encoding.h LayoutId):
-// row major always; int4_p16k8 and int8_p16k4 only the generated matmuls with int8 activations, for
-// a slot the op multiplies with int8 per-token activations (int4_p16k8 also the
-// generated embedding gather's table); panel16 only the
-// generated matmuls with float activations, for a matmul weight slot.
+// row major always; int4_p16k8 and int8_p16k4 only the generated matmuls, for a slot
+// the op multiplies with int8 per-token activations or, with float activations, a
+// matmul weight slot (int4_p16k8 also the generated embedding gather's table);
+// panel16 only the generated matmuls with float activations, for a matmul weight slot.
 inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
                               uint32_t slot, bool int8_activations) {
   if (layout == kLayoutRowMajor) return true;
   const OpInfo* op = FindOp(op_kind);
   if (!generated || op == nullptr) return false;
-  if (layout == kLayoutInt4P16K8) {
-    // Also the generated embedding gather, so that a table tied to a W4A8 LM head
-    // is packed for the head.
-    if (op_kind == kOpEmbedding && slot == 0) return (kernel_encodings & EncodingBit(kEncINT4)) != 0;
-    return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT4)) != 0;
-  }
-  if (layout == kLayoutInt8P16K4)
-    return int8_activations && HasSlot(op->int8_act_weights, slot) && (kernel_encodings & EncodingBit(kEncINT8)) != 0;
-  // panel16: the matmul weights (not biases, not a mixture's router) of the matmul
-  // family, multiplied with float activations.
+  // The matmul family's weights (not biases, not a mixture's router): with int8
+  // activations the slots that take them, with float ones the quantisable slots.
   const bool matmul = op_kind == kOpLinear || op_kind == kOpLmHead || op_kind == kOpGatedMlp ||
                       op_kind == kOpMoe || op_kind == kOpPatchEmbed;
+  const bool slot_reads = int8_activations ? HasSlot(op->int8_act_weights, slot)
+                                           : matmul && HasSlot(op->quantizable_weights, slot);
+  if (layout == kLayoutInt4P16K8) {
+    // Also the generated embedding gather, so that a table tied to a W4A8 or W4A16
+    // LM head is packed for the head.
+    if (op_kind == kOpEmbedding && slot == 0) return (kernel_encodings & EncodingBit(kEncINT4)) != 0;
+    return slot_reads && (kernel_encodings & EncodingBit(kEncINT4)) != 0;
+  }
+  if (layout == kLayoutInt8P16K4) return slot_reads && (kernel_encodings & EncodingBit(kEncINT8)) != 0;
+  // panel16: float and fp8 weights multiplied with float activations.
   return layout == kLayoutPanel16 && matmul && !int8_activations && HasSlot(op->quantizable_weights, slot) &&
-         (kernel_encodings & (EncodingBit(kEncF32) | EncodingBit(kEncF16) | EncodingBit(kEncBF16))) != 0;
+         (kernel_encodings & (EncodingBit(kEncF32) | EncodingBit(kEncF16) | EncodingBit(kEncBF16) |
+                              EncodingBit(kEncFP8_E4M3) | EncodingBit(kEncFP8_E5M2))) != 0;
 }
 
 }  // namespace kiln::format

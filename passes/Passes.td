@@ -67,16 +67,18 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
 
     Three layouts (formats/encoding.h): `int4_p16k8` and `int8_p16k4`, for
     symmetric int4 (group a multiple of 8) and int8 (input dimension a multiple of
-    4) weights that the generated matmuls multiply with int8 per-token activations
-    (W4A8, W8A8: linear, LM head, gated MLP, mixture of experts, patch embedding):
-    rows in panels of 16, for each step of 8 (int4, the two halves in the low and
-    high nibbles) or 4 (int8) columns each row's 4 bytes, so that one 64-byte load
-    is a panel's operand of a 4-element dot product per output channel against a
-    row's broadcast activations; `panel16`, for f32, f16 and bf16 matmul weights of
-    the generated float matmuls: rows in panels of 16 stored column by column, so
-    that the kernel multiplies a broadcast activation by a panel's column. The
-    generated embedding gather reads `int4_p16k8` too, so that an embedding table
-    tied to a W4A8 LM head is packed for the head; a weight that only gathers read,
+    4) weights of the generated matmuls (linear, LM head, gated MLP, mixture of
+    experts, patch embedding), with int8 per-token activations (W4A8, W8A8) or
+    float ones (W4A16, W8A16): rows in panels of 16, for each step of 8 (int4, the
+    two halves in the low and high nibbles) or 4 (int8) columns each row's 4 bytes,
+    so that one 64-byte load is a panel's operand of a 4-element dot product per
+    output channel against a row's broadcast activations, or holds 8 or 4 columns
+    of a panel that a shift (and a mask) separate; `panel16`, for f32, f16, bf16 and
+    fp8 matmul weights multiplied with float activations: rows in panels of 16
+    stored column by column, so that the kernel multiplies a broadcast activation
+    by a panel's column. The generated embedding gather reads `int4_p16k8` too, so
+    that an embedding table tied to a W4A8 or W4A16 LM head is packed for the head;
+    a weight that only gathers read,
     or that another kernel also reads (a float table tied to the LM head, an op
     allowed onto the reference kernels), stays row major.
 

@@ -1278,6 +1278,35 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
 // `at` of the parameter struct `params`. An int4 weight may also be stored
 // int4_p16k8 (`layout`; symmetric): a row's 8 columns of a step are 4 bytes, the
 // low nibbles the first 4, the next step 4 x the panel's height further.
+// fp8 codes (a vector of i8) as f32 lanes: the code's exponent and mantissa bits
+// moved into an f32's, rescaled by 2^(127 - bias) (exact, subnormals included); the
+// all-ones codes are NaN (E4M3) or inf/NaN (E5M2).
+Value decodeFp8(FnBuilder& f, Value raw, bool e4m3) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
+  const int64_t lanes = llvm::cast<mlir::VectorType>(raw.getType()).getNumElements();
+  auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+  Value c = b.create<mlir::arith::ExtUIOp>(loc, vi32, raw);
+  Value mag = b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x7F));
+  Value sign = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x80)),
+                                             f.splatInt(vi32, 24));
+  Value bits = b.create<mlir::arith::OrIOp>(
+      loc, sign, b.create<mlir::arith::ShLIOp>(loc, mag, f.splatInt(vi32, e4m3 ? 20 : 21)));
+  Value v = f.mul(b.create<mlir::arith::BitcastOp>(loc, vf32, bits), f.splat(vf32, e4m3 ? 0x1p120 : 0x1p112));
+  if (e4m3) {
+    Value nan = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7F));
+    return b.create<mlir::arith::SelectOp>(loc, nan, f.splat(vf32, std::numeric_limits<double>::quiet_NaN()), v);
+  }
+  // Exponent 31: inf (mantissa 0) or NaN, with the sign.
+  Value special = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::uge, mag, f.splatInt(vi32, 0x7C));
+  Value isInf = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7C));
+  Value inf = b.create<mlir::arith::BitcastOp>(
+      loc, vf32, b.create<mlir::arith::OrIOp>(loc, sign, f.splatInt(vi32, 0x7F800000)));
+  Value sv = b.create<mlir::arith::SelectOp>(loc, isInf, inf, f.splat(vf32, std::numeric_limits<double>::quiet_NaN()));
+  return b.create<mlir::arith::SelectOp>(loc, special, sv, v);
+}
+
 std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t encoding, int64_t lanes, Value params,
                                                       size_t tAt, uint8_t layout) {
   mlir::OpBuilder& b = f.b;
@@ -1317,31 +1346,7 @@ std::function<Value(Value, Value, Value)> weightLanes(FnBuilder& f, uint8_t enco
       Value vscale = b.create<mlir::vector::SplatOp>(loc, vf32, scale);
       if (encoding == format::kEncINT8)
         return f.mul(b.create<mlir::arith::SIToFPOp>(loc, vf32, raw), vscale);
-      // fp8: the code's exponent and mantissa bits moved into an f32's, rescaled by
-      // 2^(127 - bias) (exact, subnormals included); the all-ones codes are NaN
-      // (E4M3) or inf/NaN (E5M2).
-      const bool e4m3 = encoding == format::kEncFP8_E4M3;
-      Value c = b.create<mlir::arith::ExtUIOp>(loc, vi32, raw);
-      Value mag = b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x7F));
-      Value sign = b.create<mlir::arith::ShLIOp>(loc, b.create<mlir::arith::AndIOp>(loc, c, f.splatInt(vi32, 0x80)),
-                                                 f.splatInt(vi32, 24));
-      Value bits = b.create<mlir::arith::OrIOp>(
-          loc, sign, b.create<mlir::arith::ShLIOp>(loc, mag, f.splatInt(vi32, e4m3 ? 20 : 21)));
-      Value v = f.mul(b.create<mlir::arith::BitcastOp>(loc, vf32, bits), f.splat(vf32, e4m3 ? 0x1p120 : 0x1p112));
-      if (e4m3) {
-        Value nan = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7F));
-        v = b.create<mlir::arith::SelectOp>(loc, nan, f.splat(vf32, std::numeric_limits<double>::quiet_NaN()), v);
-      } else {
-        // Exponent 31: inf (mantissa 0) or NaN, with the sign.
-        Value special = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::uge, mag, f.splatInt(vi32, 0x7C));
-        Value isInf = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, mag, f.splatInt(vi32, 0x7C));
-        Value inf = b.create<mlir::arith::BitcastOp>(
-            loc, vf32, b.create<mlir::arith::OrIOp>(loc, sign, f.splatInt(vi32, 0x7F800000)));
-        Value sv = b.create<mlir::arith::SelectOp>(loc, isInf, inf,
-                                                   f.splat(vf32, std::numeric_limits<double>::quiet_NaN()));
-        v = b.create<mlir::arith::SelectOp>(loc, special, sv, v);
-      }
-      return f.mul(v, vscale);
+      return f.mul(decodeFp8(f, raw, encoding == format::kEncFP8_E4M3), vscale);
     }
     default: { // int4: lanes codes of one group (lanes divides the group)
       Value g = b.create<mlir::arith::DivSIOp>(loc, i, group);
@@ -2713,57 +2718,136 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   b.create<mlir::func::ReturnOp>(loc);
 }
 
-// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for a float weight (f32, f16, bf16) stored
-// panel16 (formats/encoding.h), with float activations. Per whole panels of 16 output
-// channels in [begin, end), tiles of mr rows x 16 columns (x 2 panels side by side
-// where a panel is a single vector, AVX-512: each broadcast then feeds two
-// multiply-adds): for each k the panels' column k (16 / lanes vector loads each,
-// widened once for the mr rows), each row's x[m, k] broadcast and multiply-added into
-// mr x 16 / lanes accumulators per panel, which are stored as they are, plus the
-// bias. Rows of the range outside its whole panels (a range that cuts a panel, the
-// last panel's rows left over) one dot product at a time.
-void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, const Target& target,
-                       bool isPublic, mlir::Location loc) {
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) with float activations, for a weight packed
+// in panels of 16 output channels (formats/encoding.h):
+//   panel16     f32, f16, bf16 (widened per load) or fp8 codes (decoded per load, the
+//               sums times the row's scale at the end): a panel's column k per step;
+//   int8_p16k4  a panel's 4-byte words of 4 columns per step, each column's codes
+//               taken by a shift pair and converted (the sums times the row's scale
+//               at the end);
+//   int4_p16k8  a panel's words of 8 columns per step (column 8s + j in the low
+//               nibble of byte j, 8s + 4 + j in the high one), each column's codes
+//               taken by a shift and a mask and dequantised exactly as (c - 8) x the
+//               group's f16 scale (one fma), the scales loaded once per group.
+// Per whole panels of 16 output channels in [begin, end), tiles of mr rows x 16
+// columns (x 2 panels side by side where a panel is a single vector, AVX-512: each
+// broadcast then feeds two multiply-adds): each step's weight columns are decoded
+// once for the mr rows, each row's x[m, k] broadcast and multiply-added into mr x 16 /
+// lanes accumulators per panel. The rows left over after whole tiles run as one
+// more tile whose rows past the last repeat it; a single row (decode) runs tiles of
+// up to 4 panel vectors, so that 4 chains of sums hide the multiply-add latency.
+// Every output is summed over k in order by one chain, whatever the tile, so the
+// split of rows or channels does not change it. Rows of the range outside its whole
+// panels (a range that cuts a panel, the last panel's rows left over) one dot product
+// at a time, in the same order.
+void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, uint8_t layout,
+                       const Target& target, bool isPublic, mlir::Location loc) {
   mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
   mlir::OpBuilder b(fn.getBody());
   b.setInsertionPointToStart(&fn.getBody().front());
   FnBuilder f(b, loc);
+  const bool int8 = layout == format::kLayoutInt8P16K4, int4 = layout == format::kLayoutInt4P16K8;
+  const bool fp8 = encoding == format::kEncFP8_E4M3 || encoding == format::kEncFP8_E5M2;
+  const bool rowScaled = int8 || fp8;  // the sums times the row's f32 scale
+  const int64_t step = int4 ? int64_t(format::kP16K8Step) : int8 ? int64_t(format::kP16K4Step) : 1;
   const int64_t P = static_cast<int64_t>(format::kPanel16Rows);
   const int64_t lanes = std::min<int64_t>(vectorLanes(target), P);
   const int64_t vecs = P / lanes;
   const int64_t pairs = vecs == 1 ? 2 : 1;  // panels per tile
   const int64_t tileVecs = vecs * pairs;
-  const int64_t mr = std::clamp<int64_t>((intDot(target).registers - tileVecs - 2) / tileVecs, 1, 14);
+  // Registers besides the accumulators, per vector of the tile: the weight column
+  // (+ the loaded words for int8 and int4; + the group's scale and -8 x scale for
+  // int4; + the decoding's temporaries for fp8).
+  const int64_t extra = int4 || fp8 ? 4 : int8 ? 2 : 1;
+  const int64_t mr = std::clamp<int64_t>((intDot(target).registers - extra * tileVecs - 2) / tileVecs, 1, 14);
+  const int64_t decodePanels = std::max<int64_t>(1, 4 / vecs);  // panels of a single row's tile
   auto vf32 = mlir::VectorType::get({lanes}, f.f32);
+  auto vi32 = mlir::VectorType::get({lanes}, f.i32);
+  auto i8 = b.getI8Type();
+  auto i16 = b.getI16Type();
 
   const MatmulArgs args(f, fn, hasF16Conversion(target));
   Value x = args.x, ldx = args.ldx, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
   Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), p16 = f.cI64(P);
+  Value group, groups, scales;  // int4: group size, groups per row, the f16 scales
+  Value rowScales;              // int8, fp8: the f32 row scales after the codes
+  if (int4) {
+    group = b.create<mlir::arith::ExtUIOp>(
+        loc, f.i64,
+        f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
+    groups = b.create<mlir::arith::DivSIOp>(loc, K, group);
+    scales = f.gep(w, i8, b.create<mlir::arith::DivSIOp>(loc, f.muli(N, K), f.cI64(2)));
+  }
+  if (rowScaled)
+    rowScales = f.gep(w, i8, f.muli(N, K));
   auto bias = [&](Value n) { return args.bias(f, n); };
-  auto fma = [&](Value a, Value c, Value acc) { return fmaContract(f, a, c, acc); };
-  // One stored element (index in elements) as f32.
-  auto element = [&](Value index) -> Value {
-    if (encoding == format::kEncF32)
-      return f.load(f.f32, w, f.f32, index);
-    Value h = f.load(b.getI16Type(), w, b.getI16Type(), index);
-    if (encoding == format::kEncF16) {
-      Value half = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h);
-      return b.create<mlir::arith::ExtFOp>(loc, f.f32, half);
-    }
-    Value wide = b.create<mlir::arith::ExtUIOp>(loc, f.i32, h);
-    return b.create<mlir::arith::BitcastOp>(loc, f.f32,
-                                            b.create<mlir::arith::ShLIOp>(
-                                                loc, wide, b.create<mlir::arith::ConstantIntOp>(loc, 16, 32)));
+  // acc + a * c, allowed to fuse but not to reassociate: the single channels' dot
+  // products then sum in the tiles' order (not vectorised), bit for bit.
+  auto fma = [&](Value a, Value c, Value acc) {
+    auto fm = mlir::arith::FastMathFlags::contract;
+    return b.create<mlir::arith::AddFOp>(loc, b.create<mlir::arith::MulFOp>(loc, a, c, fm), acc, fm).getResult();
   };
   auto roundDown16 = [&](Value v) { return b.create<mlir::arith::AndIOp>(loc, v, f.cI64(~(P - 1))); };
+  auto ci32 = [&](int64_t v) { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32).getResult(); };
+  // The f16 scale(s) at scales[index..] as f32 (a vector when `t` is one).
+  auto halfScales = [&](mlir::Type t, Value index) -> Value {
+    if (auto vt = llvm::dyn_cast<mlir::VectorType>(t)) {
+      Value raw = loadVector(f, mlir::VectorType::get({lanes}, i16), f.gep(scales, i16, index), Value(), 2);
+      Value half = b.create<mlir::arith::BitcastOp>(loc, mlir::VectorType::get({lanes}, b.getF16Type()), raw);
+      return b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+    }
+    Value h = b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), f.load(i16, scales, i16, index));
+    return b.create<mlir::arith::ExtFOp>(loc, f.f32, h);
+  };
+  // The epilogue of an output's sum: times the row's scale (int8, fp8), plus the bias.
+  auto finish = [&](Value sum, Value scale, Value biasV) { return f.add(rowScaled ? f.mul(sum, scale) : sum, biasV); };
 
   // Output channel n alone: its panel's start and height give its elements.
   auto singleRow = [&](Value n) {
     Value first = roundDown16(n);
     Value height = b.create<mlir::arith::MinSIOp>(loc, p16, b.create<mlir::arith::SubIOp>(loc, N, first));
-    Value base = f.addi(f.muli(first, K), b.create<mlir::arith::SubIOp>(loc, n, first));
+    Value within = b.create<mlir::arith::SubIOp>(loc, n, first);
     Value bn = bias(n);
+    Value sn = rowScaled ? f.load(f.f32, rowScales, f.f32, n) : Value();
+    // Element (n, k) as f32 (for int4 with its group's scale; int8 and fp8 without).
+    auto element = [&](Value k) -> Value {
+      if (int8 || int4) {
+        // Byte (k % step) % 4 of the row's word of step k / step.
+        Value s = b.create<mlir::arith::DivSIOp>(loc, k, f.cI64(step));
+        Value j = b.create<mlir::arith::RemSIOp>(loc, k, f.cI64(step));
+        Value word = f.addi(f.muli(first, b.create<mlir::arith::DivSIOp>(loc, K, f.cI64(step))),
+                            f.addi(f.muli(s, height), within));
+        Value at = f.addi(f.muli(word, f.cI64(4)), b.create<mlir::arith::RemSIOp>(loc, j, f.cI64(4)));
+        Value byte = f.load(i8, w, i8, at);
+        if (int8)
+          return b.create<mlir::arith::SIToFPOp>(loc, f.f32, byte);
+        Value wide = b.create<mlir::arith::ExtUIOp>(loc, f.i32, byte);
+        Value shift = b.create<mlir::arith::TruncIOp>(
+            loc, f.i32, f.muli(b.create<mlir::arith::DivSIOp>(loc, j, f.cI64(4)), f.cI64(4)));
+        Value c = b.create<mlir::arith::AndIOp>(loc, b.create<mlir::arith::ShRUIOp>(loc, wide, shift), ci32(15));
+        Value g = b.create<mlir::arith::DivSIOp>(loc, k, group);
+        Value sc = halfScales(f.f32, f.addi(f.muli(first, groups), f.addi(f.muli(g, height), within)));
+        Value centred = b.create<mlir::arith::SubIOp>(loc, c, ci32(8));
+        return f.mul(b.create<mlir::arith::SIToFPOp>(loc, f.f32, centred), sc);
+      }
+      Value index = f.addi(f.muli(first, K), f.addi(f.muli(k, height), within));
+      if (fp8) {
+        auto v1 = mlir::VectorType::get({1}, i8);
+        Value raw = b.create<mlir::vector::SplatOp>(loc, v1, f.load(i8, w, i8, index));
+        Value v = decodeFp8(f, raw, encoding == format::kEncFP8_E4M3);
+        return b.create<mlir::vector::ExtractOp>(loc, v, 0);
+      }
+      if (encoding == format::kEncF32)
+        return f.load(f.f32, w, f.f32, index);
+      Value h = f.load(i16, w, i16, index);
+      if (encoding == format::kEncF16)
+        return b.create<mlir::arith::ExtFOp>(loc, f.f32,
+                                             b.create<mlir::arith::BitcastOp>(loc, b.getF16Type(), h).getResult());
+      Value wide = b.create<mlir::arith::ExtUIOp>(loc, f.i32, h);
+      return b.create<mlir::arith::BitcastOp>(loc, f.f32,
+                                              b.create<mlir::arith::ShLIOp>(loc, wide, ci32(16)).getResult());
+    };
     f.loop(zero, M, one, [&](Value m) {
       Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0));
       auto sum = b.create<mlir::scf::ForOp>(loc, zero, K, one, mlir::ValueRange{zeroF});
@@ -2772,16 +2856,64 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
         b.setInsertionPointToStart(sum.getBody());
         Value k = sum.getInductionVar();
         Value xv = f.load(f.f32, x, f.f32, f.addi(f.muli(m, ldx), k));
-        Value wv = element(f.addi(base, f.muli(k, height)));
-        b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{fma(xv, wv, sum.getRegionIterArgs()[0])});
+        b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{fma(xv, element(k), sum.getRegionIterArgs()[0])});
       }
-      f.store(f.add(sum.getResult(0), bn), y, f.f32, f.addi(f.muli(m, ldy), n));
+      f.store(finish(sum.getResult(0), sn, bn), y, f.f32, f.addi(f.muli(m, ldy), n));
     });
   };
+
+  // The weight columns of one step (k0 = the step's first column) of the tile's
+  // panels: cols[j][c] is column k0 + j of vector c (panel c / vecs, its lanes
+  // (c % vecs) x lanes ..). `groupScale` (int4): the group's scales and -8 x them.
+  auto stepColumns = [&](Value n0, int64_t panels, Value k0, llvm::ArrayRef<std::pair<Value, Value>> groupScale) {
+    llvm::SmallVector<llvm::SmallVector<Value>> cols(step);
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      Value first = f.addi(n0, f.cI64(pn * P));
+      for (int64_t v = 0; v < vecs; ++v) {
+        const int64_t c = pn * vecs + v;
+        if (!int8 && !int4) {
+          Value index = f.addi(f.addi(f.muli(first, K), f.muli(k0, p16)), f.cI64(v * lanes));
+          if (fp8) {
+            Value raw = loadVector(f, mlir::VectorType::get({lanes}, i8), f.gep(w, i8, index), Value(), 1);
+            cols[0].push_back(decodeFp8(f, raw, encoding == format::kEncFP8_E4M3));
+          } else {
+            cols[0].push_back(loadFloatWeight(f, encoding, lanes, w, index, Value()));
+          }
+          continue;
+        }
+        // Words (4 bytes of each channel) of step k0 / step: first * K / step + the
+        // step's 16 words.
+        Value wordAt = f.addi(f.muli(first, b.create<mlir::arith::DivSIOp>(loc, K, f.cI64(step))),
+                              f.addi(f.muli(b.create<mlir::arith::DivSIOp>(loc, k0, f.cI64(step)), p16),
+                                     f.cI64(v * lanes)));
+        Value words = loadVector(f, vi32, f.gep(w, f.i32, wordAt), Value(), 4);
+        for (int64_t j = 0; j < step; ++j) {
+          if (int8) {
+            // Byte j of each word, sign-extended.
+            Value up = j == 3 ? words : b.create<mlir::arith::ShLIOp>(loc, words, f.splatInt(vi32, 24 - 8 * j));
+            Value codes = b.create<mlir::arith::ShRSIOp>(loc, up, f.splatInt(vi32, 24));
+            cols[j].push_back(b.create<mlir::arith::SIToFPOp>(loc, vf32, codes));
+            continue;
+          }
+          const int64_t shift = 8 * (j % 4) + 4 * (j / 4);
+          Value shifted = shift ? b.create<mlir::arith::ShRUIOp>(loc, words, f.splatInt(vi32, shift)).getResult()
+                                : words;
+          // The top nibble needs no mask.
+          Value codes = shift == 28 ? shifted
+                                    : b.create<mlir::arith::AndIOp>(loc, shifted, f.splatInt(vi32, 15)).getResult();
+          // (c - 8) x s = c x s - 8 s, exact in f32, one fma.
+          Value cf = b.create<mlir::arith::SIToFPOp>(loc, vf32, codes);
+          cols[j].push_back(b.create<mlir::math::FmaOp>(loc, cf, groupScale[c].first, groupScale[c].second));
+        }
+      }
+    }
+    return cols;
+  };
+
   // Rows [m0, m0 + rows) of `panels` whole panels starting at output channel n0;
   // with `last`, rows past it repeat row `last` (the same sums stored again).
   auto panelTile = [&](Value m0, int64_t rows, Value n0, int64_t panels, llvm::ArrayRef<Value> biasVec,
-                       Value last = Value()) {
+                       llvm::ArrayRef<Value> scaleVec, Value last = Value()) {
     auto rowOf = [&](int64_t i) -> Value {
       Value r = f.addi(m0, f.cI64(i));
       return last ? b.create<mlir::arith::MinSIOp>(loc, r, last).getResult() : r;
@@ -2789,39 +2921,67 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     const int64_t cols = panels * vecs;
     const int64_t count = rows * cols;
     llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
-    auto kLoop = b.create<mlir::scf::ForOp>(loc, zero, K, one, init);
-    {
+    // One step of columns from k0 into the accumulators `acc`.
+    auto stepBody = [&](Value k0, mlir::ValueRange acc, llvm::ArrayRef<std::pair<Value, Value>> groupScale) {
+      llvm::SmallVector<llvm::SmallVector<Value>> ws = stepColumns(n0, panels, k0, groupScale);
+      llvm::SmallVector<Value> out(acc.begin(), acc.end());
+      for (int64_t j = 0; j < step; ++j)
+        for (int64_t i = 0; i < rows; ++i) {
+          Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(rowOf(i), ldx), f.addi(k0, f.cI64(j))));
+          Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
+          for (int64_t c = 0; c < cols; ++c)
+            out[i * cols + c] = fma(xb, ws[j][c], out[i * cols + c]);
+        }
+      return out;
+    };
+    mlir::ValueRange sums;
+    mlir::scf::ForOp outer;
+    if (int4) {
+      // Per group: its scales (the panels' rows, contiguous), then its steps.
+      outer = b.create<mlir::scf::ForOp>(loc, zero, groups, one, init);
       mlir::OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(kLoop.getBody());
-      Value k = kLoop.getInductionVar();
-      llvm::SmallVector<Value> ws, out;
+      b.setInsertionPointToStart(outer.getBody());
+      Value gi = outer.getInductionVar();
+      llvm::SmallVector<std::pair<Value, Value>> gs;
       for (int64_t pn = 0; pn < panels; ++pn) {
-        Value col = f.addi(f.muli(f.addi(n0, f.cI64(pn * P)), K), f.muli(k, p16));
-        for (int64_t v = 0; v < vecs; ++v)
-          ws.push_back(loadFloatWeight(f, encoding, lanes, w, f.addi(col, f.cI64(v * lanes)), Value()));
+        Value first = f.addi(n0, f.cI64(pn * P));
+        for (int64_t v = 0; v < vecs; ++v) {
+          Value sc = halfScales(vf32, f.addi(f.muli(first, groups), f.addi(f.muli(gi, p16), f.cI64(v * lanes))));
+          gs.push_back({sc, f.mul(sc, f.splat(vf32, -8.0))});
+        }
       }
-      for (int64_t i = 0; i < rows; ++i) {
-        Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(rowOf(i), ldx), k));
-        Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
-        for (int64_t c = 0; c < cols; ++c)
-          out.push_back(fma(xb, ws[c], kLoop.getRegionIterArgs()[i * cols + c]));
+      Value kStart = f.muli(gi, group);
+      auto inner = b.create<mlir::scf::ForOp>(loc, kStart, f.addi(kStart, group), f.cI64(step),
+                                              outer.getRegionIterArgs());
+      {
+        mlir::OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(inner.getBody());
+        b.create<mlir::scf::YieldOp>(loc, stepBody(inner.getInductionVar(), inner.getRegionIterArgs(), gs));
       }
-      b.create<mlir::scf::YieldOp>(loc, out);
+      b.create<mlir::scf::YieldOp>(loc, inner.getResults());
+    } else {
+      outer = b.create<mlir::scf::ForOp>(loc, zero, K, f.cI64(step), init);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(outer.getBody());
+      b.create<mlir::scf::YieldOp>(loc, stepBody(outer.getInductionVar(), outer.getRegionIterArgs(), {}));
     }
+    sums = outer.getResults();
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t c = 0; c < cols; ++c)
-        storeLanes(f, f.add(kLoop.getResult(i * cols + c), biasVec[c]), y,
+        storeLanes(f, finish(sums[i * cols + c], rowScaled ? scaleVec[c] : Value(), biasVec[c]), y,
                    f.addi(f.muli(rowOf(i), ldy), f.addi(n0, f.cI64(c * lanes))), Value());
   };
-  auto biasVectors = [&](Value n0, int64_t panels) {
-    llvm::SmallVector<Value> biasVec;
+  // The bias (and the row scales) of the tile's vectors.
+  auto epilogueVectors = [&](Value n0, int64_t panels, llvm::SmallVector<Value>& biasVec,
+                             llvm::SmallVector<Value>& scaleVec) {
     for (int64_t v = 0; v < panels * vecs; ++v) {
       Value bv = f.splat(vf32, 0.0);
       for (int64_t j = 0; j < lanes; ++j)
         bv = b.create<mlir::vector::InsertOp>(loc, bias(f.addi(n0, f.cI64(v * lanes + j))), bv, j);
       biasVec.push_back(bv);
+      if (rowScaled)
+        scaleVec.push_back(loadLanes(f, vf32, rowScales, f.addi(n0, f.cI64(v * lanes)), Value()));
     }
-    return biasVec;
   };
   // Every row of `panels` whole panels from n0: mr rows at a time, the rows left
   // over in one more tile of mr whose rows past the last repeat it (a short prompt's
@@ -2829,21 +2989,38 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   Value mMain = roundDownFrom(f, M, zero, f.cI64(mr));
   Value lastRow = b.create<mlir::arith::SubIOp>(loc, M, one);
   auto panelRows = [&](Value n0, int64_t panels) {
-    llvm::SmallVector<Value> biasVec = biasVectors(n0, panels);
-    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec); });
-    f.loop(mMain, M, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec, lastRow); });
+    llvm::SmallVector<Value> biasVec, scaleVec;
+    epilogueVectors(n0, panels, biasVec, scaleVec);
+    f.loop(zero, mMain, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec, scaleVec); });
+    f.loop(mMain, M, f.cI64(mr), [&](Value m0) { panelTile(m0, mr, n0, panels, biasVec, scaleVec, lastRow); });
+  };
+  auto singleRowPanels = [&](Value n0, int64_t panels) {
+    llvm::SmallVector<Value> biasVec, scaleVec;
+    epilogueVectors(n0, panels, biasVec, scaleVec);
+    panelTile(zero, 1, n0, panels, biasVec, scaleVec);
   };
 
-  // [nBegin, pBegin) and [pEnd, nEnd) one row at a time; whole panels between, `pairs`
-  // at a time, then a last single one.
+  // [nBegin, pBegin) and [pEnd, nEnd) one channel at a time; whole panels between,
+  // `pairs` at a time (a single row: `decodePanels`), then one by one.
   Value up = roundDown16(f.addi(nBegin, f.cI64(P - 1)));
   Value pBegin = b.create<mlir::arith::MinSIOp>(loc, up, nEnd);
   Value pEnd = b.create<mlir::arith::MaxSIOp>(loc, roundDown16(nEnd), pBegin);
   f.loop(nBegin, pBegin, one, singleRow);
-  Value step = f.cI64(pairs * P);
-  Value pairEnd = roundDownFrom(f, pEnd, pBegin, step);
-  f.loop(pBegin, pairEnd, step, [&](Value n0) { panelRows(n0, pairs); });
-  f.loop(pairEnd, pEnd, p16, [&](Value n0) { panelRows(n0, 1); });
+  Value isRow = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, M, one);
+  auto rowIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, isRow, /*withElse=*/true);
+  {
+    mlir::OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(rowIf.thenBlock());
+    Value stepRow = f.cI64(decodePanels * P);
+    Value wideEnd = roundDownFrom(f, pEnd, pBegin, stepRow);
+    f.loop(pBegin, wideEnd, stepRow, [&](Value n0) { singleRowPanels(n0, decodePanels); });
+    f.loop(wideEnd, pEnd, p16, [&](Value n0) { singleRowPanels(n0, 1); });
+    b.setInsertionPointToStart(rowIf.elseBlock());
+    Value stepPair = f.cI64(pairs * P);
+    Value pairEnd = roundDownFrom(f, pEnd, pBegin, stepPair);
+    f.loop(pBegin, pairEnd, stepPair, [&](Value n0) { panelRows(n0, pairs); });
+    f.loop(pairEnd, pEnd, p16, [&](Value n0) { panelRows(n0, 1); });
+  }
   f.loop(pEnd, nEnd, one, singleRow);
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
@@ -2854,7 +3031,8 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
 // (`intEncodings`) for int8 activations, and with several a public dispatcher on
 // the activations (xq set or not) and the weight's encoding.
 void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEncodings, uint32_t intEncodings,
-                 uint32_t packedLayouts, uint32_t panelEncodings, const Target& target, mlir::Location loc) {
+                 uint32_t packedLayouts, uint32_t a16Layouts, uint32_t panelEncodings, const Target& target,
+                 mlir::Location loc) {
   struct Variant {
     uint8_t encoding;
     bool a8;
@@ -2871,12 +3049,15 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
     if (packedLayouts & (1u << layout))
       variants.push_back({layout == format::kLayoutInt8P16K4 ? format::kEncINT8 : format::kEncINT4, true, layout});
-  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
+    if (a16Layouts & (1u << layout))
+      variants.push_back({layout == format::kLayoutInt8P16K4 ? format::kEncINT8 : format::kEncINT4, false, layout});
+  for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncFP8_E4M3, format::kEncFP8_E5M2})
     if (panelEncodings & format::EncodingBit(e))
       variants.push_back({e, false, format::kLayoutPanel16});
   auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
-    if (v.layout == format::kLayoutPanel16)
-      buildMatmulPanels(kernels, fnName, v.encoding, target, isPublic, loc);
+    if (v.layout != format::kLayoutRowMajor && !v.a8)
+      buildMatmulPanels(kernels, fnName, v.encoding, v.layout, target, isPublic, loc);
     else if (v.layout == format::kLayoutInt4P16K8 || v.layout == format::kLayoutInt8P16K4)
       buildMatmulIntPanels(kernels, fnName, v.encoding, target, isPublic, loc);
     else if (v.a8)
@@ -3260,12 +3441,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         return;
       }
       uint32_t floats = 0, ints = 0, panels = 0;
-      uint32_t packedLayouts = 0;  // bits (1 << LayoutId) of the packed int8/int4 layouts read
+      // Bits (1 << LayoutId) of the packed int8/int4 layouts read with int8 and with
+      // float activations.
+      uint32_t packedLayouts = 0, a16Layouts = 0;
       for (const MatmulWeight& w : matmulWeights(op)) {
         if (w.bias)
           continue;
         if (w.layout == format::kLayoutInt4P16K8 || w.layout == format::kLayoutInt8P16K4)
-          packedLayouts |= 1u << w.layout;
+          (w.a8 ? packedLayouts : a16Layouts) |= 1u << w.layout;
         else if (w.layout == format::kLayoutPanel16)
           panels |= format::EncodingBit(w.spec.id);
         else
@@ -3282,10 +3465,14 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         if (ints & format::EncodingBit(e))
           add(encodingTag(e));
       }
-      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
+      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4}) {
         if (packedLayouts & (1u << layout))
           add(format::LayoutName(layout));
-      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16})
+        if (a16Layouts & (1u << layout))
+          add(std::string("a16_") + format::LayoutName(layout));
+      }
+      for (uint8_t e : {format::kEncF32, format::kEncF16, format::kEncBF16, format::kEncFP8_E4M3,
+                        format::kEncFP8_E5M2})
         if (panels & format::EncodingBit(e))
           add(std::string(encodingTag(e)) + "_" + format::LayoutName(format::kLayoutPanel16));
       if (std::optional<NormWeights> n = normWeights(op))
@@ -3294,7 +3481,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         extra.push_back(actKernel(*l.getActivation(), op->getLoc()));
       symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packedLayouts ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
-        buildMatmul(*kernels, symbol, floats, ints, packedLayouts, panels, target, op->getLoc());
+        buildMatmul(*kernels, symbol, floats, ints, packedLayouts, a16Layouts, panels, target, op->getLoc());
     } else {
       op->emitOpError("has no kernel generator for ") << op->getName() << " (kernel " << info->name << ")";
       failed = true;

@@ -824,10 +824,7 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
                                    : quant::quantizeRtn(f32.data(), w.rows, w.cols, w.spec);
       if (w.layout != format::kLayoutRowMajor) {
         scratch.assign(q.size(), 0);
-        if (w.layout == format::kLayoutInt4P16K8)
-          format::RepackInt4P16K8(true, w.spec, q.data(), w.rows, w.cols, scratch.data());
-        else
-          format::RepackInt8P16K4(true, q.data(), w.rows, w.cols, scratch.data());
+        format::RepackLayout(true, w.layout, w.spec, q.data(), w.rows, w.cols, scratch.data());
         q.swap(scratch);
       }
       write(q.data(), q.size());
@@ -838,9 +835,9 @@ LogicalResult Writer::emit(llvm::raw_ostream& os) {
                          : format::EncodeFloatElements(w.spec.id, f32.data(), w.numElements, scratch.data());
     if (!converted)
       return w.op.emitOpError("cannot convert to ") << w.op.getEncoding();
-    if (w.layout == format::kLayoutPanel16) {
+    if (w.layout != format::kLayoutRowMajor) {
       std::vector<uint8_t> packed(scratch.size());
-      format::RepackPanel16(true, w.bytes / w.numElements, scratch.data(), w.rows, w.cols, packed.data());
+      format::RepackLayout(true, w.layout, w.spec, scratch.data(), w.rows, w.cols, packed.data());
       scratch.swap(packed);
     }
     write(scratch.data(), scratch.size());

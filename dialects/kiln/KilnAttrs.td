@@ -69,14 +69,16 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
   let summary = "Arrangement of a weight's elements in the artifact";
   let description = [{
     `row_major` is the weight's logical shape in row-major order (the default of
-    `kiln.weight`). `panel16` is a float weight (f32, f16, bf16) packed for the
-    generated float matmuls by `kiln-pack-weights`: rows in panels of 16, each
-    panel column by column. `int4_p16k8` is a symmetric int4 weight packed for the
-    generated W4A8 matmuls, which multiply a panel by one activation row at a
+    `kiln.weight`). `panel16` is a float weight (f32, f16, bf16) or an fp8 one
+    (codes; row scales after them) packed for the generated matmuls with float
+    activations by `kiln-pack-weights`: rows in panels of 16, each panel column by
+    column. `int4_p16k8` is a symmetric int4 weight packed for the generated
+    matmuls (W4A8 and W4A16), which multiply a panel by one activation row at a
     time: rows in panels of 16, columns in steps of 8 whose two halves share bytes
     (codes 0..15, the low nibble the first 4 columns), scales interleaved by
-    panel. `int8_p16k4` is an int8 weight for the same kernels: rows in panels of
-    16, columns in steps of 4 (formats/encoding.h gives the bytes of all three).
+    panel. `int8_p16k4` is an int8 weight for the same kernels (W8A8 and W8A16):
+    rows in panels of 16, columns in steps of 4 (formats/encoding.h gives the
+    bytes of all three).
 
     ```mlir
     #kiln.layout<row_major>

@@ -217,8 +217,9 @@ LogicalResult WeightOp::verify() {
   }
   case LayoutKind::panel16: {
     EncodingKind kind = getEncoding().getKind();
-    if (kind != EncodingKind::f32 && kind != EncodingKind::f16 && kind != EncodingKind::bf16)
-      return weightError() << "layout panel16 needs f32, f16 or bf16, got " << getEncoding();
+    if (kind != EncodingKind::f32 && kind != EncodingKind::f16 && kind != EncodingKind::bf16 &&
+        kind != EncodingKind::fp8_e4m3 && kind != EncodingKind::fp8_e5m2)
+      return weightError() << "layout panel16 needs f32, f16, bf16 or fp8, got " << getEncoding();
     break;
   }
   }

@@ -60,6 +60,28 @@ def _logits(artifact, ids, px, out):
     return np.load(out), answer
 
 
+@pytest.mark.parametrize("precision,layout", [("int8", "int8_p16k4"), ("int4_g32", "int4_p16k8"),
+                                              ("fp8_e4m3", "panel16")], ids=["w8a16", "w4a16", "fp8"])
+def test_float_activation_quantised_weights_are_packed(llava, tiny_dir, precision, layout):
+    """W8A16, W4A16 and fp8 weights are packed for the generated matmuls (kiln-pack-weights)
+    and give the portable artifact's logits: the same dequantised weights times float
+    activations, f32 sums in another order."""
+    ckpt, ids, px = llava
+    host, portable = tiny_dir / f"hk-{precision}-generated.kiln", tiny_dir / f"hk-{precision}-portable.kiln"
+    extra = [f"--precision=.*={precision}"]
+    run([tool("kiln-compile"), ckpt, "-o", host, "--kv-cache=f32", *extra])
+    run([tool("kiln-compile"), ckpt, "-o", portable, "--target=portable", "--kv-cache=f32", *extra])
+    h = _inspect(host)
+    matmul = [t for t in h["precision"] if t["encoding"] == precision and len(t["shape"]) >= 2]
+    assert matmul and all(t["layout"] == layout for t in matmul if "embed_tokens" not in t["tensor"]), matmul
+    got, got_answer = _logits(host, ids, px, tiny_dir / f"hk-{precision}-generated.npy")
+    want, want_answer = _logits(portable, ids, px, tiny_dir / f"hk-{precision}-portable.npy")
+    err, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
+    assert err <= 1e-4 * scale, f"{precision}: max |host - portable| = {err} > 1e-4 x {scale}"
+    assert np.array_equal(got.argmax(-1), want.argmax(-1))
+    assert got_answer == want_answer
+
+
 @pytest.mark.parametrize("kernels", ["generated", "hand-written"])
 @pytest.mark.parametrize("precision,tol", [(None, 1e-4), ("int8_a8", 1e-3), ("int4_g32_a8", 1e-3)],
                          ids=["fp32", "int8_a8", "int4_g32_a8"])

@@ -43,7 +43,8 @@ def tiny_llava(tmp_path_factory):
 
 @pytest.mark.parametrize("label", ["int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64_asym"])
 def test_compiler_quantiser_matches_numpy(label, tiny_llama, tmp_path):
-    """Every quantised tensor's bytes equal the NumPy reference's (round to nearest)."""
+    """Every quantised tensor's bytes equal the NumPy reference's (round to nearest), in
+    the layout kiln-inspect names."""
     artifact = tmp_path / f"{label}.kiln"
     run([tool("kiln-compile"), tiny_llama, "-o", artifact, "--precision", f".*={label}"])
     info = _inspect(artifact)
@@ -52,10 +53,12 @@ def test_compiler_quantiser_matches_numpy(label, tiny_llama, tmp_path):
     group = int(label.split("_g")[1].split("_")[0]) if label.startswith("int4") else 0
     symmetric = "asym" not in label
     checked = 0
+    layouts = set()
     with Checkpoint(str(tiny_llama)) as ckpt:
         for row in info["precision"]:
             if row["encoding"] != label:
                 continue
+            layouts.add(row["layout"])
             name = row["tensor"]
             if "qkv_proj" in name:  # fused by kiln-fuse-qkv: the rows of q, k and v
                 w = np.concatenate([np.array(ckpt.get_numpy(name.replace("qkv_proj", p))) for p in
@@ -65,11 +68,14 @@ def test_compiler_quantiser_matches_numpy(label, tiny_llama, tmp_path):
                 w = np.concatenate([m[i:i + 128] for i in range(0, len(g), 128) for m in (g, u)])
             else:
                 w = np.array(ckpt.get_numpy(name))
-            expected = quant.to_bytes(quant.quantize(w, enc, group, symmetric), enc)
+            # Packed for the generated matmuls that read it (kiln-pack-weights).
+            expected = quant.to_packed_bytes(quant.quantize(w, enc, group, symmetric), enc, row["layout"])
             got = data[row["offset"]:row["offset"] + row["bytes"]]
             assert got == expected, f"{row['tensor']} ({label}) differs from the NumPy reference"
             checked += 1
     assert checked >= 8  # per layer: qkv_proj, o_proj, gate_up_proj, down_proj
+    # The generated matmuls read every encoding packed but int4 with zero points.
+    assert layouts - {"row_major"} if symmetric else layouts == {"row_major"}, layouts
 
 
 def test_budget_met_and_reported(tiny_llava, tmp_path):

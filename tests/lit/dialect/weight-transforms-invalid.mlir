@@ -162,6 +162,13 @@ kiln.weight @w : tensor<4x30xf32> from #kiln.source<"m.safetensors", offset = 0,
 
 // -----
 
+// panel16 holds float and fp8 weights.
+// expected-error @+1 {{'kiln.weight' op weight 'w': layout panel16 needs f32, f16, bf16 or fp8, got #kiln.encoding<int8>}}
+kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int8> layout #kiln.layout<panel16>
+
+
+// -----
+
 // Interleaved operands have one shape.
 // expected-error @+1 {{concat operand 1 has 8 elements along axis 0 but operand 0 has 16 (interleaved in blocks of 4, the operands have the same shape)}}
 kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, block = 4, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32", shape = [8, 32]>]> as #kiln.encoding<f32>

@@ -146,6 +146,48 @@ def to_bytes(q: Dict[str, np.ndarray], encoding: str) -> bytes:
     return q["codes"].tobytes() + q["scales"].astype("<f4").tobytes()
 
 
+def _panels(rows: int):
+    """(first, height) of each panel of 16 rows, the last holding the rows left over."""
+    return [(first, min(16, rows - first)) for first in range(0, rows, 16)]
+
+
+def to_packed_bytes(q: Dict[str, np.ndarray], encoding: str, layout: str) -> bytes:
+    """The storage bytes of a quantised tensor in a packed layout (docs/precision.md,
+    "Packed layouts"; formats/encoding.h RepackLayout is the C++ definition):
+
+    int8_p16k4  int8: per panel of 16 rows, per step of 4 columns, each row's 4 codes;
+                the f32 row scales after, in row order
+    int4_p16k8  symmetric int4: per panel, per step of 8 columns, each row's 4 bytes,
+                byte i = column 8s + i (low nibble) | column 8s + 4 + i (high); then
+                the f16 scales, per panel, per group, the panel's rows
+    panel16     fp8: per panel, per column, the panel's codes; the f32 row scales after
+    row_major   to_bytes()
+    """
+    if layout == "row_major":
+        return to_bytes(q, encoding)
+    codes = q["codes"]
+    rows, cols = codes.shape
+    out = []
+    if layout == "int8_p16k4" and encoding == "int8":
+        for first, h in _panels(rows):
+            out.append(codes[first:first + h].reshape(h, cols // 4, 4).transpose(1, 0, 2).tobytes())
+        return b"".join(out) + q["scales"].astype("<f4").tobytes()
+    if layout == "int4_p16k8" and encoding == "int4" and "zeros" not in q:
+        for first, h in _panels(rows):
+            c = codes[first:first + h].reshape(h, cols // 8, 8)
+            words = (c[:, :, :4] & 0xF) | ((c[:, :, 4:] & 0xF) << 4)
+            out.append(words.astype(np.uint8).transpose(1, 0, 2).tobytes())
+        scales = q["scales"]
+        for first, h in _panels(rows):
+            out.append(np.ascontiguousarray(scales[first:first + h].T).astype("<f2").tobytes())
+        return b"".join(out)
+    if layout == "panel16" and encoding in FP8_MAX:
+        for first, h in _panels(rows):
+            out.append(np.ascontiguousarray(codes[first:first + h].T).tobytes())
+        return b"".join(out) + q["scales"].astype("<f4").tobytes()
+    raise ValueError(f"{encoding} cannot be stored {layout}")
+
+
 def storage_bytes(shape: Tuple[int, ...], encoding: str, group: int = 0, symmetric: bool = True) -> int:
     rows = shape[0]
     cols = int(np.prod(shape[1:])) if len(shape) > 1 else 1

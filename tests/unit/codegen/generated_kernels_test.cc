@@ -453,7 +453,10 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
     int64_t group;
     bool symmetric;
     int64_t m, n, k;
+    uint8_t layout = format::kLayoutRowMajor;  // formats/encoding.h LayoutId
   };
+  constexpr uint8_t kP16 = format::kLayoutInt4P16K8, kP8 = format::kLayoutInt8P16K4,
+                    kPanel = format::kLayoutPanel16;
   const Case cases[] = {
       {"int8", format::kEncINT8, 0, true, 1, 1, 1},       {"int8", format::kEncINT8, 0, true, 3, 37, 7},
       {"int8", format::kEncINT8, 0, true, 9, 13, 100},    {"fp8_e4m3", format::kEncFP8_E4M3, 0, true, 1, 5, 33},
@@ -461,6 +464,24 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
       {"int4, group = 32", format::kEncINT4, 32, true, 1, 5, 64},
       {"int4, group = 32, asym", format::kEncINT4, 32, false, 7, 6, 96},
       {"int4, group = 128", format::kEncINT4, 128, true, 5, 9, 256},
+      // Packed in panels of 16 rows (W8A16, W4A16, fp8): one row (decode: tiles of
+      // up to 4 panels), a single panel of 1, 7 and 16 rows, a last panel of 1 and 8
+      // rows after whole ones (in pairs and alone), rows in whole tiles, left over
+      // and fewer than a tile.
+      {"int8", format::kEncINT8, 0, true, 1, 1, 4, kP8},
+      {"int8", format::kEncINT8, 0, true, 1, 80, 64, kP8},
+      {"int8", format::kEncINT8, 0, true, 3, 17, 16, kP8},
+      {"int8", format::kEncINT8, 0, true, 7, 40, 100, kP8},
+      {"int8", format::kEncINT8, 0, true, 30, 64, 64, kP8},
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 7, 64, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 88, 96, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 6, 16, 96, kP16},
+      {"int4, group = 32", format::kEncINT4, 32, true, 5, 33, 64, kP16},
+      {"int4, group = 64", format::kEncINT4, 64, true, 13, 40, 256, kP16},
+      {"int4, group = 128", format::kEncINT4, 128, true, 29, 64, 256, kP16},
+      {"fp8_e4m3", format::kEncFP8_E4M3, 0, true, 1, 72, 33, kPanel},
+      {"fp8_e4m3", format::kEncFP8_E4M3, 0, true, 15, 17, 64, kPanel},
+      {"fp8_e5m2", format::kEncFP8_E5M2, 0, true, 4, 40, 19, kPanel},
   };
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -470,10 +491,11 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
   for (const Target& target : targets) {
     for (const Case& cs : cases) {
       for (bool bias : {false, true}) {
-        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + ", " +
-                     std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
-                     (bias ? " + bias" : ""));
-        const std::string model = LinearModel(cs.n, cs.k, cs.encoding, bias, kernel);
+        SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + cs.encoding + " " +
+                     format::LayoutName(cs.layout) + ", " + std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" +
+                     std::to_string(cs.k) + (bias ? " + bias" : ""));
+        const std::string model =
+            LinearModel(cs.n, cs.k, cs.encoding, bias, kernel, "f32", cs.layout ? format::LayoutName(cs.layout) : "");
         rt::CodeImage image;
         std::string why;
         kiln_uk_matmul_fn fn = LinearKernel(model, kernel, target, &image, &why);
@@ -519,11 +541,39 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
         std::vector<float> scratch(kiln_uk_matmul_scratch_ref(cs.k) + 64);
         kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(&p, 0, cs.n, scratch.data());
         p.y = got.data();
+        format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), cs.symmetric};
+        std::vector<uint8_t> packedBytes(wbytes.size());
+        if (cs.layout != format::kLayoutRowMajor) {
+          ASSERT_TRUE(format::LayoutFits(cs.layout, spec, cs.n, cs.k));
+          std::vector<uint8_t> back(wbytes.size());
+          format::RepackLayout(true, cs.layout, spec, wbytes.data(), cs.n, cs.k, packedBytes.data());
+          format::RepackLayout(false, cs.layout, spec, packedBytes.data(), cs.n, cs.k, back.data());
+          ASSERT_EQ(back, wbytes) << format::LayoutName(cs.layout) << " does not round-trip";
+          p.w.data = packedBytes.data();
+          p.w.layout = cs.layout;
+        }
         const int64_t split = cs.n / 3;  // two ranges, as threads split them
         fn(&p, 0, split, nullptr);
         fn(&p, split, cs.n, nullptr);
+        if (cs.layout != format::kLayoutRowMajor) {
+          // Any split of the channels, and each row alone, give the same bits.
+          std::vector<float> again(cs.m * ldy, 0.0f);
+          p.y = again.data();
+          fn(&p, 0, cs.n, nullptr);
+          for (int64_t m = 0; m < cs.m; ++m) {
+            kiln_uk_matmul_params_t row = p;
+            row.x = x.data() + m * ldx;
+            row.M = 1;
+            std::vector<float> alone(ldy, 0.0f);
+            row.y = alone.data();
+            fn(&row, 0, cs.n, nullptr);
+            for (int64_t n = 0; n < cs.n; ++n) {
+              ASSERT_EQ(again[m * ldy + n], got[m * ldy + n]) << "split changes (" << m << ", " << n << ")";
+              ASSERT_EQ(alone[n], got[m * ldy + n]) << "row " << m << " alone changes channel " << n;
+            }
+          }
+        }
         // The largest dequantised weight bounds each product (|x| <= 1).
-        format::EncodingSpec spec = {cs.id, static_cast<uint32_t>(cs.group), cs.symmetric};
         std::vector<float> row(cs.k);
         double wmax = 0;
         for (int64_t r = 0; r < cs.n; ++r) {
@@ -546,8 +596,8 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
       }
     }
   }
-  // int8 and fp8 on every target, int4 where f16 converts.
-  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 6);
+  // int8 and fp8 on every target (row major and packed), int4 where f16 converts.
+  EXPECT_GE(compared, static_cast<int>(targets.size()) * 2 * 14);
 }
 
 // Loads the one generated function of `source` compiled for `target`.
