@@ -24,8 +24,11 @@ constexpr uint32_t kSchemaMajor = 1;
 // 8: generated attention kernels read quantised caches with keys per channel over
 // spans and the span being filled at full precision (kiln_uk_attention_params_t.kv_span);
 // 9: gate and up as one interleaved weight (GatedMlpParams.gate_up_block); 10: the
-// SelectTokens op (visual-token pruning), which older runtimes refuse by its kind
-constexpr uint32_t kSchemaMinor = 10;
+// SelectTokens op (visual-token pruning), which older runtimes refuse by its kind;
+// 11: int8_p16k4 and int4_p16k8 also for weights multiplied with float activations
+// (W8A16, W4A16) and panel16 for fp8, which older runtimes' verifiers refuse
+// (KernelReadsLayout)
+constexpr uint32_t kSchemaMinor = 11;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

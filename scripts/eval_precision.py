@@ -15,6 +15,7 @@
 Writes JSON (and prints a Markdown table). Needs a host build (build/host/bin).
 
     /usr/bin/python3 scripts/eval_precision.py --out build/eval-precision.json [--questions 1000]
+    /usr/bin/python3 scripts/eval_precision.py --out build/eval-vision.json --vision-encoder
 """
 
 import argparse
@@ -110,6 +111,9 @@ def main():
                     help="directory holding the demo model's variants")
     ap.add_argument("--variants", default="dense,moe")
     ap.add_argument("--skip-tiny", action="store_true", help="only the demo model")
+    ap.add_argument("--vision-encoder", action="store_true",
+                    help="only the demo model, fp32 against its vision encoder quantised (int8_a8, int8, "
+                         "int4_g32) and the rest fp32")
     ap.add_argument("--keep", action="store_true", help="keep the compiled artifacts (their directory is printed)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kiln-eval-")
@@ -120,6 +124,25 @@ def main():
             print(f"artifacts kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def evaluate_demo(args, tmp, qdir, variant, arts, res, rows):
+    """Each artifact of the demo `variant` on the questions of `qdir`, against the first."""
+    ref = None
+    for name, art in arts.items():
+        b, bpw = weight_bytes(art)
+        m = demo_metrics(art, qdir, args.threads, tmp)
+        if ref is None:
+            ref = m
+        kl = mean_kl_rows(ref["logp"], m["logp"])
+        lost = sum(r and not x for r, x in zip(ref["correct"], m["correct"]))
+        gained = sum(x and not r for r, x in zip(ref["correct"], m["correct"]))
+        acc = float(np.mean(m["correct"]))
+        res[name] = {"accuracy": acc, "lost_vs_fp32": lost, "gained_vs_fp32": gained, "mean_kl": kl,
+                     "answer_nll": m["nll"], "bytes": b, "bits_per_weight": bpw}
+        rows.append(f"| demo {variant} | {name} | {b / 1e6:.2f} MB | {bpw:.2f} | {100 * acc:.1f}% "
+                    f"(−{lost} +{gained}) | {kl:.2e} | {m['nll']:.4f} |")
+        print(rows[-1], file=sys.stderr, flush=True)
 
 
 def evaluate(args, tmp):
@@ -133,6 +156,15 @@ def evaluate(args, tmp):
     for variant in [v for v in args.variants.split(",") if v]:
         ckpt = os.path.join(args.checkpoints, variant)
         res = {}
+        if args.vision_encoder:
+            arts = {"fp32": compile_(ckpt, os.path.join(tmp, f"{variant}-fp32.kiln"), "--precision", ".*=f32")}
+            for enc in ("int8_a8", "int8", "int4_g32"):
+                arts[f"vision encoder {enc}, the rest fp32"] = compile_(
+                    ckpt, os.path.join(tmp, f"{variant}-vision-{enc}.kiln"), "--precision", f".*vision_tower\\..*={enc}",
+                    "--precision", ".*=f32")
+            evaluate_demo(args, tmp, qdir, variant, arts, res, rows)
+            results["demo"][variant] = res
+            continue
         arts = {
             "fp32": compile_(ckpt, os.path.join(tmp, f"{variant}-fp32.kiln"), "--precision", ".*=f32"),
             "int4 g32, round to nearest": compile_(ckpt, os.path.join(tmp, f"{variant}-int4.kiln"), "--precision",
@@ -149,25 +181,12 @@ def evaluate(args, tmp):
             arts[f"solved mix at int4's bytes, {label}"] = compile_(
                 ckpt, os.path.join(tmp, f"{variant}-mixeq-{q}.kiln"), "--memory-budget", str(int4_bytes),
                 "--quantizer", q, "--cache-dir", args.cache_dir)
-        ref = None
-        for name, art in arts.items():
-            b, bpw = weight_bytes(art)
-            m = demo_metrics(art, qdir, args.threads, tmp)
-            if ref is None:
-                ref = m
-            kl = mean_kl_rows(ref["logp"], m["logp"])
-            lost = sum(r and not x for r, x in zip(ref["correct"], m["correct"]))
-            gained = sum(x and not r for r, x in zip(ref["correct"], m["correct"]))
-            acc = float(np.mean(m["correct"]))
-            res[name] = {"accuracy": acc, "lost_vs_fp32": lost, "gained_vs_fp32": gained, "mean_kl": kl,
-                         "answer_nll": m["nll"], "bytes": b, "bits_per_weight": bpw}
-            rows.append(f"| demo {variant} | {name} | {b / 1e6:.2f} MB | {bpw:.2f} | {100 * acc:.1f}% "
-                        f"(−{lost} +{gained}) | {kl:.2e} | {m['nll']:.4f} |")
-            print(rows[-1], file=sys.stderr, flush=True)
+        evaluate_demo(args, tmp, qdir, variant, arts, res, rows)
         results["demo"][variant] = res
 
     sys.path.insert(0, MODELS)
-    for preset, vlm in () if args.skip_tiny else (("tiny-llama", False), ("tiny-llava", True)):
+    skip_tiny = args.skip_tiny or args.vision_encoder
+    for preset, vlm in () if skip_tiny else (("tiny-llama", False), ("tiny-llava", True)):
         ckpt = os.path.join(tmp, preset)
         run([PY, os.path.join(MODELS, "generate.py"), "--preset", preset, "--out", ckpt])
         # Calibration and evaluation prompts are different texts.
