@@ -27,7 +27,7 @@ constexpr uint32_t kSchemaMajor = 1;
 // SelectTokens op (visual-token pruning), which older runtimes refuse by its kind;
 // 11: int8_p16k4 and int4_p16k8 also for weights multiplied with float activations
 // (W8A16, W4A16) and panel16 for fp8, which older runtimes' verifiers refuse
-// (KernelReadsLayout)
+// (KernelReadsLayout), and the CPU feature avxvnni (older runtimes refuse the bit)
 constexpr uint32_t kSchemaMinor = 11;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
@@ -58,6 +58,7 @@ enum CpuFeature : uint64_t {
   kCpuX86Avx512Vnni = 1ull << 4,
   kCpuX86Avx512Vl = 1ull << 5,
   kCpuX86F16c = 1ull << 6,
+  kCpuX86AvxVnni = 1ull << 7,  // VEX-encoded VPDPBUSD on 256-bit vectors (schema 1.11)
   kCpuArmNeon = 1ull << 8,
   kCpuArmFp16 = 1ull << 9,
   kCpuArmDotProd = 1ull << 10,
@@ -66,7 +67,7 @@ enum CpuFeature : uint64_t {
   kCpuArmSme = 1ull << 13,
   kCpuArmSme2 = 1ull << 14,
 };
-constexpr uint64_t kKnownCpuFeatures = 0x7full | (0x7full << 8);
+constexpr uint64_t kKnownCpuFeatures = 0xffull | (0x7full << 8);
 
 // Names of the feature bits, for tools and error messages.
 inline const char* CpuFeatureName(uint64_t bit) {
@@ -78,6 +79,7 @@ inline const char* CpuFeatureName(uint64_t bit) {
     case kCpuX86Avx512Vnni: return "avx512vnni";
     case kCpuX86Avx512Vl: return "avx512vl";
     case kCpuX86F16c: return "f16c";
+    case kCpuX86AvxVnni: return "avxvnni";
     case kCpuArmNeon: return "neon";
     case kCpuArmFp16: return "fp16";
     case kCpuArmDotProd: return "dotprod";

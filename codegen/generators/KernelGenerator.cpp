@@ -1776,6 +1776,11 @@ Dot4 dot4(const Target& target) {
         return {Dot4::X86Vnni, 16, nullptr, "llvm.x86.avx512.vpdpbusd.512"};
       return {Dot4::X86Maddubs, 16, "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"};
     }
+    // 256-bit VPDPBUSD: VEX-encoded with AVX-VNNI (AVX2 CPUs from Alder Lake and Zen 5
+    // on), EVEX with AVX-512 VNNI + VL where 512-bit words are not used.
+    if ((ft & format::kCpuX86Avx2) &&
+        ((ft & format::kCpuX86AvxVnni) || ((ft & format::kCpuX86Avx512Vnni) && (ft & format::kCpuX86Avx512Vl))))
+      return {Dot4::X86Vnni, 8, nullptr, "llvm.x86.avx512.vpdpbusd.256"};
     if (ft & format::kCpuX86Avx2)
       return {Dot4::X86Maddubs, 8, "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"};
     return {Dot4::Generic, 4};

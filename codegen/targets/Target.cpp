@@ -33,7 +33,7 @@ uint64_t detectHostFeatures() {
         {"avx2", format::kCpuX86Avx2},         {"fma", format::kCpuX86Fma},
         {"f16c", format::kCpuX86F16c},         {"avx512f", format::kCpuX86Avx512F},
         {"avx512bw", format::kCpuX86Avx512Bw}, {"avx512vl", format::kCpuX86Avx512Vl},
-        {"avx512vnni", format::kCpuX86Avx512Vnni}};
+        {"avx512vnni", format::kCpuX86Avx512Vnni}, {"avxvnni", format::kCpuX86AvxVnni}};
     for (const auto& [name, bit] : kX86)
       if (has(name))
         f |= bit;

@@ -74,6 +74,7 @@ uint64_t DetectCpuFeatures() {
   if (__builtin_cpu_supports("avx512vnni")) f |= format::kCpuX86Avx512Vnni;
   if (__builtin_cpu_supports("avx512vl")) f |= format::kCpuX86Avx512Vl;
   if (__builtin_cpu_supports("f16c")) f |= format::kCpuX86F16c;
+  if (__builtin_cpu_supports("avxvnni")) f |= format::kCpuX86AvxVnni;
 #elif defined(__aarch64__)
   f |= format::kCpuArmNeon;
 #if defined(__linux__)

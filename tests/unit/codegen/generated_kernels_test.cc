@@ -31,7 +31,11 @@ namespace {
 std::vector<Target> RunnableTargets() {
   std::vector<Target> out;
   const uint64_t cpu = rt::DetectCpuFeatures();
-  for (const char* features : {"", "+avx2,+fma,+f16c", "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl",
+  // AVX2 with 256-bit VPDPBUSD: AVX-VNNI (VEX), or AVX-512 VNNI + VL without BW (EVEX;
+  // the same generated code, runnable on AVX-512 VNNI hosts).
+  for (const char* features : {"", "+avx2,+fma,+f16c", "+avx2,+fma,+f16c,+avxvnni",
+                               "+avx2,+fma,+f16c,+avx512f,+avx512vl,+avx512vnni",
+                               "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl",
                                "+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512vl,+avx512vnni"}) {
     auto t = parseTarget(hostTarget().triple, hostTarget().arch == TargetArch::X86_64 ? features : "");
     EXPECT_TRUE(static_cast<bool>(t));

@@ -29,6 +29,7 @@
 
 #include "formats/kiln_format.h"
 #include "formats/kiln_generated.h"
+#include "platform/platform.h"
 #include "kiln/kiln.h"
 #include "kiln/kiln_calibration.h"
 #include "support/npy.h"
@@ -254,6 +255,26 @@ struct Corruption {
   kiln_status_t expected;  // KILN_OK: any error status
   std::function<void(fb::ModelT&)> edit;
 };
+
+// An artifact that needs a CPU feature this CPU lacks is refused, naming the feature:
+// every feature bit of the architecture the runtime knows (avxvnni among them).
+TEST_P(ArtifactTest, MissingCpuFeaturesAreNamed) {
+  const uint64_t cpu = kiln::rt::DetectCpuFeatures();
+#if defined(__aarch64__)
+  const uint64_t arch = 0x7full << 8;
+#else
+  const uint64_t arch = 0xffull;
+#endif
+  int refused = 0;
+  for (uint64_t bit = 1; bit != 0; bit <<= 1) {
+    if (!(bit & arch & kiln::format::kKnownCpuFeatures) || (cpu & bit)) continue;
+    const std::string name = kiln::format::CpuFeatureName(bit);
+    ExpectLoadRefused(Rewrite([&](fb::ModelT& m) { m.required_cpu_features |= bit; }),
+                      KILN_ERROR_ARTIFACT_CPU_FEATURES, ("this CPU lacks " + name).c_str(), name.c_str());
+    ++refused;
+  }
+  if (refused == 0) GTEST_SKIP() << "this CPU has every feature the runtime knows";
+}
 
 TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
   const std::vector<Corruption> cases = {
