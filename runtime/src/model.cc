@@ -177,6 +177,8 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
   } else {
     const fb::Segment* seg = f->segments()->Get(code->segment());
     if (kiln_status_t st = m->code.Load(m->data + seg->offset(), seg->size(), error); st != KILN_OK) return st;
+    if (m->perf_map != nullptr)
+      if (kiln_status_t st = m->code.WritePerfMap(m->perf_map, error); st != KILN_OK) return st;
   }
   // The function an op names, from the library or the loaded segment.
   auto find = [&](const char* name) -> void* {
@@ -346,6 +348,8 @@ kiln_model_t* NewModel(const kiln_model_options_t* options) {
       m->kv_pool_tokens = options->kv_pool_tokens;
       m->kv_block_tokens = options->kv_block_tokens;
     }
+    if (options->struct_size >= offsetof(kiln_model_options_t, perf_map) + sizeof(options->perf_map))
+      m->perf_map = options->perf_map;
     if (options->session != nullptr) {
       // The caller's struct, of whatever size it declares (checked by the session planner).
       const kiln_session_options_t* so = options->session;

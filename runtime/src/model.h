@@ -56,6 +56,7 @@ struct kiln_model_t {
   // to a generated kernel runs (null: its kernel's own).
   kiln::rt::CodeImage code;
   const kiln_kernel_library_t* kernel_library = nullptr;  // kiln_model_options_t.kernels
+  const char* perf_map = nullptr;                         // kiln_model_options_t.perf_map (during the load)
   // kiln_model_options_t.memory_budget and the session it is for (checked at load).
   uint64_t memory_budget = 0;
   bool budget_session_given = false;

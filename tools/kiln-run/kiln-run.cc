@@ -25,6 +25,8 @@
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kiln/kiln.h"
 #include "support/image_file.h"
 #include "support/npy.h"
@@ -530,6 +532,10 @@ int main(int argc, char** argv) {
                "image or the cached prefix of the line before");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
+  bool perf_map = false;
+  app.add_flag("--perf-map", perf_map,
+               "profiling: write /tmp/perf-<pid>.map naming the code segment's functions, so that "
+               "`perf record kiln-run ... --perf-map` then `perf report` names the generated kernels");
   CLI::Option* tokenize_opt = app.add_option(
       "--tokenize", tokenize_text, "print the token ids of TEXT and the text of each, then exit (no template)");
   app.add_flag("--no-special", no_special, "--tokenize: do not add the tokenizer's BOS")->needs(tokenize_opt);
@@ -641,6 +647,8 @@ int main(int argc, char** argv) {
   mo.kv_pool_tokens = kv_pool_tokens;
   mo.kv_block_tokens = kv_block_tokens;
   mo.tier = tier;
+  const std::string perf_map_path = "/tmp/perf-" + std::to_string(static_cast<long>(getpid())) + ".map";
+  if (perf_map) mo.perf_map = perf_map_path.c_str();
   if (!memory_budget.empty()) {
     std::optional<uint64_t> budget = kiln::format::ParseByteSize(memory_budget);
     if (!budget) {

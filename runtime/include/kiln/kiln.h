@@ -214,6 +214,13 @@ typedef struct kiln_model_options_t {
    * in turn. kiln_model_info_t says which was loaded. An artifact without tiers has
    * tier 0 only. */
   int32_t tier;
+  /* Profiling: a file (e.g. "/tmp/perf-<pid>.map", what Linux perf reads) to which
+   * the load appends one line "ADDRESS SIZE NAME" (hex, hex, text) per exported
+   * function of the code segment it maps, so that `perf report` names the generated
+   * kernels (a function's size runs to the next one's start). NULL: none. Unused for
+   * a kernel library linked into the app, whose symbols perf finds itself. A file
+   * that cannot be written is reported as KILN_ERROR_IO. */
+  const char* perf_map;
 } kiln_model_options_t;
 
 /* Defaults: struct_size set, no allocator (malloc/free), kernels from the artifact,

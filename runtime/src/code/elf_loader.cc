@@ -583,6 +583,27 @@ kiln_status_t CodeImage::Load(const uint8_t* data, size_t size, kiln_error_t* er
   return KILN_OK;
 }
 
+kiln_status_t CodeImage::WritePerfMap(const char* path, kiln_error_t* error) const {
+  std::FILE* out = std::fopen(path, "a");
+  if (out == nullptr) return Fail(error, KILN_ERROR_IO, "perf map %s: cannot open it for appending", path);
+  // The exports are sorted by name; a function ends where the next one by address
+  // starts (quadratic in the few exports of an artifact).
+  const uintptr_t image_end = reinterpret_cast<uintptr_t>(base_) + size_;
+  bool ok = true;
+  for (size_t i = 0; i < num_exports_ && ok; ++i) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(exports_[i].address);
+    uintptr_t end = image_end;
+    for (size_t j = 0; j < num_exports_; ++j) {
+      const uintptr_t other = reinterpret_cast<uintptr_t>(exports_[j].address);
+      if (other > at && other < end) end = other;
+    }
+    ok = std::fprintf(out, "%llx %llx %s\n", static_cast<unsigned long long>(at),
+                      static_cast<unsigned long long>(end - at), exports_[i].name) > 0;
+  }
+  if (std::fclose(out) != 0 || !ok) return Fail(error, KILN_ERROR_IO, "perf map %s: write failed", path);
+  return KILN_OK;
+}
+
 void* CodeImage::Find(const char* name) const {
   if (name == nullptr || num_exports_ == 0) return nullptr;
   const Export* end = exports_ + num_exports_;

@@ -48,6 +48,10 @@ class CodeImage {
   // table of exported functions.
   size_t mapped_bytes() const { return size_; }
 
+  // Appends "ADDRESS SIZE NAME" per exported function to `path` (the perf map format),
+  // each function's size up to the next one's start or the image's end.
+  kiln_status_t WritePerfMap(const char* path, kiln_error_t* error) const;
+
   // An exported function; the table and the names live at the end of the image.
   struct Export {
     const char* name;

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "code/elf_loader.h"
 #include "kiln/kiln.h"
 
@@ -219,6 +221,39 @@ TEST(CodeLoader, FindsOnlyGlobalFunctions) {
   EXPECT_EQ(image.Find("kiln_sample_call_"), nullptr);
   EXPECT_EQ(image.Find(""), nullptr);
   EXPECT_EQ(image.Find(nullptr), nullptr);
+}
+
+// The perf map (kiln_model_options_t.perf_map) lists every exported function with its
+// address (what Find gives) and a size that ends inside the image; writes append.
+TEST(CodeLoader, WritesAPerfMapOfTheExports) {
+  Bytes object = ReadObject("sample.o");
+  CodeImage image;
+  ASSERT_EQ(image.Load(object.data(), object.size(), nullptr), KILN_OK);
+  char path[] = "/tmp/kiln-perf-map-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  kiln_error_t error;
+  ASSERT_EQ(image.WritePerfMap(path, &error), KILN_OK) << error.message;
+  ASSERT_EQ(image.WritePerfMap(path, &error), KILN_OK) << error.message;
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0, call = 0;
+  while (std::getline(in, line)) {
+    unsigned long long at = 0, size = 0;
+    char name[256] = {0};
+    ASSERT_EQ(std::sscanf(line.c_str(), "%llx %llx %255s", &at, &size, name), 3) << line;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(image.Find(name)), at) << line;
+    EXPECT_GT(size, 0u) << line;
+    EXPECT_LE(size, image.mapped_bytes()) << line;
+    call += std::strcmp(name, "kiln_sample_call") == 0;
+    ++lines;
+  }
+  std::remove(path);
+  EXPECT_EQ(call, 2);  // once per write
+  EXPECT_EQ(lines % 2, 0);
+  EXPECT_EQ(image.WritePerfMap("/nonexistent-dir/perf.map", &error), KILN_ERROR_IO);
+  EXPECT_NE(std::strstr(error.message, "/nonexistent-dir/perf.map"), nullptr) << error.message;
 }
 
 #if defined(__linux__)
