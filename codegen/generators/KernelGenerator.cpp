@@ -2158,6 +2158,237 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+// SME2 for few rows (decode): the whole panels of the range of a W4A8 matmul over an
+// int4_p16k8 weight, one activation row at a time, with the SME2 multi-vector dot
+// products into ZA (streaming mode, ZA new, calls nothing). Vector-length agnostic: a
+// vector holds W = min(S, 16) channels' 4-byte words of one step (a whole panel from
+// 512 bits up, half or a quarter below; lanes past 16 stay 0 beyond 512 bits), and a
+// block is the 4 vectors of 4 W consecutive channels.
+//   - Per row, the offset shares of its groups, -8 x the sum of the group's
+//     activations (SDOT with ones), go to the scratch.
+//   - Per chunk of up to S / 2 blocks (the vector groups of ZA tiles 0 and 1; their f32
+//     totals in tiles 2 and 3), per group: each block's integer sums start from the
+//     group's share (MOVA of a splat into its 4 array vectors); per pair of steps one
+//     16-byte load of the row's activations replicated per 128-bit segment (LD1RQB),
+//     and per block and step its 4 vectors of codes (one load each), their low and
+//     high nibbles (a mask, a shift) and two SDOT (4 vectors x an indexed 4-byte word,
+//     vgx4): the codes of columns 8s..8s+3 against the word of those columns, the high
+//     nibbles against 8s+4..8s+7. After the group's steps each block's sums are read
+//     out (MOVA vgx4), converted (SCVTF x4) and multiply-added with their channels'
+//     f16 group scales into the f32 totals (FMLA vgx4).
+//   - y = total x s_x (+ bias), channels outside [begin, end) not stored.
+// The integer sums, their conversion and the fused multiply-add per group are the
+// NEON `sdot` path's, in the same order, so the outputs equal it bit for bit.
+void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, /*isPublic=*/false);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  fn->setAttr(kSmeZaAttrName, b.getUnitAttr());
+  FnBuilder f(b, loc);
+  mlir::Type i1 = b.getI1Type(), i8 = b.getI8Type(), i16 = b.getI16Type(), f16 = b.getF16Type();
+  auto scalable = [&](int64_t n, mlir::Type t) { return mlir::VectorType::get({n}, t, {true}); };
+  auto nxi8 = scalable(16, i8), nxi32 = scalable(4, f.i32), nxf32 = scalable(4, f.f32);
+  auto nxf16 = scalable(4, f16), pb = scalable(16, i1), ps = scalable(4, i1);
+  auto intr = [&](llvm::StringRef callee, mlir::TypeRange results, mlir::ValueRange operands) -> mlir::Operation* {
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
+  };
+  auto x4 = [&](mlir::Type t) -> mlir::Type { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); };
+  auto parts = [&](Value v) {
+    llvm::SmallVector<Value> out;
+    for (int64_t k = 0; k < 4; ++k)
+      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, k));
+    return out;
+  };
+  auto c32 = [&](int64_t v) -> Value { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); };
+  auto i32Of = [&](Value v) -> Value { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); };
+  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+  auto rems = [&](Value a, Value c) { return b.create<mlir::arith::RemSIOp>(loc, a, c).getResult(); };
+  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
+  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
+  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
+  auto andP = [&](Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c).getResult(); };
+  auto lanesBelow = [&](mlir::VectorType t, Value base, Value n) -> Value {
+    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
+  };
+  auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
+
+  Value scratch = fn.getArgument(3);
+  const MatmulArgs args(f, fn, /*f16Bias=*/true);
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), p16 = f.cI64(format::kP16K8Rows);
+  Value S = intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
+  Value W = minI(S, p16), blockChannels = f.muli(W, four);
+  Value group = b.create<mlir::arith::ExtUIOp>(
+      loc, f.i64,
+      f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
+  Value groups = divs(K, group), stepPairs = divs(group, f.cI64(16));
+  Value scales = f.gep(w, i8, divs(f.muli(N, K), f.cI64(2)));
+  Value pFirst = divs(args.nBegin, p16);
+  Value pEnd = divs(f.addi(args.nEnd, f.cI64(format::kP16K8Rows - 1)), p16);
+  Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
+  Value cBegin = f.muli(pFirst, p16), cEnd = f.muli(wholeEnd, p16);
+  // Scratch: the biases of two blocks (8 W <= 128), the row's shares (groups).
+  Value biasBuf = scratch;
+  Value shares = f.gep(scratch, f.f32, f.cI64(128));
+  Value allTrue = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(ps, true));
+  Value allBytes = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(pb, true));
+  Value ones = f.splatInt(nxi8, 1), lowMask = f.splatInt(nxi8, 0x0F), four8 = f.splatInt(nxi8, 4);
+  Value bytesPerVec = f.muli(S, four);
+  Value wBytes = lanesBelow(pb, zero, f.muli(W, four));  // a vector's W words
+
+  f.loop(zero, M, one, [&](Value r) {
+    Value xRow = f.gep(xq, i8, f.muli(r, K));
+    // The row's offset shares: -8 x the sum of each group's activations.
+    f.loop(zero, groups, one, [&](Value gi) {
+      Value g0 = f.muli(gi, group);
+      auto sum = b.create<mlir::scf::ForOp>(loc, zero, group, bytesPerVec, mlir::ValueRange{f.splatInt(nxi32, 0)});
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(sum.getBody());
+        Value j = sum.getInductionVar();
+        Value v = load(nxi8, f.gep(xRow, i8, f.addi(g0, j)), lanesBelow(pb, j, group));
+        b.create<mlir::scf::YieldOp>(
+            loc, intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0));
+      }
+      Value total = intr("llvm.aarch64.sve.saddv", {f.i64}, {allTrue, sum.getResult(0)})->getResult(0);
+      f.store(i32Of(f.muli(total, f.cI64(-8))), shares, f.i32, gi);
+    });
+    Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, r));
+
+    // Two blocks at a time (kGemvBlocks): tiles 0 and 1 hold their integer sums, 2 and
+    // 3 their f32 totals.
+    constexpr int64_t kGemvBlocks = 2, kVecs = 4 * kGemvBlocks;
+    Value stepChannels = f.muli(blockChannels, f.cI64(kGemvBlocks));
+    f.loop(cBegin, cEnd, stepChannels, [&](Value c0) {
+      // Vector k: channels [c0 + k W, + W) when they are whole panels' (the last
+      // blocks may run past the last), its codes at step 0 and its scales; block j is
+      // vectors 4 j .. 4 j + 3. `whole`: all are (the masks are constants, none kept
+      // in registers).
+      struct Vec {
+        Value first, lanes, bytes, codes, scaleAt;
+      };
+      auto vecs = [&](bool whole) {
+        std::array<Vec, kVecs> vs;
+        for (int64_t k = 0; k < kVecs; ++k) {
+          Vec& v = vs[k];
+          v.first = f.addi(c0, f.muli(W, f.cI64(k)));
+          if (whole) {
+            v.lanes = lanesBelow(ps, zero, W);
+            v.bytes = wBytes;
+          } else {
+            Value width = b.create<mlir::arith::SelectOp>(
+                loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, v.first, cEnd), W, zero);
+            v.lanes = lanesBelow(ps, zero, width);
+            v.bytes = lanesBelow(pb, zero, f.muli(width, four));
+          }
+          Value panel = divs(v.first, p16), off = rems(v.first, p16);
+          v.codes = f.gep(w, i8, f.addi(divs(f.muli(f.muli(panel, p16), K), f.cI64(2)), f.muli(off, four)));
+          v.scaleAt = f.gep(scales, i16, f.addi(f.muli(f.muli(panel, p16), groups), off));
+        }
+        return vs;
+      };
+      // Block j's integer sums in ZA tile j's vector group 0, its f32 totals in tile
+      // j + 2's.
+      auto intSlice = [&](int64_t j) { return c32(j); };
+      auto f32Slice = [&](int64_t j) { return c32(j + 2); };
+      auto block = [&](const std::array<Vec, kVecs>& vs) {
+        intr("llvm.aarch64.sme.zero", {}, {c32(0xCC)});  // f32 tiles 2 and 3
+        // Steps from byte offset `at` of each vector's codes (64 bytes a step) and the
+        // row's activations from `x` (8 bytes a step), a pair at a time.
+        auto stepPair = [&](Value at, Value x) {
+          // Columns 8s..8s+15: words 0, 1 (step s low, high), 2, 3 (step s + 1).
+          Value xw = intr("llvm.aarch64.sve.ld1rq", {nxi8}, {allBytes, x})->getResult(0);
+          for (int64_t u = 0; u < 2; ++u)
+            for (int64_t j = 0; j < kGemvBlocks; ++j) {
+              llvm::SmallVector<Value> lo, hi;
+              for (int64_t k = 4 * j; k < 4 * j + 4; ++k) {
+                Value raw = load(nxi8, f.gep(vs[k].codes, i8, f.addi(at, f.cI64(64 * u))), vs[k].bytes);
+                lo.push_back(b.create<mlir::arith::AndIOp>(loc, raw, lowMask));
+                hi.push_back(b.create<mlir::arith::ShRUIOp>(loc, raw, four8));
+              }
+              intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
+                   {intSlice(j), lo[0], lo[1], lo[2], lo[3], xw, c32(2 * u)});
+              intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
+                   {intSlice(j), hi[0], hi[1], hi[2], hi[3], xw, c32(2 * u + 1)});
+            }
+        };
+        Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
+        Value groupBytes = f.muli(stepPairs, f.cI64(128));  // codes per group and vector
+        auto groupLoop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, mlir::ValueRange{zero});
+        {
+          mlir::OpBuilder::InsertionGuard gl(b);
+          b.setInsertionPointToStart(groupLoop.getBody());
+          Value gi = groupLoop.getInductionVar(), at = groupLoop.getRegionIterArgs()[0];
+          intr("llvm.aarch64.sme.zero", {}, {c32(0x33)});  // integer tiles 0 and 1
+          Value x = f.gep(xRow, i8, f.muli(gi, group));
+          // Group 32 (two pairs of steps) unrolled; others a loop over the pairs.
+          auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            stepPair(at, x);
+            stepPair(f.addi(at, f.cI64(128)), f.gep(x, i8, f.cI64(16)));
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            f.loop(zero, stepPairs, one, [&](Value sp) {
+              stepPair(f.addi(at, f.muli(sp, f.cI64(128))), f.gep(x, i8, f.muli(sp, f.cI64(16))));
+            });
+          }
+          // The group's sums plus its offset share, converted and multiply-added with
+          // its scales.
+          Value share = b.create<mlir::vector::SplatOp>(loc, nxi32, f.load(f.i32, shares, f.i32, gi));
+          for (int64_t j = 0; j < kGemvBlocks; ++j) {
+            Value sums = intr("llvm.aarch64.sme.read.vg1x4", {x4(nxi32)}, {intSlice(j)})->getResult(0);
+            llvm::SmallVector<Value> addOps = parts(sums);
+            addOps.push_back(share);
+            Value shifted = intr("llvm.aarch64.sve.add.single.x4", {x4(nxi32)}, addOps)->getResult(0);
+            Value conv = intr("llvm.aarch64.sve.scvtf.x4", {x4(nxf32)}, parts(shifted))->getResult(0);
+            llvm::SmallVector<Value> ops = {f32Slice(j)};
+            ops.append(parts(conv));
+            for (int64_t k = 4 * j; k < 4 * j + 4; ++k) {
+              Value h = load(nxf16, f.gep(vs[k].scaleAt, i16, f.muli(gi, p16)), vs[k].lanes);
+              ops.push_back(b.create<mlir::arith::ExtFOp>(loc, nxf32, h));
+            }
+            intr("llvm.aarch64.sme.fmla.vg1x4", {}, ops);
+          }
+          b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.addi(at, groupBytes)});
+        }
+        // Store: y = total x s_x + bias.
+        auto withBias = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, args.hasBias, false);
+        {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(withBias.thenBlock());
+          f.loop(zero, stepChannels, one, [&](Value j) {
+            f.store(args.bias(f, minI(f.addi(c0, j), sub(N, one))), biasBuf, f.f32, j);
+          });
+        }
+        llvm::SmallVector<Value> t;
+        for (int64_t j = 0; j < kGemvBlocks; ++j)
+          t.append(parts(intr("llvm.aarch64.sme.read.vg1x4", {x4(nxf32)}, {f32Slice(j)})->getResult(0)));
+        for (int64_t k = 0; k < kVecs; ++k) {
+          const Vec& v = vs[k];
+          Value bias = b.create<mlir::arith::SelectOp>(
+              loc, args.hasBias, load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(k))), v.lanes),
+              f.splat(nxf32, 0.0));
+          Value inRange = lanesBelow(ps, v.first, args.nEnd);
+          Value before = lanesBelow(ps, v.first, args.nBegin);
+          Value mask = andP(andP(v.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+          Value val = f.add(f.mul(t[k], sx), bias);
+          b.create<mlir::LLVM::MaskedStoreOp>(loc, val, f.gep(y, f.f32, f.addi(f.muli(r, ldy), v.first)), mask, 4);
+        }
+      };
+      Value whole = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, f.addi(c0, stepChannels), cEnd);
+      auto wholeIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, whole, true);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(wholeIf.thenBlock());
+      block(vecs(true));
+      b.setInsertionPointToStart(wholeIf.elseBlock());
+      block(vecs(false));
+    });
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // Rows per block of the SMMLA (i8mm) path (a multiple of 8; see buildMatmulIntPanels).
 constexpr int64_t kMmlaBlockRows = 16, kPairsPerBlock = kMmlaBlockRows / 2;
 
@@ -2255,11 +2486,20 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   if (arm && (target.features & format::kCpuArmSme2)) {
     const std::string inner = (name + "_sme2").str();
     buildMatmulIntSme(kernels, inner, encoding, loc);
-    smeDone = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, M, f.cI64(kSmeMinRows));
-    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, smeDone, false);
+    Value many = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, M, f.cI64(kSmeMinRows));
+    // int4 with fewer rows (decode): the SME2 multi-vector dot products.
+    const std::string gemv = (name + "_sme2_gemv").str();
+    if (int4)
+      buildMatmulInt4SmeGemv(kernels, gemv, loc);
+    smeDone = int4 ? b.create<mlir::arith::ConstantIntOp>(loc, 1, 1).getResult() : many;
+    auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, many, /*withElse=*/int4);
     mlir::OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(ifOp.thenBlock());
     b.create<mlir::func::CallOp>(loc, inner, mlir::TypeRange{}, mlir::ValueRange{params, nBegin, nEnd, scratch});
+    if (int4) {
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      b.create<mlir::func::CallOp>(loc, gemv, mlir::TypeRange{}, mlir::ValueRange{params, nBegin, nEnd, scratch});
+    }
   }
   // The whole computation for a group size (a constant when known: its step loop
   // unrolls).
@@ -3535,11 +3775,17 @@ namespace {
 //     one when the target has SVE, else 0. Clobbers only x0 and x17.
 std::string smeSupportRoutines(const Target& target) {
   const bool sve = target.features & format::kCpuArmSve;
-  return std::string(R"(.text
-.p2align 2
-.type __arm_tpidr2_save,%function
-__arm_tpidr2_save:
-  mrs x16, TPIDR2_EL0
+  // Mach-O (Apple): C symbols carry a leading underscore, no .type/.size directives.
+  const bool macho = llvm::Triple(target.triple).isOSBinFormatMachO();
+  const std::string u = macho ? "_" : "";
+  auto begin = [&](const char* name) {
+    return ".p2align 2\n" + (macho ? std::string() : std::string(".type ") + name + ",%function\n") + u + name +
+           ":\n";
+  };
+  auto end = [&](const char* name) {
+    return macho ? std::string() : std::string(".size ") + name + ", .-" + name + "\n";
+  };
+  return ".text\n" + begin("__arm_tpidr2_save") + R"(  mrs x16, TPIDR2_EL0
   cbz x16, 2f
   ldrh w14, [x16, #10]
   cbnz w14, 3f
@@ -3560,20 +3806,15 @@ __arm_tpidr2_save:
   ret
 3:
   brk #0x3e9
-.size __arm_tpidr2_save, .-__arm_tpidr2_save
-.p2align 2
-.type __arm_get_current_vg,%function
-__arm_get_current_vg:
-  mrs x17, SVCR
+)" + end("__arm_tpidr2_save") +
+         begin("__arm_get_current_vg") + R"(  mrs x17, SVCR
   tbz x17, #0, 1f
   rdsvl x0, #1
   lsr x0, x0, #3
   ret
 1:
-)") + (sve ? "  cntd x0\n" : "  mov x0, xzr\n") +
-         R"(  ret
-.size __arm_get_current_vg, .-__arm_get_current_vg
-)";
+)" + (sve ? "  cntd x0\n" : "  mov x0, xzr\n") +
+         "  ret\n" + end("__arm_get_current_vg");
 }
 
 // The kiln_kernel_library_t `name` listing every public function of `module`:

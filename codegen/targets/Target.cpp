@@ -68,7 +68,7 @@ llvm::Expected<Target> baseTarget(const std::string& triple) {
                                    "unsupported target '" + triple +
                                        "': Kiln targets x86_64 and aarch64 (e.g. "
                                        "aarch64-linux-android, x86_64-linux-gnu) and the presets "
-                                       "android-arm64-v8.2-dotprod, android-arm64-v9-i8mm, arm-c1-sme2");
+                                       "android-arm64-v8.2-dotprod, android-arm64-v9-i8mm, arm-c1-sme2, apple-m4");
   }
   return target;
 }
@@ -90,6 +90,10 @@ const Preset kPresets[] = {
     // streaming vector is 512 bits; the kernels run at any streaming length.
     {"arm-c1-sme2", "aarch64-linux-android",
      kArmV82Dot | format::kCpuArmI8mm | format::kCpuArmSve | format::kCpuArmSme | format::kCpuArmSme2},
+    // Apple M4 (iPad Pro, iOS): Armv9.2-A with SME2 (512-bit streaming vectors) but no
+    // SVE outside streaming mode; iOS forbids loading code, so its kernels go into a
+    // static library (kiln-compile --emit=static-library).
+    {"apple-m4", "arm64-apple-ios", kArmV82Dot | format::kCpuArmI8mm | format::kCpuArmSme | format::kCpuArmSme2},
 };
 
 } // namespace
