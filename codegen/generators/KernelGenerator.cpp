@@ -1850,6 +1850,58 @@ constexpr int64_t kSmeBlockRows = 32, kSmeMinRows = 8;
 // (compileKernels gives it LLVM's aarch64_pstate_sm_body and aarch64_new_za).
 constexpr llvm::StringLiteral kSmeZaAttrName = "sme_streaming_new_za";
 
+// A generated SME2 function (the params, begin, end, scratch kernel signature; in
+// streaming mode with new ZA, see kSmeZaAttrName) and the helpers its body builds with.
+struct SmeKernel {
+  mlir::func::FuncOp fn;
+  mlir::OpBuilder b;
+  mlir::Location loc;
+  FnBuilder f;
+  mlir::Type i1, i8, i16, f16;
+  mlir::VectorType nxi8, nxi32, nxf32, nxf16, pb, ps;  // scalable vectors, predicates
+  SmeKernel(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location l)
+      : fn(newKernel(kernels, name, l, /*scratch=*/true, /*isPublic=*/false)), b(fn.getBody()), loc(l), f(b, l) {
+    b.setInsertionPointToStart(&fn.getBody().front());
+    fn->setAttr(kSmeZaAttrName, b.getUnitAttr());
+    i1 = b.getI1Type(), i8 = b.getI8Type(), i16 = b.getI16Type(), f16 = b.getF16Type();
+    auto scalable = [&](int64_t n, mlir::Type t) { return mlir::VectorType::get({n}, t, {true}); };
+    nxi8 = scalable(16, i8), nxi32 = scalable(4, f.i32), nxf32 = scalable(4, f.f32);
+    nxf16 = scalable(4, f16), pb = scalable(16, i1), ps = scalable(4, i1);
+  }
+  mlir::Operation* intr(llvm::StringRef callee, mlir::TypeRange results, mlir::ValueRange operands) {
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
+  }
+  // Multi-vector operands and results (SME2): a struct of 4 vectors, and its parts.
+  mlir::Type x4(mlir::Type t) { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); }
+  llvm::SmallVector<Value> parts(Value v) {
+    llvm::SmallVector<Value> out;
+    for (int64_t i = 0; i < 4; ++i)
+      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, i));
+    return out;
+  }
+  Value c32(int64_t v) { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); }
+  Value i32Of(Value v) { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); }
+  Value divs(Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c); }
+  Value rems(Value a, Value c) { return b.create<mlir::arith::RemSIOp>(loc, a, c); }
+  Value sub(Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c); }
+  Value minI(Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c); }
+  Value maxI(Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c); }
+  Value andP(Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c); }
+  // Lanes i of predicate type t with base + i < n.
+  Value lanesBelow(mlir::VectorType t, Value base, Value n) {
+    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
+  }
+  Value load(mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); }
+  // The whole panels of 16 of the N channels that overlap [begin, end), as channels.
+  std::pair<Value, Value> wholePanels(Value begin, Value end, Value N) {
+    Value p16 = f.cI64(format::kP16K8Rows);
+    Value first = divs(begin, p16);
+    Value last = divs(f.addi(end, f.cI64(format::kP16K8Rows - 1)), p16);
+    Value wholeEnd = maxI(first, minI(last, divs(N, p16)));
+    return {f.muli(first, p16), f.muli(wholeEnd, p16)};
+  }
+};
+
 // The whole panels of the range of a matmul over a weight in panels of 16 output
 // channels (buildMatmulIntPanels) computed with SME2 outer products into ZA; the
 // function runs in streaming mode (smstart/smstop in its prologue and epilogue, ZA
@@ -1877,61 +1929,31 @@ constexpr llvm::StringLiteral kSmeZaAttrName = "sme_streaming_new_za";
 //     them: y = total x s_x (+ bias) for int4, float(sum) x s_x x s_w (+ bias) for
 //     int8, outputs outside [begin, end) not stored.
 void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t encoding, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, /*isPublic=*/false);
-  mlir::OpBuilder b(fn.getBody());
-  b.setInsertionPointToStart(&fn.getBody().front());
-  fn->setAttr(kSmeZaAttrName, b.getUnitAttr());
-  FnBuilder f(b, loc);
+  SmeKernel sk(kernels, name, loc);
+  mlir::func::FuncOp fn = sk.fn;
+  mlir::OpBuilder& b = sk.b;
+  FnBuilder& f = sk.f;
   const bool int4 = encoding == format::kEncINT4;
-  mlir::Type i1 = b.getI1Type(), i8 = b.getI8Type(), i16 = b.getI16Type(), f16 = b.getF16Type();
-  auto scalable = [&](int64_t n, mlir::Type t) { return mlir::VectorType::get({n}, t, {true}); };
-  auto nxi8 = scalable(16, i8), nxi32 = scalable(4, f.i32), nxf32 = scalable(4, f.f32);
-  auto nxf16 = scalable(4, f16), pb = scalable(16, i1), ps = scalable(4, i1);
-  auto intr = [&](llvm::StringRef callee, mlir::TypeRange results, mlir::ValueRange operands) -> mlir::Operation* {
-    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
-  };
-  // Multi-vector operands and results (SME2): a struct of 4 vectors, and its parts.
-  auto x4 = [&](mlir::Type t) -> mlir::Type { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); };
-  auto parts = [&](Value v) {
-    llvm::SmallVector<Value> out;
-    for (int64_t k = 0; k < 4; ++k)
-      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, k));
-    return out;
-  };
-  auto c32 = [&](int64_t v) -> Value { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); };
-  auto i32Of = [&](Value v) -> Value { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); };
-  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
-  auto rems = [&](Value a, Value c) { return b.create<mlir::arith::RemSIOp>(loc, a, c).getResult(); };
-  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
-  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
-  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
-  auto andP = [&](Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c).getResult(); };
-  // Lanes i of predicate type t with base + i < n.
-  auto lanesBelow = [&](mlir::VectorType t, Value base, Value n) -> Value {
-    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
-  };
-  auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
-  auto zeroTiles = [&](int64_t mask) { intr("llvm.aarch64.sme.zero", {}, {c32(mask)}); };
+  mlir::Type i8 = sk.i8, i16 = sk.i16;
+  mlir::VectorType nxi8 = sk.nxi8, nxi32 = sk.nxi32, nxf32 = sk.nxf32, nxf16 = sk.nxf16, pb = sk.pb, ps = sk.ps;
+  auto zeroTiles = [&](int64_t mask) { sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(mask)}); };
 
   Value scratch = fn.getArgument(3);
   const MatmulArgs args(f, fn, /*f16Bias=*/true);
   Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
   Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), p16 = f.cI64(format::kP16K8Rows);
-  Value S = intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
-  Value W = minI(S, p16), R = minI(S, f.cI64(kSmeBlockRows));
+  Value S = sk.intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
+  Value W = sk.minI(S, p16), R = sk.minI(S, f.cI64(kSmeBlockRows));
   Value group = int4 ? b.create<mlir::arith::ExtUIOp>(
                            loc, f.i64,
                            f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group),
                                    f.i32))
                            .getResult()
                      : K;
-  Value groups = divs(K, group);
-  Value scales = f.gep(w, i8, int4 ? divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
-  // The whole panels overlapping [begin, end), as channels [cBegin, cEnd).
-  Value pFirst = divs(args.nBegin, p16);
-  Value pEnd = divs(f.addi(args.nEnd, f.cI64(format::kP16K8Rows - 1)), p16);
-  Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
-  Value cBegin = f.muli(pFirst, p16), cEnd = f.muli(wholeEnd, p16);
+  Value groups = sk.divs(K, group);
+  Value scales = f.gep(w, i8, int4 ? sk.divs(f.muli(N, K), f.cI64(2)) : f.muli(N, K));
+  Value cBegin, cEnd;
+  std::tie(cBegin, cEnd) = sk.wholePanels(args.nBegin, args.nEnd, N);
   // Scratch: 2 W <= 32 biases, the packed rows (R x K bytes), int4's shares.
   Value biasBuf = scratch;
   Value packed = f.gep(scratch, f.f32, f.cI64(32));
@@ -1943,28 +1965,28 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     actOff[u] = f.muli(stepBytes, f.cI64(u));
 
   f.loop(zero, M, R, [&](Value mb0) {
-    Value rows = minI(R, sub(M, mb0));
-    Value rowMask = lanesBelow(ps, zero, rows), rowBytes = lanesBelow(pb, zero, f.muli(rows, four));
+    Value rows = sk.minI(R, sk.sub(M, mb0));
+    Value rowMask = sk.lanesBelow(ps, zero, rows), rowBytes = sk.lanesBelow(pb, zero, f.muli(rows, four));
     // Pack the block's rows, word j of row r (columns 4j..4j+3) to [j][r]: S words of
     // each row at a time loaded into the horizontal slices of ZA tile 0 and stored
     // from its vertical ones (a transpose through ZA).
-    Value words = divs(K, four);
+    Value words = sk.divs(K, four);
     f.loop(zero, words, S, [&](Value j0) {
-      Value cols = minI(S, sub(words, j0));
-      Value colMask = lanesBelow(ps, zero, cols);
+      Value cols = sk.minI(S, sk.sub(words, j0));
+      Value colMask = sk.lanesBelow(ps, zero, cols);
       f.loop(zero, rows, one, [&](Value r) {
         Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
-        intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, c32(0), i32Of(r)});
+        sk.intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, sk.c32(0), sk.i32Of(r)});
       });
       f.loop(zero, cols, one, [&](Value j) {
         Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
-        intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, c32(0), i32Of(j)});
+        sk.intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, sk.c32(0), sk.i32Of(j)});
       });
     });
     if (int4) {
       // Each (group, row)'s offset share: -8 x 16 x the sum of its activations.
       Value ones = f.splatInt(nxi8, 1);
-      Value wordsPerGroup = divs(group, four);
+      Value wordsPerGroup = sk.divs(group, four);
       f.loop(zero, groups, one, [&](Value gi) {
         Value j0 = f.muli(gi, wordsPerGroup);
         auto sum = b.create<mlir::scf::ForOp>(loc, j0, f.addi(j0, wordsPerGroup), one,
@@ -1972,8 +1994,8 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
         {
           mlir::OpBuilder::InsertionGuard g(b);
           b.setInsertionPointToStart(sum.getBody());
-          Value v = load(nxi8, f.gep(packed, i8, f.muli(sum.getInductionVar(), stepBytes)), rowBytes);
-          Value acc = intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0);
+          Value v = sk.load(nxi8, f.gep(packed, i8, f.muli(sum.getInductionVar(), stepBytes)), rowBytes);
+          Value acc = sk.intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0);
           b.create<mlir::scf::YieldOp>(loc, acc);
         }
         Value share = b.create<mlir::arith::MulIOp>(loc, sum.getResult(0), f.splatInt(nxi32, -8 * 16));
@@ -1992,21 +2014,21 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
         q.first = f.addi(c0, f.muli(W, f.cI64(t)));
         q.width = b.create<mlir::arith::SelectOp>(
             loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, q.first, cEnd), W, zero);
-        q.lanes = lanesBelow(ps, zero, q.width);
-        q.bytes = lanesBelow(pb, zero, f.muli(q.width, four));
-        Value panel = divs(q.first, p16), off = rems(q.first, p16);
-        q.codes = f.gep(w, i8, f.addi(divs(f.muli(f.muli(panel, p16), K), f.cI64(int4 ? 2 : 1)), f.muli(off, four)));
+        q.lanes = sk.lanesBelow(ps, zero, q.width);
+        q.bytes = sk.lanesBelow(pb, zero, f.muli(q.width, four));
+        Value panel = sk.divs(q.first, p16), off = sk.rems(q.first, p16);
+        q.codes = f.gep(w, i8, f.addi(sk.divs(f.muli(f.muli(panel, p16), K), f.cI64(int4 ? 2 : 1)), f.muli(off, four)));
         q.scaleAt = int4 ? f.gep(scales, i16, f.addi(f.muli(f.muli(panel, p16), groups), off))
                          : f.gep(scales, f.f32, q.first);
       }
       // The biases of the block's channels (a channel past the weight's end reads the last).
       f.loop(zero, f.muli(W, f.cI64(2)), one, [&](Value j) {
-        f.store(args.bias(f, minI(f.addi(c0, j), sub(N, one))), biasBuf, f.f32, j);
+        f.store(args.bias(f, sk.minI(f.addi(c0, j), sk.sub(N, one))), biasBuf, f.f32, j);
       });
       // Signed activations x the codes: int8 signed (SMOPA), int4 unsigned (SUMOPA).
       auto mopa = [&](int64_t t, Value a, Value wv) {
-        intr(int4 ? "llvm.aarch64.sme.sumopa.wide" : "llvm.aarch64.sme.smopa.wide", {},
-             {c32(t), rowBytes, tiles[t].bytes, a, wv});
+        sk.intr(int4 ? "llvm.aarch64.sme.sumopa.wide" : "llvm.aarch64.sme.smopa.wide", {},
+             {sk.c32(t), rowBytes, tiles[t].bytes, a, wv});
       };
       // Step s's operands: int4 8 columns (two SMOPA per tile), int8 4.
       // One step of columns from its packed activations at `a` and tile t's codes at
@@ -2014,17 +2036,17 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       auto step = [&](Value a, Value w0, Value w1) {
         Value ws[2] = {w0, w1};
         if (int4) {
-          Value aLo = load(nxi8, a, rowBytes), aHi = load(nxi8, f.gep(a, i8, actOff[1]), rowBytes);
+          Value aLo = sk.load(nxi8, a, rowBytes), aHi = sk.load(nxi8, f.gep(a, i8, actOff[1]), rowBytes);
           for (int64_t t = 0; t < 2; ++t) {
             // 16 c of the low and high nibbles (a shift and a mask, no copy).
-            Value raw = load(nxi8, ws[t], tiles[t].bytes);
+            Value raw = sk.load(nxi8, ws[t], tiles[t].bytes);
             mopa(t, aLo, b.create<mlir::arith::ShLIOp>(loc, raw, f.splatInt(nxi8, 4)));
             mopa(t, aHi, b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(nxi8, 0xF0)));
           }
         } else {
-          Value av = load(nxi8, a, rowBytes);
+          Value av = sk.load(nxi8, a, rowBytes);
           for (int64_t t = 0; t < 2; ++t)
-            mopa(t, av, load(nxi8, ws[t], tiles[t].bytes));
+            mopa(t, av, sk.load(nxi8, ws[t], tiles[t].bytes));
         }
       };
       // Steps [s0, s1) as a loop over pointers, and `count` steps from s0 unrolled
@@ -2053,7 +2075,7 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       };
       if (int4) {
         zeroTiles(0xCC);  // f32 tiles 2 and 3
-        Value stepsPerGroup = divs(group, f.cI64(8));
+        Value stepsPerGroup = sk.divs(group, f.cI64(8));
         Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
         // The group loop carries the pointers to its steps' operands.
         Value aAdvance = f.muli(stepsPerGroup, actOff[actPerStep]), wAdvance = f.muli(stepsPerGroup, f.cI64(64));
@@ -2065,9 +2087,9 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
           Value gi = groupLoop.getInductionVar();
           auto ptrs = groupLoop.getRegionIterArgs();
           zeroTiles(0x33);  // i32 tiles 0 and 1
-          Value share = load(nxi32, f.gep(shares, f.i32, f.muli(gi, R)), rowMask);
+          Value share = sk.load(nxi32, f.gep(shares, f.i32, f.muli(gi, R)), rowMask);
           for (int64_t t = 0; t < 2; ++t)
-            intr("llvm.aarch64.sme.addva", {}, {c32(t), rowMask, tiles[t].lanes, share});
+            sk.intr("llvm.aarch64.sme.addva", {}, {sk.c32(t), rowMask, tiles[t].lanes, share});
           Value s0 = f.muli(gi, stepsPerGroup);
           auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
           {
@@ -2079,7 +2101,7 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
           }
           Value sc[2];
           for (int64_t t = 0; t < 2; ++t) {
-            Value h = load(nxf16, f.gep(tiles[t].scaleAt, i16, f.muli(gi, p16)), tiles[t].lanes);
+            Value h = sk.load(nxf16, f.gep(tiles[t].scaleAt, i16, f.muli(gi, p16)), tiles[t].lanes);
             sc[t] = b.create<mlir::arith::ExtFOp>(loc, nxf32, h);
           }
           // Array vectors 4i + t (i < S / 4) are tile t's rows i, i + S/4, i + S/2,
@@ -2087,18 +2109,18 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
           // bits up (S / 4 even), one at 128.
           auto readOut = [&](Value i) {
             for (int64_t t = 0; t < 2; ++t) {
-              Value slice = i32Of(f.addi(f.muli(i, four), f.cI64(t)));
-              Value sums = intr("llvm.aarch64.sme.read.vg1x4", {x4(nxi32)}, {slice})->getResult(0);
-              Value conv = intr("llvm.aarch64.sve.scvtf.x4", {x4(nxf32)}, parts(sums))->getResult(0);
-              llvm::SmallVector<Value> ops = {i32Of(f.addi(f.muli(i, four), f.cI64(t + 2)))};
-              ops.append(parts(conv));
+              Value slice = sk.i32Of(f.addi(f.muli(i, four), f.cI64(t)));
+              Value sums = sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxi32)}, {slice})->getResult(0);
+              Value conv = sk.intr("llvm.aarch64.sve.scvtf.x4", {sk.x4(nxf32)}, sk.parts(sums))->getResult(0);
+              llvm::SmallVector<Value> ops = {sk.i32Of(f.addi(f.muli(i, four), f.cI64(t + 2)))};
+              ops.append(sk.parts(conv));
               ops.push_back(sc[t]);
-              intr("llvm.aarch64.sme.fmla.single.vg1x4", {}, ops);
+              sk.intr("llvm.aarch64.sme.fmla.single.vg1x4", {}, ops);
             }
           };
           // Two i at a time (S / 4 is even from 256 bits up), then one (128 bits).
-          Value quarter = divs(S, four);
-          Value pairs = f.muli(divs(quarter, f.cI64(2)), f.cI64(2));
+          Value quarter = sk.divs(S, four);
+          Value pairs = f.muli(sk.divs(quarter, f.cI64(2)), f.cI64(2));
           f.loop(zero, pairs, f.cI64(2), [&](Value i) {
             readOut(i);
             readOut(f.addi(i, one));
@@ -2110,7 +2132,7 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       } else {
         // The steps 4 at a time, then the rest.
         zeroTiles(0x33);
-        Value steps = divs(K, four), main = f.muli(divs(steps, four), four);
+        Value steps = sk.divs(K, four), main = f.muli(sk.divs(steps, four), four);
         f.loop(zero, main, four, [&](Value s0) {
           std::array<Value, 3> p = at(s0);
           unrolled(p[0], p[1], p[2], 4);
@@ -2122,11 +2144,11 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
       for (int64_t t = 0; t < 2; ++t) {
         Tile& q = tiles[t];
         if (!int4)
-          rowScale[t] = load(nxf32, q.scaleAt, q.lanes);
-        bias[t] = load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(t))), q.lanes);
-        Value inRange = lanesBelow(ps, q.first, args.nEnd);
-        Value before = lanesBelow(ps, q.first, args.nBegin);
-        storeMask[t] = andP(andP(q.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+          rowScale[t] = sk.load(nxf32, q.scaleAt, q.lanes);
+        bias[t] = sk.load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(t))), q.lanes);
+        Value inRange = sk.lanesBelow(ps, q.first, args.nEnd);
+        Value before = sk.lanesBelow(ps, q.first, args.nBegin);
+        storeMask[t] = sk.andP(sk.andP(q.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
       }
       f.loop(zero, rows, one, [&](Value r) {
         Value row = f.addi(mb0, r);
@@ -2139,11 +2161,11 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
         for (int64_t t = 0; t < 2; ++t) {
           Value val;
           if (int4) {
-            val = intr("llvm.aarch64.sme.read.horiz", {nxf32}, {f.splat(nxf32, 0.0), allTrue, c32(t + 2), i32Of(r)})
+            val = sk.intr("llvm.aarch64.sme.read.horiz", {nxf32}, {f.splat(nxf32, 0.0), allTrue, sk.c32(t + 2), sk.i32Of(r)})
                       ->getResult(0);
             val = f.mul(val, sx);
           } else {
-            Value sum = intr("llvm.aarch64.sme.read.horiz", {nxi32}, {f.splatInt(nxi32, 0), allTrue, c32(t), i32Of(r)})
+            Value sum = sk.intr("llvm.aarch64.sme.read.horiz", {nxi32}, {f.splatInt(nxi32, 0), allTrue, sk.c32(t), sk.i32Of(r)})
                             ->getResult(0);
             val = f.mul(f.mul(b.create<mlir::arith::SIToFPOp>(loc, nxf32, sum), sx), rowScale[t]);
           }
@@ -2180,53 +2202,26 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
 // The integer sums, their conversion and the fused multiply-add per group are the
 // NEON `sdot` path's, in the same order, so the outputs equal it bit for bit.
 void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
-  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, /*isPublic=*/false);
-  mlir::OpBuilder b(fn.getBody());
-  b.setInsertionPointToStart(&fn.getBody().front());
-  fn->setAttr(kSmeZaAttrName, b.getUnitAttr());
-  FnBuilder f(b, loc);
-  mlir::Type i1 = b.getI1Type(), i8 = b.getI8Type(), i16 = b.getI16Type(), f16 = b.getF16Type();
-  auto scalable = [&](int64_t n, mlir::Type t) { return mlir::VectorType::get({n}, t, {true}); };
-  auto nxi8 = scalable(16, i8), nxi32 = scalable(4, f.i32), nxf32 = scalable(4, f.f32);
-  auto nxf16 = scalable(4, f16), pb = scalable(16, i1), ps = scalable(4, i1);
-  auto intr = [&](llvm::StringRef callee, mlir::TypeRange results, mlir::ValueRange operands) -> mlir::Operation* {
-    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
-  };
-  auto x4 = [&](mlir::Type t) -> mlir::Type { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); };
-  auto parts = [&](Value v) {
-    llvm::SmallVector<Value> out;
-    for (int64_t k = 0; k < 4; ++k)
-      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, k));
-    return out;
-  };
-  auto c32 = [&](int64_t v) -> Value { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); };
-  auto i32Of = [&](Value v) -> Value { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); };
-  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
-  auto rems = [&](Value a, Value c) { return b.create<mlir::arith::RemSIOp>(loc, a, c).getResult(); };
-  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
-  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
-  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
-  auto andP = [&](Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c).getResult(); };
-  auto lanesBelow = [&](mlir::VectorType t, Value base, Value n) -> Value {
-    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
-  };
-  auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
+  SmeKernel sk(kernels, name, loc);
+  mlir::func::FuncOp fn = sk.fn;
+  mlir::OpBuilder& b = sk.b;
+  FnBuilder& f = sk.f;
+  mlir::Type i8 = sk.i8, i16 = sk.i16;
+  mlir::VectorType nxi8 = sk.nxi8, nxi32 = sk.nxi32, nxf32 = sk.nxf32, nxf16 = sk.nxf16, pb = sk.pb, ps = sk.ps;
 
   Value scratch = fn.getArgument(3);
   const MatmulArgs args(f, fn, /*f16Bias=*/true);
   Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
   Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), p16 = f.cI64(format::kP16K8Rows);
-  Value S = intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
-  Value W = minI(S, p16), blockChannels = f.muli(W, four);
+  Value S = sk.intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
+  Value W = sk.minI(S, p16), blockChannels = f.muli(W, four);
   Value group = b.create<mlir::arith::ExtUIOp>(
       loc, f.i64,
       f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
-  Value groups = divs(K, group), stepPairs = divs(group, f.cI64(16));
-  Value scales = f.gep(w, i8, divs(f.muli(N, K), f.cI64(2)));
-  Value pFirst = divs(args.nBegin, p16);
-  Value pEnd = divs(f.addi(args.nEnd, f.cI64(format::kP16K8Rows - 1)), p16);
-  Value wholeEnd = maxI(pFirst, minI(pEnd, divs(N, p16)));
-  Value cBegin = f.muli(pFirst, p16), cEnd = f.muli(wholeEnd, p16);
+  Value groups = sk.divs(K, group), stepPairs = sk.divs(group, f.cI64(16));
+  Value scales = f.gep(w, i8, sk.divs(f.muli(N, K), f.cI64(2)));
+  Value cBegin, cEnd;
+  std::tie(cBegin, cEnd) = sk.wholePanels(args.nBegin, args.nEnd, N);
   // Scratch: the biases of two blocks (8 W <= 128), the row's shares (groups).
   Value biasBuf = scratch;
   Value shares = f.gep(scratch, f.f32, f.cI64(128));
@@ -2234,7 +2229,7 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
   Value allBytes = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(pb, true));
   Value ones = f.splatInt(nxi8, 1), lowMask = f.splatInt(nxi8, 0x0F), four8 = f.splatInt(nxi8, 4);
   Value bytesPerVec = f.muli(S, four);
-  Value wBytes = lanesBelow(pb, zero, f.muli(W, four));  // a vector's W words
+  Value wBytes = sk.lanesBelow(pb, zero, f.muli(W, four));  // a vector's W words
 
   f.loop(zero, M, one, [&](Value r) {
     Value xRow = f.gep(xq, i8, f.muli(r, K));
@@ -2246,12 +2241,12 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
         mlir::OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(sum.getBody());
         Value j = sum.getInductionVar();
-        Value v = load(nxi8, f.gep(xRow, i8, f.addi(g0, j)), lanesBelow(pb, j, group));
+        Value v = sk.load(nxi8, f.gep(xRow, i8, f.addi(g0, j)), sk.lanesBelow(pb, j, group));
         b.create<mlir::scf::YieldOp>(
-            loc, intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0));
+            loc, sk.intr("llvm.aarch64.sve.sdot", {nxi32}, {sum.getRegionIterArgs()[0], v, ones})->getResult(0));
       }
-      Value total = intr("llvm.aarch64.sve.saddv", {f.i64}, {allTrue, sum.getResult(0)})->getResult(0);
-      f.store(i32Of(f.muli(total, f.cI64(-8))), shares, f.i32, gi);
+      Value total = sk.intr("llvm.aarch64.sve.saddv", {f.i64}, {allTrue, sum.getResult(0)})->getResult(0);
+      f.store(sk.i32Of(f.muli(total, f.cI64(-8))), shares, f.i32, gi);
     });
     Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, r));
 
@@ -2273,43 +2268,43 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
           Vec& v = vs[k];
           v.first = f.addi(c0, f.muli(W, f.cI64(k)));
           if (whole) {
-            v.lanes = lanesBelow(ps, zero, W);
+            v.lanes = sk.lanesBelow(ps, zero, W);
             v.bytes = wBytes;
           } else {
             Value width = b.create<mlir::arith::SelectOp>(
                 loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, v.first, cEnd), W, zero);
-            v.lanes = lanesBelow(ps, zero, width);
-            v.bytes = lanesBelow(pb, zero, f.muli(width, four));
+            v.lanes = sk.lanesBelow(ps, zero, width);
+            v.bytes = sk.lanesBelow(pb, zero, f.muli(width, four));
           }
-          Value panel = divs(v.first, p16), off = rems(v.first, p16);
-          v.codes = f.gep(w, i8, f.addi(divs(f.muli(f.muli(panel, p16), K), f.cI64(2)), f.muli(off, four)));
+          Value panel = sk.divs(v.first, p16), off = sk.rems(v.first, p16);
+          v.codes = f.gep(w, i8, f.addi(sk.divs(f.muli(f.muli(panel, p16), K), f.cI64(2)), f.muli(off, four)));
           v.scaleAt = f.gep(scales, i16, f.addi(f.muli(f.muli(panel, p16), groups), off));
         }
         return vs;
       };
       // Block j's integer sums in ZA tile j's vector group 0, its f32 totals in tile
       // j + 2's.
-      auto intSlice = [&](int64_t j) { return c32(j); };
-      auto f32Slice = [&](int64_t j) { return c32(j + 2); };
+      auto intSlice = [&](int64_t j) { return sk.c32(j); };
+      auto f32Slice = [&](int64_t j) { return sk.c32(j + 2); };
       auto block = [&](const std::array<Vec, kVecs>& vs) {
-        intr("llvm.aarch64.sme.zero", {}, {c32(0xCC)});  // f32 tiles 2 and 3
+        sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(0xCC)});  // f32 tiles 2 and 3
         // Steps from byte offset `at` of each vector's codes (64 bytes a step) and the
         // row's activations from `x` (8 bytes a step), a pair at a time.
         auto stepPair = [&](Value at, Value x) {
           // Columns 8s..8s+15: words 0, 1 (step s low, high), 2, 3 (step s + 1).
-          Value xw = intr("llvm.aarch64.sve.ld1rq", {nxi8}, {allBytes, x})->getResult(0);
+          Value xw = sk.intr("llvm.aarch64.sve.ld1rq", {nxi8}, {allBytes, x})->getResult(0);
           for (int64_t u = 0; u < 2; ++u)
             for (int64_t j = 0; j < kGemvBlocks; ++j) {
               llvm::SmallVector<Value> lo, hi;
               for (int64_t k = 4 * j; k < 4 * j + 4; ++k) {
-                Value raw = load(nxi8, f.gep(vs[k].codes, i8, f.addi(at, f.cI64(64 * u))), vs[k].bytes);
+                Value raw = sk.load(nxi8, f.gep(vs[k].codes, i8, f.addi(at, f.cI64(64 * u))), vs[k].bytes);
                 lo.push_back(b.create<mlir::arith::AndIOp>(loc, raw, lowMask));
                 hi.push_back(b.create<mlir::arith::ShRUIOp>(loc, raw, four8));
               }
-              intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
-                   {intSlice(j), lo[0], lo[1], lo[2], lo[3], xw, c32(2 * u)});
-              intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
-                   {intSlice(j), hi[0], hi[1], hi[2], hi[3], xw, c32(2 * u + 1)});
+              sk.intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
+                   {intSlice(j), lo[0], lo[1], lo[2], lo[3], xw, sk.c32(2 * u)});
+              sk.intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {},
+                   {intSlice(j), hi[0], hi[1], hi[2], hi[3], xw, sk.c32(2 * u + 1)});
             }
         };
         Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
@@ -2319,7 +2314,7 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
           mlir::OpBuilder::InsertionGuard gl(b);
           b.setInsertionPointToStart(groupLoop.getBody());
           Value gi = groupLoop.getInductionVar(), at = groupLoop.getRegionIterArgs()[0];
-          intr("llvm.aarch64.sme.zero", {}, {c32(0x33)});  // integer tiles 0 and 1
+          sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(0x33)});  // integer tiles 0 and 1
           Value x = f.gep(xRow, i8, f.muli(gi, group));
           // Group 32 (two pairs of steps) unrolled; others a loop over the pairs.
           auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
@@ -2337,18 +2332,18 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
           // its scales.
           Value share = b.create<mlir::vector::SplatOp>(loc, nxi32, f.load(f.i32, shares, f.i32, gi));
           for (int64_t j = 0; j < kGemvBlocks; ++j) {
-            Value sums = intr("llvm.aarch64.sme.read.vg1x4", {x4(nxi32)}, {intSlice(j)})->getResult(0);
-            llvm::SmallVector<Value> addOps = parts(sums);
+            Value sums = sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxi32)}, {intSlice(j)})->getResult(0);
+            llvm::SmallVector<Value> addOps = sk.parts(sums);
             addOps.push_back(share);
-            Value shifted = intr("llvm.aarch64.sve.add.single.x4", {x4(nxi32)}, addOps)->getResult(0);
-            Value conv = intr("llvm.aarch64.sve.scvtf.x4", {x4(nxf32)}, parts(shifted))->getResult(0);
+            Value shifted = sk.intr("llvm.aarch64.sve.add.single.x4", {sk.x4(nxi32)}, addOps)->getResult(0);
+            Value conv = sk.intr("llvm.aarch64.sve.scvtf.x4", {sk.x4(nxf32)}, sk.parts(shifted))->getResult(0);
             llvm::SmallVector<Value> ops = {f32Slice(j)};
-            ops.append(parts(conv));
+            ops.append(sk.parts(conv));
             for (int64_t k = 4 * j; k < 4 * j + 4; ++k) {
-              Value h = load(nxf16, f.gep(vs[k].scaleAt, i16, f.muli(gi, p16)), vs[k].lanes);
+              Value h = sk.load(nxf16, f.gep(vs[k].scaleAt, i16, f.muli(gi, p16)), vs[k].lanes);
               ops.push_back(b.create<mlir::arith::ExtFOp>(loc, nxf32, h));
             }
-            intr("llvm.aarch64.sme.fmla.vg1x4", {}, ops);
+            sk.intr("llvm.aarch64.sme.fmla.vg1x4", {}, ops);
           }
           b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{f.addi(at, groupBytes)});
         }
@@ -2358,20 +2353,20 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
           mlir::OpBuilder::InsertionGuard g(b);
           b.setInsertionPointToStart(withBias.thenBlock());
           f.loop(zero, stepChannels, one, [&](Value j) {
-            f.store(args.bias(f, minI(f.addi(c0, j), sub(N, one))), biasBuf, f.f32, j);
+            f.store(args.bias(f, sk.minI(f.addi(c0, j), sk.sub(N, one))), biasBuf, f.f32, j);
           });
         }
         llvm::SmallVector<Value> t;
         for (int64_t j = 0; j < kGemvBlocks; ++j)
-          t.append(parts(intr("llvm.aarch64.sme.read.vg1x4", {x4(nxf32)}, {f32Slice(j)})->getResult(0)));
+          t.append(sk.parts(sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxf32)}, {f32Slice(j)})->getResult(0)));
         for (int64_t k = 0; k < kVecs; ++k) {
           const Vec& v = vs[k];
           Value bias = b.create<mlir::arith::SelectOp>(
-              loc, args.hasBias, load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(k))), v.lanes),
+              loc, args.hasBias, sk.load(nxf32, f.gep(biasBuf, f.f32, f.muli(W, f.cI64(k))), v.lanes),
               f.splat(nxf32, 0.0));
-          Value inRange = lanesBelow(ps, v.first, args.nEnd);
-          Value before = lanesBelow(ps, v.first, args.nBegin);
-          Value mask = andP(andP(v.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+          Value inRange = sk.lanesBelow(ps, v.first, args.nEnd);
+          Value before = sk.lanesBelow(ps, v.first, args.nBegin);
+          Value mask = sk.andP(sk.andP(v.lanes, inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
           Value val = f.add(f.mul(t[k], sx), bias);
           b.create<mlir::LLVM::MaskedStoreOp>(loc, val, f.gep(y, f.f32, f.addi(f.muli(r, ldy), v.first)), mask, 4);
         }
