@@ -2567,11 +2567,25 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       // per unpacked vector (added at the end), so that the dot products' latency hides.
       const bool split = rows == 1 && dots > 1 && panels * V < 8;
       const int64_t chains = split ? dots : 1;
+      // x86 without VNNI, int4 in groups of at most 32 columns: PMADDUBSW's pairs
+      // (c x a + c' x a', |.| <= 2 x 15 x 128 = 3840) are summed in i16 over the group
+      // (at most 8 per element: |sum| <= 30720, exact) and widened by one PMADDWD per
+      // group, not one per step: the multiply port, the bottleneck (one on Zen 1 and
+      // Haswell), does 9 multiplies where it did 16. The integer sums are the same.
+      const bool i16Sums = int4 && d.kind == Dot4::X86Maddubs && constGroup && *constGroup <= 32;
+      auto vi16 = mlir::VectorType::get({2 * L}, i16);
+      auto accStep = [&](Value acc, Value wv, Value xv) -> Value {
+        if (!i16Sums)
+          return dot4Step(f, d, acc, wv, xv);
+        Value pairs = b.create<mlir::LLVM::CallIntrinsicOp>(loc, vi16, b.getStringAttr(d.pairs), mlir::ValueRange{wv, xv})
+                          .getResult(0);
+        return f.addi(acc, pairs);
+      };
       auto stepSums = [&](Value s0, llvm::ArrayRef<Value> start) {
         llvm::SmallVector<Value> init;
         for (int64_t c = 0; c < chains; ++c)
           for (Value v : start)
-            init.push_back(c == 0 ? v : f.splatInt(vi32, 0));
+            init.push_back(i16Sums ? f.splatInt(vi16, 0) : c == 0 ? v : f.splatInt(vi32, 0));
         // One step s from the sums `accs`; xOf(i, t) is row i's activation word t of
         // the step, broadcast.
         auto step = [&](Value s, llvm::ArrayRef<Value> accs, llvm::function_ref<Value(int64_t, int64_t)> xOf) {
@@ -2603,7 +2617,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
             for (int64_t c = 0; c < panels * V; ++c) {
               if (split) {
                 for (int64_t t = 0; t < dots; ++t)
-                  out.push_back(dot4Step(f, d, accs[t * count + c], ws[c * dots + t], xw[t]));
+                  out.push_back(accStep(accs[t * count + c], ws[c * dots + t], xw[t]));
                 continue;
               }
               Value acc = accs[i * panels * V + c];
@@ -2613,7 +2627,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
                   x = b.create<mlir::LLVM::CallIntrinsicOp>(loc, vbytes, b.getStringAttr("llvm.x86.avx2.psign.b"),
                                                             mlir::ValueRange{x, signs[c]})
                           .getResult(0);
-                acc = dot4Step(f, d, acc, ws[c * dots + t], x);
+                acc = accStep(acc, ws[c * dots + t], x);
               }
               out.push_back(acc);
             }
@@ -2666,6 +2680,13 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
         for (int64_t t = 1; t < chains; ++t)
           for (int64_t c = 0; c < count; ++c)
             total[c] = f.addi(total[c], results[t * count + c]);
+        if (i16Sums)
+          for (int64_t c = 0; c < count; ++c) {
+            Value wide = b.create<mlir::LLVM::CallIntrinsicOp>(loc, vi32, b.getStringAttr(d.quads),
+                                                               mlir::ValueRange{total[c], f.splatInt(vi16, 1)})
+                             .getResult(0);
+            total[c] = f.addi(start[c], wide);
+          }
         return total;
       };
       // The integer sums' start of group gi: the offset's share per row, or 0.

@@ -316,6 +316,9 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
     bool symmetric;
     int64_t m, n, k;
     uint8_t layout = format::kLayoutRowMajor;  // formats/encoding.h LayoutId
+    // Every code 15 and every activation +-127 (rows alternating): the largest
+    // integer sums, which must not overflow the kernels' narrow partial sums.
+    bool extreme = false;
   };
   constexpr uint8_t kP16 = format::kLayoutInt4P16K8, kP8 = format::kLayoutInt8P16K4;
   const Case cases[] = {
@@ -348,6 +351,11 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
       {"int8", format::kEncINT8, 0, true, 70, 5, 4096},
       {"int8", format::kEncINT8, 0, true, 70, 48, 4096, kP8},
       {"int4, group = 32", format::kEncINT4, 32, true, 70, 48, 4096, kP16},
+      // The largest sums, one row (decode) and a tile of rows.
+      {"int4, group = 32", format::kEncINT4, 32, true, 1, 32, 256, kP16, true},
+      {"int4, group = 32", format::kEncINT4, 32, true, 9, 32, 256, kP16, true},
+      {"int4, group = 32", format::kEncINT4, 32, true, 9, 32, 256, format::kLayoutRowMajor, true},
+      {"int4, group = 64", format::kEncINT4, 64, true, 9, 32, 256, kP16, true},
   };
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -378,10 +386,14 @@ TEST_F(GeneratedKernels, Int8ActivationMatmulMatchesReference) {
         std::vector<float> x(cs.m * ldx), bv(cs.n), xs(cs.m), want(cs.m * ldy, 0.0f), got(cs.m * ldy, 0.0f);
         std::vector<int8_t> xq(cs.m * cs.k);
         for (float& v : x) v = value(rng);
+        if (cs.extreme)
+          for (int64_t i = 0; i < cs.m * ldx; ++i) x[i] = (i / ldx) % 2 == 0 ? 1.0f : -1.0f;
         for (float& v : bv) v = value(rng);
         kiln_uk_quant_rows_params_t q = {x.data(), ldx, cs.k, xq.data(), xs.data()};
         kiln_uk_lhs_quant_qai8dx_f32_ref_portable(&q, 0, cs.m);
         std::vector<uint8_t> wbytes = RandomIntWeight(rng, cs.id, cs.n, cs.k, cs.group, cs.symmetric);
+        if (cs.extreme)
+          for (int64_t i = 0; i < cs.n * cs.k; ++i) format::Int4View::SetCode(wbytes.data(), i, 15);
         std::vector<uint8_t> bbytes = Encode(bv, format::kEncF32);
         kiln_uk_weight_t wt = {wbytes.data(), cs.n, cs.k, cs.id, static_cast<uint8_t>(cs.symmetric), 1, 0,
                                static_cast<uint32_t>(cs.group)};
