@@ -27,8 +27,11 @@ constexpr uint32_t kSchemaMajor = 1;
 // SelectTokens op (visual-token pruning), which older runtimes refuse by its kind;
 // 11: int8_p16k4 and int4_p16k8 also for weights multiplied with float activations
 // (W8A16, W4A16) and panel16 for fp8, which older runtimes' verifiers refuse
-// (KernelReadsLayout), and the CPU feature avxvnni (older runtimes refuse the bit)
-constexpr uint32_t kSchemaMinor = 11;
+// (KernelReadsLayout), and the CPU feature avxvnni (older runtimes refuse the bit);
+// 12: generated attention kernels without a KV cache use the larger per-thread
+// scratch of KILN_UK_ATTENTION_SCRATCH (the head's values packed, the transposed keys'
+// rows padded); an older runtime allocates less, so 1.12 artifacts need a 1.12 runtime
+constexpr uint32_t kSchemaMinor = 12;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -105,7 +105,8 @@ typedef struct kiln_uk_rope_params_t {
  * task = row * heads + head; scratch per thread: KILN_UK_ATTENTION_SCRATCH(n_keys,
  * head_dim, positions given) floats: with positions (KV cache) a few rows of scores
  * of one head and one decoded row of a head; without (all keys in the inputs, e.g. vision encoders) also room for
- * the keys of one head transposed.
+ * the keys of one head transposed (rows padded) and its values packed (schema 1.12: generated kernels of 1.12
+ * artifacts need this larger scratch).
  * Row t attends to keys [0, limit(t)): limit = n_keys, or t + 1 when causal, or
  * positions[t] + 1 when positions is given (KV cache).
  * A KV cache may hold keys and values encoded (kv_encoding, a formats/encodings.def
@@ -133,8 +134,8 @@ typedef struct kiln_uk_rope_params_t {
 #define KILN_UK_ATTENTION_SCRATCH_ROWS 8
 #define KILN_UK_ATTENTION_SCRATCH(n_keys, head_dim, cached)                             \
   ((cached) ? (size_t)KILN_UK_ATTENTION_SCRATCH_ROWS * (size_t)(n_keys) + (size_t)(head_dim) \
-            : ((size_t)KILN_UK_ATTENTION_SCRATCH_ROWS + (size_t)(head_dim)) *           \
-                  (((size_t)(n_keys) + 31) / 32 * 32))
+            : ((size_t)KILN_UK_ATTENTION_SCRATCH_ROWS + 2 * (size_t)(head_dim)) *       \
+                  (((size_t)(n_keys) + 31) / 32 * 32 + 16))
 typedef struct kiln_uk_attention_params_t {
   const float* q;
   int64_t ldq;

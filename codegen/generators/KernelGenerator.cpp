@@ -778,7 +778,8 @@ void buildNorm(mlir::ModuleOp kernels, llvm::StringRef name, bool layerNorm, uin
 // the tasks are split):
 //  - all keys in the inputs (no KV cache; vision encoders) and at least
 //    kTiledMinKeys of them: per head of the range, its keys transposed once into the
-//    scratch ([head_dim][keys], zero-padded), then tiles of up to `tileRows` query
+//    scratch ([head_dim][keys], zero-padded) and its values packed there (per pass of
+//    the weighted sum, contiguous), then tiles of up to `tileRows` query
 //    rows x 2 vectors of keys as outer products (no horizontal sums), the softmax of
 //    each row's scores, and the values weighted by the probabilities summed into 4
 //    rows x a few vectors of the head at a time (each value vector loaded serves 4
@@ -906,18 +907,39 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
       Value ks = f.cI64(keyStep);
       Value nPad = f.muli(divi(f.addi(nAll, f.cI64(keyStep - 1)), ks), ks);
       Value kt = scratch;
-      Value sRows = f.gep(scratch, f.f32, f.muli(f.cI64(headDim), nPad));
-      // Keys transposed: kt[d * nPad + j] = k[j * ldkv + kvOff + d], zeros past nAll;
-      // written row by row of kt (strided loads, contiguous stores: scattered stores
-      // would cost a cache line each).
+      // kt's rows are nPad + 16 floats apart, so that the rows a tile reads (one per
+      // head element, 64 bytes each) do not fall in one L1 set when nPad x 4 bytes is
+      // a multiple of 4 KB.
+      Value ktStride = f.addi(nPad, f.cI64(16));
+      Value sRows = f.gep(scratch, f.f32, f.muli(f.cI64(headDim), ktStride));
+      // The head's values packed after the scores (schema 1.12's larger scratch): per
+      // pass of step 3 (groupChunks vectors of the head from chunk c0), its keys' lanes
+      // contiguous, vp[c0 x lanes x nPad + j x cg x lanes + c x lanes + l]. Read in
+      // place, rows ldkv apart (a fused q|k|v output: 9 KB), the passes hit a few
+      // cache sets only and ran from L3.
+      Value vp = f.gep(sRows, f.f32, f.muli(f.cI64(tileRows), nPad));
+      // Keys transposed: kt[d * ktStride + j] = k[j * ldkv + kvOff + d], zeros past
+      // nAll; written row by row of kt (strided loads, contiguous stores: scattered
+      // stores would cost a cache line each).
       Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0.0f));
       f.loop(zero, f.cI64(headDim), one, [&](Value d) {
-        Value ktRow = f.muli(d, nPad), kCol = f.addi(kvOff, d);
+        Value ktRow = f.muli(d, ktStride), kCol = f.addi(kvOff, d);
         f.loop(zero, nAll, one, [&](Value j) {
           f.store(f.load(f.f32, k, f.f32, f.addi(f.muli(j, ldkv), kCol)), kt, f.f32, f.addi(ktRow, j));
         });
         f.loop(nAll, nPad, one, [&](Value j) { f.store(zeroF, kt, f.f32, f.addi(ktRow, j)); });
       });
+      for (int64_t c0 = 0; c0 < chunks; c0 += groupChunks) {
+        const int64_t cg = std::min<int64_t>(groupChunks, chunks - c0);
+        Value base = f.muli(f.cI64(c0 * lanes), nPad);
+        f.loop(zero, nAll, one, [&](Value j) {
+          Value from = f.addi(f.muli(j, ldkv), f.addi(kvOff, f.cI64(c0 * lanes)));
+          Value to = f.addi(base, f.muli(j, f.cI64(cg * lanes)));
+          for (int64_t c = 0; c < cg; ++c)
+            storeLanes(f, loadLanes(f, vf32, v, f.addi(from, f.cI64(c * lanes)), Value()), vp,
+                       f.addi(to, f.cI64(c * lanes)), Value());
+        });
+      }
       Value scaleV = b.create<mlir::vector::SplatOp>(loc, vkeys, scale);
       f.loop(ra, f.addi(rb, one), f.cI64(tileRows), [&](Value rt) {
         Value mr = mini(f.cI64(tileRows), subi(f.addi(rb, one), rt));
@@ -938,7 +960,7 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
             mlir::OpBuilder::InsertionGuard g2(b);
             b.setInsertionPointToStart(dl.getBody());
             Value d = dl.getInductionVar();
-            Value at = f.addi(f.muli(d, nPad), j0);
+            Value at = f.addi(f.muli(d, ktStride), j0);
             Value k0 = loadLanes(f, vkeys, kt, at, Value());
             Value k1 = loadLanes(f, vkeys, kt, f.addi(at, f.cI64(maxLanes)), Value());
             llvm::SmallVector<Value> next;
@@ -1007,10 +1029,10 @@ void buildAttention(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads,
               mlir::OpBuilder::InsertionGuard g2(b);
               b.setInsertionPointToStart(acc.getBody());
               Value j = acc.getInductionVar();
-              Value vRow = f.addi(f.muli(j, ldkv), kvOff);
+              Value vRow = f.addi(f.muli(f.cI64(c0 * lanes), nPad), f.muli(j, f.cI64(cg * lanes)));
               llvm::SmallVector<Value> vv;
               for (int64_t c = 0; c < cg; ++c)
-                vv.push_back(loadLanes(f, vf32, v, f.addi(vRow, f.cI64((c0 + c) * lanes)), Value()));
+                vv.push_back(loadLanes(f, vf32, vp, f.addi(vRow, f.cI64(c * lanes)), Value()));
               llvm::SmallVector<Value> next;
               for (int64_t gr = 0; gr < groupRows; ++gr) {
                 Value w = b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, sRows, f.f32, f.addi(sAt[gr], j)));
