@@ -2410,22 +2410,21 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
 constexpr int64_t kMmlaBlockRows = 16, kPairsPerBlock = kMmlaBlockRows / 2;
 
 // How far ahead of its loads a single-row panel tile (decode) prefetches each panel's
-// weight, on the targets where decodePrefetches says so.
-constexpr int64_t kPrefetchBytes = 1024;
-
-// Whether decode's panel tiles prefetch their weights. Measured on two x86 hosts:
-//  - AVX-512 (Zen 5): decode ran 1.16x faster without software prefetches (distances
-//    of 0.5 to 32 KB) than with them; the hardware prefetcher keeps up.
-//  - AVX2 without AVX-512 (Zen 1): Llama-3.2-1B W4A8 decode ran 1.7x (2 threads) to
-//    1.9x (1 thread) faster with them (distances of 0.5 to 4 KB alike).
-// So x86 prefetches when it has no AVX-512 (the older cores). Arm prefetches too (not
-// measured on hardware). The float-activation kernels (buildMatmulPanels) never do: on
-// the Zen 1 host prefetching changed neither f16 decode (at the bandwidth already) nor
-// W4A16's (bound by decoding the codes to f32).
-bool decodePrefetches(const Target& target) {
-  if (target.arch == TargetArch::X86_64)
-    return !(target.features & format::kCpuX86Avx512F);
-  return true;
+// weight, in bytes; 0: no software prefetch. Measured on three x86 hosts, Llama-3.2-1B
+// W4A8 decode, one panel per tile:
+//  - Intel Xeon with AVX-512 (Sapphire Rapids class, 2026-12-05): 1.36x (0.5 and 1 KB),
+//    1.45x (2 KB) and 1.45-1.53x (4 KB) faster than none with 1 and 2 threads; 8 and
+//    16 KB 5-8% slower than 4 KB.
+//  - AMD Zen 1, AVX2: 1.7x (2 threads) to 1.9x (1 thread) faster with them, distances
+//    of 0.5 to 4 KB alike.
+//  - AMD Zen 5, AVX-512 (2026-12-03, then two panels per tile): none was 1.16x faster
+//    than 1 KB (2 threads), no distance of 0.5 to 32 KB faster than none.
+// Two of three gain 1.5-1.9x, one lost up to 1.16x: x86 prefetches 4 KB ahead. Arm
+// prefetches 1 KB ahead (not measured on hardware). The float-activation kernels
+// (buildMatmulPanels) never do: on the Zen 1 host prefetching changed neither f16
+// decode (at the bandwidth already) nor W4A16's (bound by decoding the codes to f32).
+int64_t decodePrefetchBytes(const Target& target) {
+  return target.arch == TargetArch::X86_64 ? 4096 : 1024;
 }
 
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 per-token activations
@@ -2598,8 +2597,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       }
       const int64_t count = rows * panels * V;
       // The integer sums over steps [s0, s0 + stepsPerGroup) from `init`. A single row
-      // (decode) streams the weight (each panel's codes prefetched kPrefetchBytes ahead where
-      // decodePrefetches),
+      // (decode) streams the weight (each panel's codes prefetched decodePrefetchBytes
+      // ahead),
       // and with fewer than 8 vectors of sums in flight (x86) a separate chain of sums
       // per unpacked vector (added at the end), so that the dot products' latency hides.
       const bool split = rows == 1 && dots > 1 && panels * V < 8;
@@ -2632,8 +2631,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
             for (int64_t v = 0; v < V; ++v) {
               Value stride = f.muli(four, ps[p].height);
               Value at = f.gep(ps[p].codes, i8, f.addi(f.muli(s, stride), f.cI64(v * 4 * L)));
-              if (rows == 1 && v == 0 && decodePrefetches(target))
-                b.create<mlir::LLVM::Prefetch>(loc, f.gep(at, i8, f.cI64(kPrefetchBytes)), 0, 3, 1);
+              if (rows == 1 && v == 0 && decodePrefetchBytes(target) > 0)
+                b.create<mlir::LLVM::Prefetch>(loc, f.gep(at, i8, f.cI64(decodePrefetchBytes(target))), 0, 3, 1);
               Value raw = load(vbytes, at, whole ? Value() : prefixMask(4 * L, sub(stride, f.cI64(v * 4 * L))));
               if (int4) {
                 ws.push_back(b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(vbytes, 0x0F)));
