@@ -799,8 +799,9 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
       ASSERT_NE(fn, nullptr);
       // Within the inputs (all keys or causal), over a KV cache at positions, and
       // within the inputs with enough rows for the tiled path (all keys or causal:
-      // 77 rows, short tiles, keys past the vector multiple).
-      for (int mode = 0; mode < 5; ++mode) {
+      // 77 rows, short tiles, keys past the vector multiple; mode 5: scores of
+      // hundreds, where exp overflows unless each row's max is exact).
+      for (int mode = 0; mode < 6; ++mode) {
         SCOPED_TRACE(target.triple + " (" + featureList(target.features) + "), " + std::to_string(s.heads) + "x" +
                      std::to_string(s.kv) + "x" + std::to_string(s.hd) + ", mode " + std::to_string(mode));
         const bool cached = mode == 2, causal = mode == 1 || mode == 4;
@@ -808,7 +809,7 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
                       ldkv = s.kv * s.hd + 5, ldy = s.heads * s.hd + 1;
         std::vector<float> q(rows * ldq), k(keys * ldkv), v(keys * ldkv), want(rows * ldy, 0.0f),
             got(rows * ldy, 0.0f);
-        for (float& x : q) x = value(rng);
+        for (float& x : q) x = value(rng) * (mode == 5 ? 60.0f : 1.0f);
         for (float& x : k) x = value(rng);
         for (float& x : v) x = value(rng);
         std::vector<int32_t> pos(rows);
@@ -848,7 +849,8 @@ TEST_F(GeneratedKernels, AttentionMatchesReference) {
             }
             // The tiled path sums its 77 keys' probabilities and values in another
             // order than the reference: a bound that grows with the keys summed.
-            const double tol = (mode >= 3 ? 1e-5 : 2e-6) * (1.0 + std::fabs(want[t * ldy + i]));
+            // Mode 5 sums scores of hundreds: their rounding is larger.
+            const double tol = (mode == 5 ? 1e-3 : mode >= 3 ? 1e-5 : 2e-6) * (1.0 + std::fabs(want[t * ldy + i]));
             ASSERT_LE(std::fabs(got[t * ldy + i] - want[t * ldy + i]), tol) << "row " << t << ", column " << i;
           }
       }
