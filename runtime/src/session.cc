@@ -363,7 +363,7 @@ kiln_status_t Emit(kiln_session_t* s, int32_t token, const kiln_generate_options
 }
 
 kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, const kiln_generate_options_t* options,
-                       double t_start, double tokenize_ms, kiln_error_t* error) {
+                       double t_start, kiln_error_t* error) {
   const fb::Model* m = s->model->fb;
   kiln_generate_options_t o;
   kiln_generate_options_init(&o);
@@ -438,11 +438,13 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     if (new_images > 0 && !s->image_encoded)
       if (kiln_status_t st = EncodeImage(s, error); st != KILN_OK) return st;
   }
-  double t_prefill = NowSeconds();
   if (kiln_status_t st = Prefill(s, ids, count, reuse, nullptr, error); st != KILN_OK) return st;
   if (kiln_status_t st = Head(s, error); st != KILN_OK) return st;
   double t_prefilled = NowSeconds();
-  s->stats.prefill_ms = tokenize_ms + Ms(t_prefilled - t_prefill);
+  // Everything from the call to the prefilled logits but the image's encoding: the
+  // prompt's tokenizing, the cache's preparation (a reused prefix, the open span
+  // decoded) and the prefill, so that the stages sum to the TTFT.
+  s->stats.prefill_ms = Ms(t_prefilled - t_start) - s->stats.vision_encoder_ms - s->stats.projector_ms;
 
   Rng rng{o.seed ^ 0x5eedull};
   int32_t* order = reinterpret_cast<int32_t*>(s->scratch);
@@ -1451,7 +1453,7 @@ kiln_status_t kiln_session_generate_ids(kiln_session_t* s, const int32_t* ids, s
   ClearError(out_error);
   if (s == nullptr || ids == nullptr || count == 0)
     return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_generate_ids needs a session and ids");
-  return Generate(s, ids, count, options, NowSeconds(), 0.0, out_error);
+  return Generate(s, ids, count, options, NowSeconds(), out_error);
 }
 
 kiln_status_t kiln_session_prompt_ids(kiln_session_t* s, const char* prompt, int32_t* out_ids, size_t capacity,
@@ -1477,8 +1479,7 @@ kiln_status_t kiln_session_generate(kiln_session_t* s, const char* prompt, const
   double t0 = NowSeconds();
   s->prompt.clear();
   if (kiln_status_t st = BuildPrompt(s, prompt, &s->prompt, out_error); st != KILN_OK) return st;
-  double tokenize_ms = Ms(NowSeconds() - t0);
-  return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, tokenize_ms, out_error);
+  return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, out_error);
 }
 
 kiln_status_t kiln_session_prefill_logits(kiln_session_t* s, const int32_t* ids, size_t count, float* out_logits,

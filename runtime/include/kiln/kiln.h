@@ -627,7 +627,8 @@ typedef struct kiln_stats_t {
   double image_preprocess_ms; /* resize, crop, normalise */
   double vision_encoder_ms;
   double projector_ms;
-  double prefill_ms;          /* LLM prefill incl. the LM head on the last position */
+  double prefill_ms;          /* LLM prefill incl. the LM head on the last position,
+                                 the prompt's tokenizing and the KV cache's preparation */
   double first_token_ms;      /* sampling and detokenising the first token */
   double ttft_ms;             /* sum of the above */
   double first_decode_ms;     /* the decode step that produced the second token */
