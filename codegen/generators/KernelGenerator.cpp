@@ -2431,8 +2431,8 @@ constexpr int64_t kMmlaBlockRows = 16, kPairsPerBlock = kMmlaBlockRows / 2;
 // How far ahead of its loads a single-row panel tile (decode) prefetches each panel's
 // weight, in bytes; 0: no software prefetch. Measured on three x86 hosts, Llama-3.2-1B
 // W4A8 decode, one panel per tile:
-//  - Intel Xeon with AVX-512 (Sapphire Rapids class, 2026-12-05): 1.36x (0.5 and 1 KB),
-//    1.45x (2 KB) and 1.45-1.53x (4 KB) faster than none with 1 and 2 threads; 8 and
+//  - Intel Xeon with AVX-512 (Sapphire Rapids class, 2026-12-05): 1.34-1.37x (0.5 and 1 KB),
+//    1.44-1.47x (2 KB) and 1.45-1.53x (4 KB) faster than none with 1 and 2 threads; 8 and
 //    16 KB 5-8% slower than 4 KB.
 //  - AMD Zen 1, AVX2: 1.7x (2 threads) to 1.9x (1 thread) faster with them, distances
 //    of 0.5 to 4 KB alike.
