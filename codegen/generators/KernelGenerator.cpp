@@ -2954,24 +2954,32 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       Value mb = minI(blockRows, sub(M, mb0));
       if (sums) {
         // The offset's share of each (row, group): -8 (int4) or -128 (int8) x the sum
-        // of its activations, 8 bytes at a time (int8: K may end in 4).
-        const int64_t chunk = int4 ? 8 : 4;
-        auto vc = mlir::VectorType::get({chunk}, i8);
-        auto vci32 = mlir::VectorType::get({chunk}, f.i32);
+        // of its activations, 16 bytes at a time, then 8 (int4) or 4 (int8: K may end
+        // in 4) at a time. Every call sums all its rows again (each thread's range of
+        // channels): 16 bytes at a time made a SigLIP encoder's W8A8 linears 1.06x (1
+        // thread) and 1.12x (2 threads, 4 ranges each) faster than 4 at a time.
+        const int64_t chunk = int4 ? 8 : 4, wide = 16;
+        auto sumBytes = [&](Value rowAt, Value from, Value to, int64_t step, Value init) -> Value {
+          auto vc = mlir::VectorType::get({step}, i8);
+          auto vci32 = mlir::VectorType::get({step}, f.i32);
+          auto sum = b.create<mlir::scf::ForOp>(loc, from, to, f.cI64(step), mlir::ValueRange{f.splatInt(vci32, 0)});
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(sum.getBody());
+            Value bytes = load(vc, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())), Value());
+            b.create<mlir::scf::YieldOp>(
+                loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0], b.create<mlir::arith::ExtSIOp>(loc, vci32, bytes))});
+          }
+          return b.create<mlir::arith::AddIOp>(
+              loc, init, b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0)));
+        };
         f.loop(zero, mb, one, [&](Value i) {
           Value rowAt = f.muli(f.addi(mb0, i), K);
           f.loop(zero, groups, one, [&](Value gi) {
             Value k0 = f.muli(gi, group);
-            auto sum =
-                b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), f.cI64(chunk), mlir::ValueRange{f.splatInt(vci32, 0)});
-            {
-              mlir::OpBuilder::InsertionGuard g(b);
-              b.setInsertionPointToStart(sum.getBody());
-              Value bytes = load(vc, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())), Value());
-              b.create<mlir::scf::YieldOp>(
-                  loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0], b.create<mlir::arith::ExtSIOp>(loc, vci32, bytes))});
-            }
-            Value total = b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0));
+            Value kWide = f.addi(k0, f.muli(divs(group, f.cI64(wide)), f.cI64(wide)));
+            Value total = sumBytes(rowAt, k0, kWide, wide, b.create<mlir::arith::ConstantIntOp>(loc, 0, 32));
+            total = sumBytes(rowAt, kWide, f.addi(k0, group), chunk, total);
             Value factor = b.create<mlir::arith::ConstantIntOp>(loc, int4 ? -8 : -128, 32);
             f.store(b.create<mlir::arith::MulIOp>(loc, total, factor), scratch, f.i32, f.addi(f.muli(i, groups), gi));
           });
