@@ -1407,7 +1407,7 @@ kiln_status_t kiln_session_set_image_rgb(kiln_session_t* s, const uint8_t* rgb, 
   double t0 = NowSeconds();
   int64_t size = s->model->fb->image()->image_size();
   kiln_status_t st = PreprocessImage(s->model->preprocess, rgb, width, height, stride, &s->allocator, s->pixels,
-                                     static_cast<size_t>(3 * size * size), out_error);
+                                     static_cast<size_t>(3 * size * size), out_error, s->pool);
   if (st != KILN_OK) {
     s->has_image = false;
     s->image_encoded = false;  // the pixels may be half overwritten

@@ -1,10 +1,13 @@
 #include "image/preprocess.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "support/error.h"
 #include "support/vec.h"
+#include "thread_pool.h"
 
 // Bit-exactness with Pillow depends on evaluating the coefficient arithmetic exactly as
 // written, in double precision, one rounding per operation: no fused multiply-add (which
@@ -609,16 +612,16 @@ kiln_status_t CheckSpec(const ImagePreprocessSpec& spec, kiln_error_t* error) {
 
 // Writes the S x S window of `rows` (whose row r is resized row r + region.y0, columns
 // from region.x0) that starts at resized (offset_y, offset_x), zero padding outside the
-// region, converted through the lookup table to [3, S, S].
+// region, converted through the lookup table to [3, S, S]: output rows [i_begin, i_end).
 void WritePixels(RowSource* rows, Region region, int32_t offset_y, int32_t offset_x, int32_t s,
-                 const float lut[3][256], float* out) {
+                 const float lut[3][256], float* out, int32_t i_begin, int32_t i_end) {
   const size_t plane = static_cast<size_t>(s) * static_cast<size_t>(s);
   // Output columns [j0, j1) come from the region; the rest is padding (value 0).
   int32_t j0 = region.x0 - offset_x;
   int32_t j1 = region.x0 + region.width - offset_x;
   if (j0 < 0) j0 = 0;
   if (j1 > s) j1 = s;
-  for (int32_t i = 0; i < s; ++i) {
+  for (int32_t i = i_begin; i < i_end; ++i) {
     float* o0 = out + static_cast<size_t>(i) * static_cast<size_t>(s);
     float* o1 = o0 + plane;
     float* o2 = o1 + plane;
@@ -649,6 +652,50 @@ void WritePixels(RowSource* rows, Region region, int32_t offset_y, int32_t offse
       o2[j] = lut[2][0];
     }
   }
+}
+
+// Up to this many ranges of output rows, each resized by its own resizers.
+constexpr int kMaxImageParts = 8;
+
+// A chain of one or two resizers (CLIP: one; Idefics3: to the longest edge, then to
+// the tile).
+struct ResizeChain {
+  explicit ResizeChain(Allocator* allocator) : first(allocator), second(allocator) {}
+  Resizer first, second;
+};
+
+// Output rows [0, s) in one range per active thread of `pool` (one range without a
+// pool), each range written by write(chain, i_begin, i_end) from its own chain, which
+// init(chain) prepares on this thread (Init allocates; Row does not, and a resizer
+// restarts its window of source rows where a range starts). A range recomputes the
+// few source rows its neighbour's window shares with it: the integer sums are the
+// same, so the pixels do not depend on the split.
+template <typename InitFn, typename WriteFn>
+kiln_status_t InParts(ThreadPool* pool, int32_t s, Allocator* allocator, InitFn init, WriteFn write) {
+  int parts = pool != nullptr ? std::min(pool->active_threads(), kMaxImageParts) : 1;
+  parts = std::max(1, std::min(parts, s));
+  alignas(ResizeChain) unsigned char storage[kMaxImageParts][sizeof(ResizeChain)];
+  ResizeChain* chains[kMaxImageParts];
+  int built = 0;
+  kiln_status_t status = KILN_OK;
+  while (built < parts && status == KILN_OK) {
+    chains[built] = new (storage[built]) ResizeChain(allocator);
+    status = init(chains[built++]);
+  }
+  if (status == KILN_OK) {
+    auto range = [&](int64_t part) {
+      write(chains[part], static_cast<int32_t>(s * part / parts), static_cast<int32_t>(s * (part + 1) / parts));
+    };
+    if (parts == 1) {
+      range(0);
+    } else {
+      pool->For(parts, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t part = b; part < e; ++part) range(part);
+      });
+    }
+  }
+  for (int i = 0; i < built; ++i) chains[i]->~ResizeChain();
+  return status;
 }
 
 // The rows [first, first + count) of a resized axis of `size` pixels that a window of
@@ -747,7 +794,8 @@ kiln_status_t ResizeRgb8(const uint8_t* src, int32_t width, int32_t height, size
 
 kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rgb, int32_t width,
                               int32_t height, size_t stride, Allocator* allocator,
-                              float* out_pixels, size_t capacity, kiln_error_t* error) {
+                              float* out_pixels, size_t capacity, kiln_error_t* error,
+                              ThreadPool* pool) {
   kiln_status_t status = CheckImage("PreprocessImage", rgb, width, height, stride, error);
   if (status != KILN_OK) return status;
   if (out_pixels == nullptr || allocator == nullptr) {
@@ -774,14 +822,17 @@ kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rg
                   "Idefics3: cannot resize a %dx%d image to longest edge %d", width, height,
                   spec.longest_edge);
     }
-    Resizer first(allocator);
-    status = first.Init(&image, width, height, w1, h1, spec.resample, Region{0, 0, w1, h1}, error);
-    if (status != KILN_OK) return status;
-    Resizer tile(allocator);
-    status = tile.Init(&first, w1, h1, s, s, spec.resample, Region{0, 0, s, s}, error);
-    if (status != KILN_OK) return status;
-    WritePixels(&tile, Region{0, 0, s, s}, 0, 0, s, lut, out_pixels);
-    return KILN_OK;
+    return InParts(
+        pool, s, allocator,
+        [&](ResizeChain* c) {
+          kiln_status_t st =
+              c->first.Init(&image, width, height, w1, h1, spec.resample, Region{0, 0, w1, h1}, error);
+          if (st != KILN_OK) return st;
+          return c->second.Init(&c->first, w1, h1, s, s, spec.resample, Region{0, 0, s, s}, error);
+        },
+        [&](ResizeChain* c, int32_t i0, int32_t i1) {
+          WritePixels(&c->second, Region{0, 0, s, s}, 0, 0, s, lut, out_pixels, i0, i1);
+        });
   }
 
   // CLIP: resize (shortest edge or fixed size), center crop, rescale, normalise.
@@ -811,11 +862,12 @@ kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rg
   Region region{0, 0, 0, 0};
   NeededRange(rh, s, oy, &region.y0, &region.height);
   NeededRange(rw, s, ox, &region.x0, &region.width);
-  Resizer resized(allocator);
-  status = resized.Init(&image, width, height, rw, rh, spec.resample, region, error);
-  if (status != KILN_OK) return status;
-  WritePixels(&resized, region, oy, ox, s, lut, out_pixels);
-  return KILN_OK;
+  return InParts(
+      pool, s, allocator,
+      [&](ResizeChain* c) { return c->first.Init(&image, width, height, rw, rh, spec.resample, region, error); },
+      [&](ResizeChain* c, int32_t i0, int32_t i1) {
+        WritePixels(&c->first, region, oy, ox, s, lut, out_pixels, i0, i1);
+      });
 }
 
 }  // namespace kiln::rt

@@ -26,6 +26,8 @@
 
 namespace kiln::rt {
 
+class ThreadPool;
+
 // Largest accepted input side (pixels) and output side S.
 inline constexpr int32_t kMaxImageSide = 16384;
 // Largest side of an intermediate resized image (a CLIP shortest-edge resize of a very
@@ -73,10 +75,11 @@ struct ImagePreprocessSpec {
 // of range), KILN_ERROR_INPUT_IMAGE (bad size or stride, an image that the spec cannot
 // turn into S x S), KILN_ERROR_BUFFER_TOO_SMALL, KILN_ERROR_OUT_OF_MEMORY. out_pixels is
 // written only on success. Temporary memory comes from `allocator` and is freed before
-// returning.
+// returning. With a `pool`, its active threads resize ranges of rows side by side (the
+// same pixels; the temporary memory once per thread).
 kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rgb, int32_t width,
                               int32_t height, size_t stride, Allocator* allocator, float* out_pixels,
-                              size_t capacity, kiln_error_t* error);
+                              size_t capacity, kiln_error_t* error, ThreadPool* pool = nullptr);
 
 // PIL-exact uint8 RGB resize: Image.fromarray(src).resize((out_width, out_height), filter).
 // `out` receives out_height rows of out_width RGB triplets, tightly packed

@@ -20,6 +20,7 @@
 #include "kiln/kiln.h"
 #include "support/npy.h"
 #include "support/allocator.h"
+#include "thread_pool.h"
 
 namespace kiln::rt {
 namespace {
@@ -255,6 +256,39 @@ TEST(PreprocessImage, StreamsWithSmallPeakMemory) {
   EXPECT_LT(clip_allocator.peak_bytes(), 1u << 20);
 }
 
+// With a thread pool, ranges of rows are resized side by side, each by its own
+// resizers: the pixels are those of one thread, bit for bit, for every filter and split.
+TEST(PreprocessImage, ThreadsGiveTheSamePixels) {
+  const int32_t w = 301, h = 203;
+  std::vector<uint8_t> img = RandomImage(w, h, 17);
+  Allocator allocator;
+  struct Case {
+    ImagePreprocessSpec spec;
+    int32_t s;
+  } cases[] = {{Idefics3Spec(1024, 96), 96}, {ClipSpec(40, 32), 32}, {ClipSpec(61, 64), 64}, {ClipSpec(7, 9), 9}};
+  for (int threads = 2; threads <= 4; ++threads) {
+    ThreadPool* pool = ThreadPool::Create(threads, &allocator);
+    ASSERT_NE(pool, nullptr);
+    for (int32_t f = 0; f <= 5; ++f) {
+      for (Case c : cases) {
+        c.spec.resample = f;
+        const size_t n = 3 * static_cast<size_t>(c.s) * c.s;
+        std::vector<float> one(n, -1.0f), many(n, -2.0f);
+        kiln_error_t err{};
+        ASSERT_EQ(PreprocessImage(c.spec, img.data(), w, h, w * 3, &allocator, one.data(), n, &err), KILN_OK)
+            << err.message;
+        ASSERT_EQ(PreprocessImage(c.spec, img.data(), w, h, w * 3, &allocator, many.data(), n, &err, pool), KILN_OK)
+            << err.message;
+        size_t mismatches = 0;
+        for (size_t i = 0; i < n; ++i) mismatches += Bits(one[i]) != Bits(many[i]);
+        EXPECT_EQ(mismatches, 0u) << threads << " threads, filter " << f << ", size " << c.s;
+      }
+    }
+    ThreadPool::Destroy(pool);
+  }
+  EXPECT_EQ(allocator.current_bytes(), 0u);
+}
+
 // An allocator that fails after `budget` allocations.
 struct FailingAllocator {
   int budget;
@@ -274,28 +308,36 @@ TEST(PreprocessImage, AllocationFailureIsReportedWithoutLeaks) {
   const int32_t w = 300, h = 200;
   std::vector<uint8_t> img = RandomImage(w, h, 5);
   std::vector<float> out(3 * 64 * 64);
-  for (const ImagePreprocessSpec& spec : {ClipSpec(64, 64), Idefics3Spec(256, 64)}) {
-    bool succeeded = false;
-    for (int budget = 0; budget < 64 && !succeeded; ++budget) {
-      FailingAllocator failing{budget};
-      kiln_allocator_t raw{&FailingAllocator::Alloc, &FailingAllocator::Free, &failing};
-      Allocator allocator(&raw);
-      std::fill(out.begin(), out.end(), -7.0f);
-      kiln_error_t err{};
-      const kiln_status_t s =
-          PreprocessImage(spec, img.data(), w, h, w * 3, &allocator, out.data(), out.size(), &err);
-      EXPECT_EQ(allocator.current_bytes(), 0u);
-      if (s == KILN_OK) {
-        succeeded = true;
-      } else {
-        EXPECT_EQ(s, KILN_ERROR_OUT_OF_MEMORY) << err.message;
-        EXPECT_EQ(err.status, KILN_ERROR_OUT_OF_MEMORY);
-        EXPECT_GT(std::strlen(err.message), 0u);
-        EXPECT_EQ(out[0], -7.0f) << "output written on failure";
+  Allocator pool_allocator;
+  ThreadPool* pool = ThreadPool::Create(3, &pool_allocator);
+  ASSERT_NE(pool, nullptr);
+  // Without a pool, and with one (a chain of resizers per thread, all made before any
+  // row is written).
+  for (ThreadPool* with : {static_cast<ThreadPool*>(nullptr), pool}) {
+    for (const ImagePreprocessSpec& spec : {ClipSpec(64, 64), Idefics3Spec(256, 64)}) {
+      bool succeeded = false;
+      for (int budget = 0; budget < 128 && !succeeded; ++budget) {
+        FailingAllocator failing{budget};
+        kiln_allocator_t raw{&FailingAllocator::Alloc, &FailingAllocator::Free, &failing};
+        Allocator allocator(&raw);
+        std::fill(out.begin(), out.end(), -7.0f);
+        kiln_error_t err{};
+        const kiln_status_t s =
+            PreprocessImage(spec, img.data(), w, h, w * 3, &allocator, out.data(), out.size(), &err, with);
+        EXPECT_EQ(allocator.current_bytes(), 0u);
+        if (s == KILN_OK) {
+          succeeded = true;
+        } else {
+          EXPECT_EQ(s, KILN_ERROR_OUT_OF_MEMORY) << err.message;
+          EXPECT_EQ(err.status, KILN_ERROR_OUT_OF_MEMORY);
+          EXPECT_GT(std::strlen(err.message), 0u);
+          EXPECT_EQ(out[0], -7.0f) << "output written on failure";
+        }
       }
+      EXPECT_TRUE(succeeded);
     }
-    EXPECT_TRUE(succeeded);
   }
+  ThreadPool::Destroy(pool);
 }
 
 // ------------------------------------------------------------------------------------
