@@ -1,6 +1,7 @@
 // Runs a stage of a verified artifact: every op through its kernel, operands
 // resolved to the arena, the weights and the bound stage inputs and outputs.
 #include <algorithm>
+#include <chrono>
 
 #include "formats/kiln_format.h"
 #include "model.h"
@@ -70,6 +71,8 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
 
   ActView in_views[64];
   const Vec<const UkernelSet*>& generated = s->model->op_uk[static_cast<int>(stage->kind())];
+  Vec<OpTime>& times = s->op_time[static_cast<int>(stage->kind())];
+  OpTime* timing = s->profile_ops && times.size() == stage->ops()->size() ? times.data() : nullptr;
   for (uint32_t op_index = 0; op_index < stage->ops()->size(); ++op_index) {
     const fb::Op* op = stage->ops()->Get(op_index);
     const KernelEntry* kernel = FindKernel(op->kernel());  // verified at load
@@ -106,7 +109,15 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     ctx.observer = s->observer;
     ctx.observer_user = s->observer_user;
     ctx.error = error;
-    if (kiln_status_t st = kernel->run(ctx); st != KILN_OK) return st;
+    if (timing == nullptr) {
+      if (kiln_status_t st = kernel->run(ctx); st != KILN_OK) return st;
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const kiln_status_t st = kernel->run(ctx);
+    timing[op_index].calls += 1;
+    timing[op_index].ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (st != KILN_OK) return st;
   }
   return KILN_OK;
 }

@@ -21,6 +21,12 @@ namespace kiln::rt {
 
 constexpr int kNumStages = 5;
 
+// An op's calls and wall time (kiln_session_set_op_profiling).
+struct OpTime {
+  uint64_t calls;
+  double ms;
+};
+
 // Where a stage input or output lives for one run.
 struct Binding {
   void* data = nullptr;
@@ -149,6 +155,10 @@ struct kiln_session_t {
   int strip_pending = 0;         // leading spaces still to drop from the answer (Tokenizer::decode_strip)
   kiln::rt::Vec<char> text_out;  // the UTF-8 handed to the token callback
   kiln_stats_t stats = {};
+  // kiln_session_set_op_profiling: calls and wall time of each op, per stage kind and
+  // op index (sized when enabled).
+  bool profile_ops = false;
+  kiln::rt::Vec<kiln::rt::OpTime> op_time[kiln::rt::kNumStages];
 };
 
 namespace kiln::rt {

@@ -1388,6 +1388,7 @@ void kiln_session_release(kiln_session_t* session) {
   ReleaseBlocks(session, 0);
   ThreadPool::Destroy(session->pool);
   FreeBuffers(session);
+  for (Vec<OpTime>& times : session->op_time) times.set_allocator(nullptr);
   session->value_rows.set_allocator(nullptr);
   session->prompt.set_allocator(nullptr);
   session->output.set_allocator(nullptr);
@@ -1574,3 +1575,45 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
 }
 
 }  // extern "C"
+
+kiln_status_t kiln_session_set_op_profiling(kiln_session_t* s, int enable, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr) return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "null session");
+  s->profile_ops = false;
+  if (enable == 0) return KILN_OK;
+  for (int k = 0; k < kNumStages; ++k) {
+    Vec<OpTime>& times = s->op_time[k];
+    times.set_allocator(&s->allocator);
+    times.clear();
+    const fb::Stage* stage = s->model->stages[k];
+    if (stage != nullptr && !times.resize(stage->ops()->size()))
+      return Fail(out_error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the op profile");
+  }
+  s->profile_ops = true;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_session_get_op_profile(const kiln_session_t* s, kiln_op_profile_t* out, size_t capacity,
+                                          size_t* out_count) {
+  if (s == nullptr || out_count == nullptr || (out == nullptr && capacity > 0)) return KILN_ERROR_INVALID_ARGUMENT;
+  bool enabled = false;
+  for (const Vec<OpTime>& times : s->op_time) enabled = enabled || times.size() > 0;
+  if (!enabled) return KILN_ERROR_INVALID_ARGUMENT;
+  size_t n = 0;
+  for (const fb::Stage* stage : *s->model->fb->stages()) {
+    const Vec<OpTime>& times = s->op_time[static_cast<int>(stage->kind())];
+    for (uint32_t i = 0; i < stage->ops()->size(); ++i, ++n) {
+      if (n >= capacity) continue;
+      const fb::Op* op = stage->ops()->Get(i);
+      kiln_op_profile_t& e = out[n];
+      e.stage = fb::EnumNameStageKind(stage->kind());
+      e.name = op->name() != nullptr ? op->name()->c_str() : "";
+      e.kind = fb::EnumNameOpKind(op->kind());
+      e.kernel = FindKernel(op->kernel())->name;
+      e.calls = i < times.size() ? times[i].calls : 0;
+      e.total_ms = i < times.size() ? times[i].ms : 0.0;
+    }
+  }
+  *out_count = n;
+  return KILN_OK;
+}

@@ -372,9 +372,10 @@ int RunBatch(kiln_model_t* model, kiln_session_t* session, const std::string& pa
   return failures == 0 ? 0 : 1;
 }
 
-void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out) {
+void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std::string& model, bool json, FILE* out,
+                const std::string& json_extra = "") {
   if (json) {
-    std::fprintf(out, "{%s}\n", StatsJson(s, info, model).c_str());
+    std::fprintf(out, "{%s%s}\n", StatsJson(s, info, model).c_str(), json_extra.c_str());
     return;
   }
   std::fprintf(out, "\n-- %s, %d thread(s), %d prompt tokens (%d image, %d reused from the cache), %d generated\n",
@@ -398,6 +399,60 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
                s.kv_cache_token_bytes, s.peak_allocated_bytes / 1e6);
 }
 
+
+// kiln_session_get_op_profile summed by (stage, op kind, kernel), the largest first:
+// a table for stderr, or JSON members ("op_profile": [...]) for --json.
+struct ProfileRow {
+  std::string stage, kind, kernel;
+  uint64_t ops = 0, calls = 0;
+  double ms = 0;
+};
+std::vector<ProfileRow> ProfileRows(const kiln_session_t* session) {
+  size_t n = 0;
+  if (kiln_session_get_op_profile(session, nullptr, 0, &n) != KILN_OK) return {};
+  std::vector<kiln_op_profile_t> ops(n);
+  if (kiln_session_get_op_profile(session, ops.data(), ops.size(), &n) != KILN_OK) return {};
+  std::vector<ProfileRow> rows;
+  for (const kiln_op_profile_t& op : ops) {
+    if (op.calls == 0) continue;
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const ProfileRow& r) {
+      return r.stage == op.stage && r.kind == op.kind && r.kernel == op.kernel;
+    });
+    if (it == rows.end()) it = rows.insert(rows.end(), ProfileRow{op.stage, op.kind, op.kernel});
+    it->ops += 1;
+    it->calls += op.calls;
+    it->ms += op.total_ms;
+  }
+  std::sort(rows.begin(), rows.end(), [](const ProfileRow& a, const ProfileRow& b) {
+    return std::tie(b.ms, a.stage, a.kind, a.kernel) < std::tie(a.ms, b.stage, b.kind, b.kernel);
+  });
+  return rows;
+}
+
+void PrintProfile(const std::vector<ProfileRow>& rows, FILE* out) {
+  double total = 0;
+  for (const ProfileRow& r : rows) total += r.ms;
+  std::fprintf(out, "\n-- time per op kind and kernel (%.2f ms in ops)\n", total);
+  std::fprintf(out, "   %-15s %-18s %-44s %5s %7s %10s %6s\n", "stage", "op", "kernel", "ops", "calls", "ms", "share");
+  for (const ProfileRow& r : rows)
+    std::fprintf(out, "   %-15s %-18s %-44s %5" PRIu64 " %7" PRIu64 " %10.2f %5.1f%%\n", r.stage.c_str(), r.kind.c_str(),
+                 r.kernel.c_str(), r.ops, r.calls, r.ms, total > 0 ? 100.0 * r.ms / total : 0.0);
+}
+
+std::string ProfileJson(const std::vector<ProfileRow>& rows) {
+  std::string j = ", \"op_profile\": [";
+  char buf[512];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ProfileRow& r = rows[i];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"stage\": \"%s\", \"kind\": \"%s\", \"kernel\": \"%s\", \"ops\": %" PRIu64
+                  ", \"calls\": %" PRIu64 ", \"ms\": %.3f}",
+                  i > 0 ? ", " : "", JsonEscape(r.stage).c_str(), JsonEscape(r.kind).c_str(),
+                  JsonEscape(r.kernel).c_str(), r.ops, r.calls, r.ms);
+    j += buf;
+  }
+  return j + "]";
+}
 }  // namespace
 
 // --tokenize: the ids of `text` and the text of each (as llama-tokenize prints them), or
@@ -532,6 +587,10 @@ int main(int argc, char** argv) {
                "image or the cached prefix of the line before");
   app.add_flag("--json", json, "print the stats as JSON on stdout after the answer");
   app.add_flag("--quiet", quiet, "do not print the answer");
+  bool profile = false;
+  app.add_flag("--profile", profile,
+               "time every op: after the answer, the time per op kind and kernel of each stage (to stderr; "
+               "with --json as \"op_profile\" in the stats)");
   bool perf_map = false;
   app.add_flag("--perf-map", perf_map,
                "profiling: write /tmp/perf-<pid>.map naming the code segment's functions, so that "
@@ -596,6 +655,10 @@ int main(int argc, char** argv) {
   }
   if (score.enabled && batch_path.empty()) {
     std::fprintf(stderr, "kiln-run: error: --score needs --batch\n");
+    return 2;
+  }
+  if (profile && !batch_path.empty()) {
+    std::fprintf(stderr, "kiln-run: error: --profile times one answer: give --prompt or --input-ids, not --batch\n");
     return 2;
   }
   if (!logits_path.empty() && ids_spec.empty() && !score.enabled) {
@@ -731,6 +794,7 @@ int main(int argc, char** argv) {
     kiln_model_release(model);
     return rc;
   };
+  if (profile && kiln_session_set_op_profiling(session, 1, &err) != KILN_OK) return fail("enabling the op profile");
 
   // More new tokens than the context holds can never be generated, and the session
   // reserves its output buffer for max_new_tokens up front: cap it at the context
@@ -822,7 +886,9 @@ int main(int argc, char** argv) {
   kiln_stats_t stats = {};
   stats.struct_size = sizeof(stats);
   kiln_session_get_stats(session, &stats);
-  PrintStats(stats, info, model_path, json, json ? stdout : stderr);
+  const std::vector<ProfileRow> profile_rows = profile ? ProfileRows(session) : std::vector<ProfileRow>();
+  PrintStats(stats, info, model_path, json, json ? stdout : stderr, profile ? ProfileJson(profile_rows) : "");
+  if (profile && !json) PrintProfile(profile_rows, stderr);
   kiln_session_release(session);
   kiln_model_release(model);
   return rc;

@@ -667,6 +667,34 @@ typedef struct kiln_stats_t {
 KILN_API kiln_status_t kiln_session_get_stats(const kiln_session_t* session,
                                               kiln_stats_t* out_stats);
 
+/* Per-op timing, to see where a stage's time goes (kiln-run --profile). Off by
+ * default. Enabling it (nonzero) clears the counters; from then on every op a stage
+ * runs adds its wall time (a clock read before and after the op, on the calling
+ * thread) to the op's entry; disabling stops counting. KILN_ERROR_OUT_OF_MEMORY when
+ * the counters cannot be allocated. */
+KILN_API kiln_status_t kiln_session_set_op_profiling(kiln_session_t* session, int enable,
+                                                     kiln_error_t* out_error);
+
+/* One op of the artifact and its time. The strings live as long as the model. This
+ * struct does not grow: a later version adds another function instead. */
+typedef struct kiln_op_profile_t {
+  const char* stage;  /* "VisionEncoder", "Projector", "DecoderPrefill", "DecoderDecode",
+                         "LmHead" */
+  const char* name;   /* the op's name in the artifact (model.layers.0.mlp...) */
+  const char* kind;   /* its kind: "Linear", "QkvAttention", "GatedMlp", ... */
+  const char* kernel; /* its kernel ("..._gen": generated for this artifact) */
+  uint64_t calls;     /* times it ran since profiling was enabled */
+  double total_ms;    /* their wall time */
+} kiln_op_profile_t;
+
+/* Every op of the artifact, stage by stage in the order they run, ops never run
+ * included (calls 0). *out_count receives the number of ops; up to `capacity` entries
+ * are written (out may be NULL when capacity is 0). KILN_ERROR_INVALID_ARGUMENT when
+ * profiling was never enabled. */
+KILN_API kiln_status_t kiln_session_get_op_profile(const kiln_session_t* session,
+                                                   kiln_op_profile_t* out, size_t capacity,
+                                                   size_t* out_count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1244,6 +1244,75 @@ TEST(Stats, DecodeStepsAndRate) {
   kiln_model_release(model);
 }
 
+// kiln_session_get_op_profile: every op of every stage, each run counted once per
+// stage run, times within the stage's; enabling again clears, disabling stops counting.
+TEST(OpProfile, CountsEveryOpOfEachStageRun) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  kiln_error_t err;
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 1;
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  size_t n = 0;
+  EXPECT_EQ(kiln_session_get_op_profile(s, nullptr, 0, &n), KILN_ERROR_INVALID_ARGUMENT) << "never enabled";
+  ASSERT_EQ(kiln_session_set_op_profiling(s, 1, &err), KILN_OK) << err.message;
+  const int32_t ids[] = {1, 5, 9, 12};
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 6;
+  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  kiln_stats_t st = {};
+  st.struct_size = sizeof(st);
+  ASSERT_EQ(kiln_session_get_stats(s, &st), KILN_OK);
+  ASSERT_GT(st.decode_steps, 0);
+
+  EXPECT_EQ(kiln_session_get_op_profile(s, nullptr, 3, &n), KILN_ERROR_INVALID_ARGUMENT) << "null out, capacity 3";
+  ASSERT_EQ(kiln_session_get_op_profile(s, nullptr, 0, &n), KILN_OK);
+  ASSERT_GT(n, 10u);  // a Llama layer alone has several ops
+  std::vector<kiln_op_profile_t> ops(n + 2);
+  size_t again = 0;
+  ASSERT_EQ(kiln_session_get_op_profile(s, ops.data(), ops.size(), &again), KILN_OK);
+  EXPECT_EQ(again, n);
+  double prefill_ms = 0;
+  int prefill_ops = 0, decode_ops = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const kiln_op_profile_t& op = ops[i];
+    ASSERT_TRUE(op.stage && op.name && op.kind && op.kernel) << i;
+    EXPECT_GE(op.total_ms, 0.0);
+    if (std::strcmp(op.stage, "DecoderPrefill") == 0) {
+      EXPECT_EQ(op.calls, 1u) << op.name;  // one prefill of 4 tokens
+      prefill_ms += op.total_ms;
+      ++prefill_ops;
+    } else if (std::strcmp(op.stage, "DecoderDecode") == 0) {
+      EXPECT_EQ(op.calls, static_cast<uint64_t>(st.decode_steps)) << op.name;
+      ++decode_ops;
+    }
+  }
+  EXPECT_GT(prefill_ops, 0);
+  EXPECT_GT(decode_ops, 0);
+  EXPECT_LE(prefill_ms, st.prefill_ms + 1e-3);
+  // A short buffer receives what fits; the count is the whole.
+  kiln_op_profile_t first[2];
+  ASSERT_EQ(kiln_session_get_op_profile(s, first, 2, &again), KILN_OK);
+  EXPECT_EQ(again, n);
+  EXPECT_STREQ(first[1].name, ops[1].name);
+
+  // Enabled again: cleared. Disabled: nothing more is counted.
+  ASSERT_EQ(kiln_session_set_op_profiling(s, 1, &err), KILN_OK);
+  ASSERT_EQ(kiln_session_get_op_profile(s, ops.data(), ops.size(), &n), KILN_OK);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(ops[i].calls, 0u) << ops[i].name;
+  ASSERT_EQ(kiln_session_set_op_profiling(s, 0, &err), KILN_OK);
+  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  ASSERT_EQ(kiln_session_get_op_profile(s, ops.data(), ops.size(), &n), KILN_OK);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(ops[i].calls, 0u) << ops[i].name;
+  kiln_session_release(s);
+  kiln_model_release(model);
+}
+
 // A follow-up question about the same image prefills only what differs from the
 // previous call's prompt and answer; the image is encoded once. Its greedy tokens are
 // a fresh session's.
