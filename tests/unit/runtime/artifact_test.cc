@@ -1205,22 +1205,35 @@ TEST(Sme2, GeneratedMatchesNeonArtifact) {
 // an end-of-sequence token (not part of the answer) ended it; decode_tokens_per_s is
 // decode_steps over decode_ms. An output struct of an older, smaller size gets only its
 // fields.
-TEST(Stats, DecodeStepsAndRate) {
-  const std::string dir = ArtifactsDir();
-  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-  kiln_error_t err;
+// tiny-llama with a 1-thread session; Answer() generates up to 6 tokens after 4 ids.
+class TinyLlamaSession : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = ArtifactsDir();
+    if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+    ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
+    kiln_session_options_t so;
+    kiln_session_options_init(&so);
+    so.num_threads = 1;
+    ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+    kiln_generate_options_init(&go);
+    go.max_new_tokens = 6;
+  }
+  void TearDown() override {
+    kiln_session_release(s);
+    kiln_model_release(model);
+  }
+  kiln_status_t Answer() { return kiln_session_generate_ids(s, ids, 4, &go, &err); }
+
+  const int32_t ids[4] = {1, 5, 9, 12};
+  kiln_error_t err = {};
   kiln_model_t* model = nullptr;
-  ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
-  kiln_session_options_t so;
-  kiln_session_options_init(&so);
-  so.num_threads = 1;
   kiln_session_t* s = nullptr;
-  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
-  const int32_t ids[] = {1, 5, 9, 12};
-  kiln_generate_options_t go;
-  kiln_generate_options_init(&go);
-  go.max_new_tokens = 6;
-  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  kiln_generate_options_t go = {};
+};
+
+TEST_F(TinyLlamaSession, StatsCountDecodeStepsAndRate) {
+  ASSERT_EQ(Answer(), KILN_OK) << err.message;
   kiln_stats_t st = {};
   st.struct_size = sizeof(st);
   ASSERT_EQ(kiln_session_get_stats(s, &st), KILN_OK);
@@ -1240,31 +1253,15 @@ TEST(Stats, DecodeStepsAndRate) {
   EXPECT_EQ(old.generated_tokens, st.generated_tokens);
   kiln_stats_t unset = {};
   EXPECT_EQ(kiln_session_get_stats(s, &unset), KILN_ERROR_INVALID_ARGUMENT);
-  kiln_session_release(s);
-  kiln_model_release(model);
 }
 
 // kiln_session_get_op_profile: every op of every stage, each run counted once per
 // stage run, times within the stage's; enabling again clears, disabling stops counting.
-TEST(OpProfile, CountsEveryOpOfEachStageRun) {
-  const std::string dir = ArtifactsDir();
-  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
-  kiln_error_t err;
-  kiln_model_t* model = nullptr;
-  ASSERT_EQ(kiln_model_load((dir + "/tiny-llama.kiln").c_str(), nullptr, &model, &err), KILN_OK) << err.message;
-  kiln_session_options_t so;
-  kiln_session_options_init(&so);
-  so.num_threads = 1;
-  kiln_session_t* s = nullptr;
-  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+TEST_F(TinyLlamaSession, OpProfileCountsEveryOpOfEachStageRun) {
   size_t n = 0;
   EXPECT_EQ(kiln_session_get_op_profile(s, nullptr, 0, &n), KILN_ERROR_INVALID_ARGUMENT) << "never enabled";
   ASSERT_EQ(kiln_session_set_op_profiling(s, 1, &err), KILN_OK) << err.message;
-  const int32_t ids[] = {1, 5, 9, 12};
-  kiln_generate_options_t go;
-  kiln_generate_options_init(&go);
-  go.max_new_tokens = 6;
-  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  ASSERT_EQ(Answer(), KILN_OK) << err.message;
   kiln_stats_t st = {};
   st.struct_size = sizeof(st);
   ASSERT_EQ(kiln_session_get_stats(s, &st), KILN_OK);
@@ -1306,11 +1303,9 @@ TEST(OpProfile, CountsEveryOpOfEachStageRun) {
   ASSERT_EQ(kiln_session_get_op_profile(s, ops.data(), ops.size(), &n), KILN_OK);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(ops[i].calls, 0u) << ops[i].name;
   ASSERT_EQ(kiln_session_set_op_profiling(s, 0, &err), KILN_OK);
-  ASSERT_EQ(kiln_session_generate_ids(s, ids, 4, &go, &err), KILN_OK) << err.message;
+  ASSERT_EQ(Answer(), KILN_OK) << err.message;
   ASSERT_EQ(kiln_session_get_op_profile(s, ops.data(), ops.size(), &n), KILN_OK);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(ops[i].calls, 0u) << ops[i].name;
-  kiln_session_release(s);
-  kiln_model_release(model);
 }
 
 // A follow-up question about the same image prefills only what differs from the
