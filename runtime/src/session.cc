@@ -1574,8 +1574,6 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
   return KILN_OK;
 }
 
-}  // extern "C"
-
 kiln_status_t kiln_session_set_op_profiling(kiln_session_t* s, int enable, kiln_error_t* out_error) {
   ClearError(out_error);
   if (s == nullptr) return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "null session");
@@ -1617,3 +1615,5 @@ kiln_status_t kiln_session_get_op_profile(const kiln_session_t* s, kiln_op_profi
   *out_count = n;
   return KILN_OK;
 }
+
+}  // extern "C"
