@@ -13,6 +13,8 @@ if(TARGET kiln_runtime_shared)
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Runtime)
 endif()
 install(FILES ${KILN_SOURCE_DIR}/runtime/include/kiln/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
+# The JNI binding (C and Java sources) that an Android app builds beside the runtime.
+install(DIRECTORY ${KILN_SOURCE_DIR}/runtime/bindings/jni DESTINATION ${CMAKE_INSTALL_DATADIR}/kiln)
 install(EXPORT KilnTargets NAMESPACE Kiln:: DESTINATION ${KILN_CMAKE_DIR})
 
 foreach(tool kiln-run kiln-inspect kiln-bench kiln-compile kiln-opt)

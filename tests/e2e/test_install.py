@@ -43,7 +43,8 @@ def answers(app, model, env=None):
 def test_prefix_layout(prefix):
     for f in ("include/kiln/kiln.h", "lib/libkiln.a", "lib/libkiln.so", "lib/cmake/Kiln/KilnConfig.cmake",
               "lib/cmake/Kiln/KilnConfigVersion.cmake", "lib/cmake/Kiln/KilnTargets.cmake", "lib/pkgconfig/kiln.pc",
-              "bin/kiln-run", "bin/kiln-inspect", "bin/kiln-bench"):
+              "bin/kiln-run", "bin/kiln-inspect", "bin/kiln-bench", "share/kiln/jni/kiln_jni.c",
+              "share/kiln/jni/java/kiln/KilnJni.java"):
         assert (prefix / f).exists(), f
     # The shared library exports the C API and nothing else (no C++, FlatBuffers or PCRE2 symbols).
     nm = run(["nm", "-D", "--defined-only", str(prefix / "lib" / "libkiln.so")]).stdout.split("\n")
