@@ -4,6 +4,7 @@
  * bytes turned into java.lang.String by its UTF-8 constructor (JNI's NewStringUTF reads
  * modified UTF-8, which mangles characters outside the BMP, such as emoji). */
 #include <jni.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,38 @@ JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageRgb(JNIEnv* env, jclass cls, jl
   kiln_status_t st = kiln_session_set_image_rgb((kiln_session_t*)(intptr_t)session, (const uint8_t*)pixels, width,
                                                 height, (size_t)width * 3, &err);
   (*env)->ReleaseByteArrayElements(env, rgb, pixels, JNI_ABORT);
+  if (st != KILN_OK) ThrowStatus(env, st, "setting the image", err.message);
+}
+
+JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageArgb(JNIEnv* env, jclass cls, jlong session, jintArray argb,
+                                                       jint width, jint height) {
+  (void)cls;
+  if (width <= 0 || height <= 0 || (*env)->GetArrayLength(env, argb) < (jsize)((size_t)width * (size_t)height)) {
+    ThrowStatus(env, KILN_ERROR_INVALID_ARGUMENT, "setting the image", "argb holds fewer than width x height pixels");
+    return;
+  }
+  const size_t n = (size_t)width * (size_t)height;
+  uint8_t* rgb = (uint8_t*)malloc(n * 3);
+  if (rgb == NULL) {
+    ThrowStatus(env, KILN_ERROR_OUT_OF_MEMORY, "setting the image", "out of memory");
+    return;
+  }
+  jint* pixels = (*env)->GetIntArrayElements(env, argb, NULL);
+  if (pixels == NULL) {
+    free(rgb);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t p = (uint32_t)pixels[i];
+    rgb[3 * i] = (uint8_t)(p >> 16);
+    rgb[3 * i + 1] = (uint8_t)(p >> 8);
+    rgb[3 * i + 2] = (uint8_t)p;
+  }
+  (*env)->ReleaseIntArrayElements(env, argb, pixels, JNI_ABORT);
+  kiln_error_t err;
+  kiln_status_t st =
+      kiln_session_set_image_rgb((kiln_session_t*)(intptr_t)session, rgb, width, height, (size_t)width * 3, &err);
+  free(rgb);
   if (st != KILN_OK) ThrowStatus(env, st, "setting the image", err.message);
 }
 

@@ -42,6 +42,12 @@ public final class KilnJni {
    */
   public static native void setImageRgb(long session, byte[] rgb, int width, int height);
 
+  /**
+   * kiln_session_set_image_rgb from ARGB_8888 pixels, as Android's Bitmap.getPixels fills
+   * them (stride = width; alpha ignored).
+   */
+  public static native void setImageArgb(long session, int[] argb, int width, int height);
+
   /** kiln_session_generate, greedy, at most maxNewTokens (0: the model's default); the answer. */
   public static native String generate(long session, String prompt, int maxNewTokens, TokenListener listener);
 
