@@ -109,14 +109,12 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     ctx.observer = s->observer;
     ctx.observer_user = s->observer_user;
     ctx.error = error;
-    if (timing == nullptr) {
-      if (kiln_status_t st = kernel->run(ctx); st != KILN_OK) return st;
-      continue;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = timing != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const kiln_status_t st = kernel->run(ctx);
-    timing[op_index].calls += 1;
-    timing[op_index].ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (timing != nullptr) {
+      timing[op_index].calls += 1;
+      timing[op_index].ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
     if (st != KILN_OK) return st;
   }
   return KILN_OK;

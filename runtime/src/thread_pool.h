@@ -37,6 +37,15 @@ class ThreadPool {
   // n), on every thread, and returns when all chunks are done. Not reentrant.
   void ParallelFor(int64_t n, int64_t grain, RangeFn fn, void* ctx);
 
+  // The grain (a multiple of `grain`) with which ParallelFor gives each active thread
+  // one range of [0, n): for work whose every call pays a set-up over the whole
+  // problem (re-reading all rows, preparing every head), where the usual 4 chunks per
+  // thread would pay it 4 times.
+  int64_t RangePerThread(int64_t n, int64_t grain) const {
+    const int64_t active = active_threads();
+    return ((n + grain - 1) / grain + active - 1) / active * grain;
+  }
+
   // Convenience for lambdas: pool->For(n, grain, [&](int64_t b, int64_t e, int t) {...}).
   template <typename F>
   void For(int64_t n, int64_t grain, F&& f) {

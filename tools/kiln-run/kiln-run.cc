@@ -399,7 +399,6 @@ void PrintStats(const kiln_stats_t& s, const kiln_model_info_t& info, const std:
                s.kv_cache_token_bytes, s.peak_allocated_bytes / 1e6);
 }
 
-
 // kiln_session_get_op_profile summed by (stage, op kind, kernel), the largest first:
 // a table for stderr, or JSON members ("op_profile": [...]) for --json.
 struct ProfileRow {

@@ -108,6 +108,14 @@ JNIEXPORT void JNICALL Java_kiln_KilnJni_releaseSession(JNIEnv* env, jclass cls,
   kiln_session_release((kiln_session_t*)(intptr_t)session);
 }
 
+/* kiln_session_set_image_rgb of packed RGB rows; a KilnException when it fails. */
+static void SetImage(JNIEnv* env, jlong session, const uint8_t* rgb, jint width, jint height) {
+  kiln_error_t err;
+  kiln_status_t st =
+      kiln_session_set_image_rgb((kiln_session_t*)(intptr_t)session, rgb, width, height, (size_t)width * 3, &err);
+  if (st != KILN_OK) ThrowStatus(env, st, "setting the image", err.message);
+}
+
 JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageRgb(JNIEnv* env, jclass cls, jlong session, jbyteArray rgb,
                                                       jint width, jint height) {
   (void)cls;
@@ -117,11 +125,8 @@ JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageRgb(JNIEnv* env, jclass cls, jl
   }
   jbyte* pixels = (*env)->GetByteArrayElements(env, rgb, NULL);
   if (pixels == NULL) return;
-  kiln_error_t err;
-  kiln_status_t st = kiln_session_set_image_rgb((kiln_session_t*)(intptr_t)session, (const uint8_t*)pixels, width,
-                                                height, (size_t)width * 3, &err);
+  SetImage(env, session, (const uint8_t*)pixels, width, height);
   (*env)->ReleaseByteArrayElements(env, rgb, pixels, JNI_ABORT);
-  if (st != KILN_OK) ThrowStatus(env, st, "setting the image", err.message);
 }
 
 JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageArgb(JNIEnv* env, jclass cls, jlong session, jintArray argb,
@@ -149,11 +154,8 @@ JNIEXPORT void JNICALL Java_kiln_KilnJni_setImageArgb(JNIEnv* env, jclass cls, j
     rgb[3 * i + 2] = (uint8_t)p;
   }
   (*env)->ReleaseIntArrayElements(env, argb, pixels, JNI_ABORT);
-  kiln_error_t err;
-  kiln_status_t st =
-      kiln_session_set_image_rgb((kiln_session_t*)(intptr_t)session, rgb, width, height, (size_t)width * 3, &err);
+  SetImage(env, session, rgb, width, height);
   free(rgb);
-  if (st != KILN_OK) ThrowStatus(env, st, "setting the image", err.message);
 }
 
 /* The answer's bytes as they arrive, and the listener they are handed to. */

@@ -210,11 +210,7 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
   // prepared every head 4 times per thread: the SigLIP encoder's attention ran 1.24x
   // slower (2 threads). Causal or over a KV cache, rows differ in work: the pool's
   // chunks balance them.
-  int64_t grain = 1;
-  if (ap->cache_layer() < 0 && !ap->causal()) {
-    const int active = c.pool->active_threads();
-    grain = (rows * heads + active - 1) / active;
-  }
+  const int64_t grain = ap->cache_layer() < 0 && !ap->causal() ? c.pool->RangePerThread(rows * heads, 1) : 1;
   c.pool->For(rows * heads, grain, [&](int64_t b, int64_t e, int t) { attend(&p, b, e, scratch + t * per_thread); });
   return KILN_OK;
 }

@@ -150,9 +150,7 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   // every row of its channels: the pool's 4 chunks per thread made a SigLIP encoder's
   // W8A8 linears 1.14x slower (2 threads). With a row or a few (decode) the pool's
   // chunks balance the load. A gated product goes chunk by chunk anyway.
-  const int active = c.pool->active_threads();
-  const int64_t grains = (n + grain - 1) / grain;
-  const int64_t per_range = rows >= kWholeRangeRows && gated == 0 ? (grains + active - 1) / active : 1;
+  const bool whole_ranges = rows >= kWholeRangeRows && gated == 0;
   auto run = [&](kiln_uk_matmul_fn fn, int64_t n0, int64_t n1, int t) {
     if (gated > 0) {
       // Chunk by chunk into the thread's [rows, chunk] buffer: y points `c0` channels
@@ -227,10 +225,12 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
       p.xq = xq;
       p.xs = xs;
     }
-    c.pool->For(n, grain * per_range, [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
+    c.pool->For(n, whole_ranges ? c.pool->RangePerThread(n, grain) : grain,
+                [&](int64_t n0, int64_t n1, int t) { run(uk->matmul_a8, n0, n1, t); });
     return KILN_OK;
   }
-  c.pool->For(grains, per_range, [&](int64_t b0, int64_t b1, int t) {
+  const int64_t grains = (n + grain - 1) / grain;
+  c.pool->For(grains, whole_ranges ? c.pool->RangePerThread(grains, 1) : 1, [&](int64_t b0, int64_t b1, int t) {
     run(uk->matmul_f32, b0 * grain, std::min(n, b1 * grain), t);
   });
   return KILN_OK;
