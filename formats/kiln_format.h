@@ -30,8 +30,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // (KernelReadsLayout), and the CPU feature avxvnni (older runtimes refuse the bit);
 // 12: generated attention kernels without a KV cache use the larger per-thread
 // scratch of KILN_UK_ATTENTION_SCRATCH (the head's values packed, the transposed keys'
-// rows padded); an older runtime allocates less, so 1.12 artifacts need a 1.12 runtime
-constexpr uint32_t kSchemaMinor = 12;
+// rows padded); an older runtime allocates less, so 1.12 artifacts need a 1.12 runtime;
+// 13: the chat template as fixed pieces (Model.chat; an older runtime ignores it and
+// applies the prompt_template it names)
+constexpr uint32_t kSchemaMinor = 13;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

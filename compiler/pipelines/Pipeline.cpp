@@ -331,6 +331,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
   }
   hf::ImportOptions importOptions;
   importOptions.promptTemplate = options.promptTemplate;
+  importOptions.chatTemplate = options.chatTemplate;
   mlir::OwningOpRef<mlir::ModuleOp> module =
       hf::importCheckpoint(&context, options.checkpoint, importOptions);
   if (!module || !lower)

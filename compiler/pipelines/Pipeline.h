@@ -31,6 +31,7 @@ struct CompileOptions {
   bool fuse = true;              // kiln-fuse-qkv, -gate-up, -activation, -residual, -norm (--no-fuse: none)
   std::vector<std::string> noFusePasses;  // of kFusionPasses: skipped (--no-fuse-pass)
   std::string promptTemplate;
+  std::string chatTemplate;      // hf::ImportOptions::chatTemplate
   int64_t maxPrefillTokens = 512;
   std::string kvCache = "int8";  // kiln-plan-memory kv-cache: f32 | f16 | int8 | int4 (docs/performance.md)
 

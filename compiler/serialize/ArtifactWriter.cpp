@@ -607,11 +607,39 @@ LogicalResult Writer::buildHeader(uint64_t dataStart) {
                                            options_.compilerVersion.c_str(),
                                            options_.targetTriple.c_str(),
                                            str("kiln.prompt_template").c_str());
+  // The chat template's pieces (kiln.chat_template, from the importer's ChatTemplate.h).
+  flatbuffers::Offset<fb::ChatTemplate> chat = 0;
+  if (auto c = module_->getAttrOfType<mlir::DictionaryAttr>("kiln.chat_template")) {
+    auto s = [&](llvm::StringRef key) {
+      auto a = c.getAs<mlir::StringAttr>(key);
+      return b.CreateString(a ? a.getValue().str() : std::string());
+    };
+    auto turnsAttr = c.getAs<mlir::ArrayAttr>("turns");
+    if (!turnsAttr || turnsAttr.size() != 24)
+      return error() << "kiln.chat_template: 'turns' must hold 24 [allowed, text, after_image] entries";
+    std::vector<flatbuffers::Offset<fb::ChatTurn>> turns;
+    for (mlir::Attribute t : turnsAttr) {
+      auto parts = llvm::dyn_cast<mlir::ArrayAttr>(t);
+      if (!parts || parts.size() != 3 || !llvm::isa<mlir::BoolAttr>(parts[0]) ||
+          !llvm::isa<mlir::StringAttr>(parts[1]) || !llvm::isa<mlir::StringAttr>(parts[2]))
+        return error() << "kiln.chat_template: a turn is not [allowed, text, after_image]";
+      turns.push_back(fb::CreateChatTurn(b, llvm::cast<mlir::BoolAttr>(parts[0]).getValue(),
+                                         b.CreateString(llvm::cast<mlir::StringAttr>(parts[1]).getValue().str()),
+                                         b.CreateString(llvm::cast<mlir::StringAttr>(parts[2]).getValue().str())));
+    }
+    auto trim = c.getAs<mlir::IntegerAttr>("trim");
+    auto bos = c.getAs<mlir::BoolAttr>("starts_with_bos");
+    auto source = s("source"), jinja = s("jinja"), prompt = s("generation_prompt"), open = s("image_open"),
+         close = s("image_close");
+    auto turnsVec = b.CreateVector(turns);
+    chat = fb::CreateChatTemplate(b, source, jinja, turnsVec, prompt, trim ? static_cast<uint8_t>(trim.getInt()) : 0,
+                                  open, close, bos && bos.getValue());
+  }
   auto model = fb::CreateModel(
       b, format::kSchemaVersion, metadata, options_.requiredCpuFeatures | kernelFeatures_,
       b.CreateVectorOfStructs(segments), b.CreateVector(tensors), b.CreateVector(values),
       b.CreateVector(stages), memoryPlan, textConfig, imageConfig, preprocess, tokenizer, generation,
-      b.CreateVector(precision), codeSegment);
+      b.CreateVector(precision), codeSegment, 0, chat);
   b.FinishSizePrefixed(model, fb::ModelIdentifier());
   (void)ctx;
   return success();

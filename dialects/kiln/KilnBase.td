@@ -36,7 +36,8 @@ def Kiln_Dialect : Dialect {
       stages take token ids and positions; their attention ops are bound to a layer
       of the session's KV cache;
     * module attributes with what travels to the artifact: `kiln.architecture`,
-      `kiln.checkpoint` (the source directory), `kiln.prompt_template`, and the
+      `kiln.checkpoint` (the source directory), `kiln.prompt_template`,
+      `kiln.chat_template` (the chat template's pieces: a dictionary), and the
       typed configuration `kiln.text` (`#kiln.text_config`), `kiln.image`
       (`#kiln.image_config`), `kiln.preprocessor` (`#kiln.preprocessor_config`),
       `kiln.generation` (`#kiln.generation_config`) and `kiln.tokenizer`

@@ -71,7 +71,7 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
   auto unknown = [&] {
     return op->emitOpError("unknown attribute '")
            << attr.getName().getValue()
-           << "' (kiln.* attributes: architecture, checkpoint, prompt_template, text, image, "
+           << "' (kiln.* attributes: architecture, checkpoint, prompt_template, chat_template, text, image, "
               "preprocessor, generation, tokenizer, max_prefill_tokens, kv_cache, target, stage, arena_bytes, "
               "kernel, symbol, symbols, fused, offset, output, sensitivity, fused_from, routing, "
               "pruned_experts)";
@@ -87,6 +87,17 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     if (!s || !llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"llava", "llava-chatml", "idefics3", "plain"},
                                   s.getValue()))
       return op->emitOpError("attribute 'kiln.prompt_template' must be one of llava, llava-chatml, idefics3, plain");
+    return success();
+  }
+  // The chat template's pieces (compiler/importers/hf/ChatTemplate.h): the writer
+  // checks their shape when it serializes them.
+  if (name == "chat_template") {
+    if (failed(requireModule(op, attr)))
+      return failure();
+    auto d = llvm::dyn_cast<DictionaryAttr>(attr.getValue());
+    auto turns = d ? d.getAs<ArrayAttr>("turns") : ArrayAttr();
+    if (!turns || turns.size() != 24)
+      return op->emitOpError("attribute 'kiln.chat_template' must be a dictionary with 24 'turns'");
     return success();
   }
   // The module configuration: typed attributes whose own verifiers check the values.

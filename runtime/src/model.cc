@@ -139,6 +139,7 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   kiln_model_info_t& info = m->info;
   info.architecture = Str(f->metadata()->architecture());
   info.prompt_template = Str(f->metadata()->prompt_template());
+  info.chat_template = f->chat() != nullptr ? Str(f->chat()->source()) : nullptr;
   info.target = Str(f->metadata()->target_triple());
   info.source_hash = Str(f->metadata()->source_hash());
   info.vocab_size = static_cast<int32_t>(f->text()->vocab_size());

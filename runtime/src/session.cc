@@ -522,44 +522,129 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   return st;
 }
 
-// The prompt templates of tests/models/kiln_models/prompts.py: the user's text with
-// the image (if one is set) expanded to image_tokens image tokens, tokenized.
-kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* out, kiln_error_t* error) {
-  kiln_model_t* model = s->model;
+// The text of a conversation: the chat template's pieces (Model.chat, schema 1.13;
+// compiler/importers/hf/ChatTemplate.h), or, for an artifact without them, the
+// built-in template its metadata names (tests/models/kiln_models/prompts.py) for one
+// user message. An image is `image_tokens` image tokens between the template's
+// image_open and image_close; with image_tokens 0, one image token (what
+// transformers' apply_chat_template writes). *add_bos: the tokenizer's BOS is still
+// to be added (the template does not write it).
+const char* Str(const flatbuffers::String* s) { return s != nullptr ? s->c_str() : ""; }
+
+kiln_status_t RenderChat(const kiln_model_t* model, const kiln_chat_message_t* msgs, size_t count,
+                         int64_t image_tokens, Vec<char>* text, bool* add_bos, kiln_error_t* error) {
+  static const char* const kRoles[3] = {"system", "user", "assistant"};
+  int images = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const kiln_chat_message_t& m = msgs[i];
+    if (m.role == nullptr || m.content == nullptr)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "message %zu has no role or content", i);
+    if (std::strcmp(m.role, "system") != 0 && std::strcmp(m.role, "user") != 0 && std::strcmp(m.role, "assistant") != 0)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "message %zu: role '%s' (system, user or assistant)", i, m.role);
+    if (m.image) {
+      if (!model->multimodal) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "message %zu: the model takes no image", i);
+      if (std::strcmp(m.role, "user") != 0)
+        return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "message %zu: only a user message carries the image", i);
+      if (++images > 1) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "more than one message carries the image");
+    }
+  }
+  if (count == 0 || std::strcmp(msgs[count - 1].role, "user") != 0)
+    return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "the last message must be a user message");
+  const fb::ChatTemplate* chat = model->fb->chat();
+  const char* open = chat != nullptr ? Str(chat->image_open()) : "";
+  const char* close = chat != nullptr ? Str(chat->image_close()) : "";
+  const char* prompt_end = "";
+  const char* legacy_before = "";  // the built-in templates: text before the first message
   const char* tmpl = model->info.prompt_template;
-  bool image = model->multimodal && s->has_image;
-  const char* before = "";
-  const char* image_open = "";
-  const char* image_close = "";
-  const char* after = "";
-  if (std::strcmp(tmpl, "llava") == 0) {
-    before = "USER: ";
-    image_close = "\n";
-    after = " ASSISTANT:";
-  } else if (std::strcmp(tmpl, "llava-chatml") == 0) {
-    before = "<|im_start|>user\n";
-    image_close = "\n";
-    after = "<|im_end|>\n<|im_start|>assistant\n";
-  } else if (std::strcmp(tmpl, "idefics3") == 0) {
-    before = image ? "<|im_start|>User:" : "<|im_start|>User: ";
-    image_open = "<fake_token_around_image><global-img>";
-    image_close = "<fake_token_around_image>";
-    after = "<end_of_utterance>\nAssistant:";
-  } else if (std::strcmp(tmpl, "plain") != 0) {
-    return Fail(error, KILN_ERROR_UNSUPPORTED, "unknown prompt template '%s'", tmpl);
+  if (chat == nullptr) {
+    if (count != 1)
+      return Fail(error, KILN_ERROR_UNSUPPORTED,
+                  "the model has no chat template: it takes one user message (recompile with --chat-template)");
+    bool image = msgs[0].image != 0;
+    if (std::strcmp(tmpl, "llava") == 0) {
+      legacy_before = "USER: ";
+      close = "\n";
+      prompt_end = " ASSISTANT:";
+    } else if (std::strcmp(tmpl, "llava-chatml") == 0) {
+      legacy_before = "<|im_start|>user\n";
+      close = "\n";
+      prompt_end = "<|im_end|>\n<|im_start|>assistant\n";
+    } else if (std::strcmp(tmpl, "idefics3") == 0) {
+      legacy_before = image ? "<|im_start|>User:" : "<|im_start|>User: ";
+      open = "<fake_token_around_image><global-img>";
+      close = "<fake_token_around_image>";
+      prompt_end = "<end_of_utterance>\nAssistant:";
+    } else if (std::strcmp(tmpl, "plain") != 0) {
+      return Fail(error, KILN_ERROR_UNSUPPORTED, "unknown prompt template '%s'", tmpl);
+    } else if (image) {
+      return Fail(error, KILN_ERROR_UNSUPPORTED, "the 'plain' prompt template has no place for an image");
+    }
+  } else {
+    prompt_end = Str(chat->generation_prompt());
   }
-  Vec<char> text(&s->allocator);
-  auto put = [&](const char* p, size_t n) { return text.append(p, n); };
-  bool ok = put(before, std::strlen(before));
-  if (image) {
-    ok = ok && put(image_open, std::strlen(image_open));
-    for (int64_t i = 0; ok && i < s->image_tokens; ++i)
-      ok = put(model->image_token_text, model->image_token_text_len);
-    ok = ok && put(image_close, std::strlen(image_close));
+  auto put = [&](const char* p, size_t n) { return text->append(p, n); };
+  auto puts = [&](const char* p) { return put(p, std::strlen(p)); };
+  bool ok = puts(legacy_before);
+  int prev = 3;  // the first message
+  for (size_t i = 0; ok && i < count; ++i) {
+    const kiln_chat_message_t& m = msgs[i];
+    int role = m.role[0] == 's' ? 0 : m.role[0] == 'u' ? 1 : 2;
+    const char* after_image = "";
+    if (chat != nullptr) {
+      const fb::ChatTurn* t = chat->turns()->Get(static_cast<uint32_t>((prev * 3 + role) * 2 + (m.image ? 1 : 0)));
+      if (!t->allowed())
+        return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "the chat template does not accept %sa %s message %s%s%s",
+                    m.image ? "an image in " : "", kRoles[role], prev == 3 ? "first" : "after a ",
+                    prev == 3 ? "" : kRoles[prev], prev == 3 ? "" : " message");
+      ok = puts(Str(t->text()));
+      after_image = Str(t->after_image());
+    }
+    if (ok && m.image) {
+      if (image_tokens > 0) {
+        ok = puts(open);
+        for (int64_t k = 0; ok && k < image_tokens; ++k) ok = put(model->image_token_text, model->image_token_text_len);
+        ok = ok && puts(close);
+      } else {
+        ok = put(model->image_token_text, model->image_token_text_len) && (chat != nullptr || puts(close));
+      }
+      ok = ok && puts(after_image);
+    }
+    // The template's strip of the content (Jinja's trim: Python's str.strip()).
+    const char* b = m.content;
+    const char* e = b + std::strlen(b);
+    const unsigned trim = chat != nullptr ? chat->trim() : 0;
+    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+    if (trim & (1u << role))
+      while (b < e && space(*b)) ++b;
+    if (trim & (8u << role))
+      while (e > b && space(e[-1])) --e;
+    ok = ok && put(b, static_cast<size_t>(e - b));
+    prev = role;
   }
-  ok = ok && put(prompt, std::strlen(prompt)) && put(after, std::strlen(after));
+  ok = ok && puts(prompt_end);
   if (!ok) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "out of memory for the prompt");
-  return model->tokenizer->Encode(text.data(), text.size(), true, out, error);
+  *add_bos = chat == nullptr || !chat->starts_with_bos();
+  return KILN_OK;
+}
+
+// The ids of a conversation, the session's image expanded.
+kiln_status_t ChatIds(kiln_session_t* s, const kiln_chat_message_t* msgs, size_t count, Vec<int32_t>* out,
+                      kiln_error_t* error) {
+  for (size_t i = 0; i < count; ++i)
+    if (msgs[i].image && !s->has_image)
+      return Fail(error, KILN_ERROR_INVALID_ARGUMENT,
+                  "message %zu carries the image, but no image is set (kiln_session_set_image_rgb)", i);
+  Vec<char> text(&s->allocator);
+  bool add_bos = true;
+  if (kiln_status_t st = RenderChat(s->model, msgs, count, s->image_tokens, &text, &add_bos, error); st != KILN_OK)
+    return st;
+  return s->model->tokenizer->Encode(text.data(), text.size(), add_bos, out, error);
+}
+
+// kiln_session_generate's prompt: one user message, with the image if one is set.
+kiln_status_t BuildPrompt(kiln_session_t* s, const char* prompt, Vec<int32_t>* out, kiln_error_t* error) {
+  kiln_chat_message_t m = {"user", prompt, s->model->multimodal && s->has_image ? 1 : 0};
+  return ChatIds(s, &m, 1, out, error);
 }
 
 // Everything a session allocates, sized from the artifact and the options with
@@ -1481,6 +1566,38 @@ kiln_status_t kiln_session_generate(kiln_session_t* s, const char* prompt, const
   s->prompt.clear();
   if (kiln_status_t st = BuildPrompt(s, prompt, &s->prompt, out_error); st != KILN_OK) return st;
   return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, out_error);
+}
+
+kiln_status_t kiln_session_chat(kiln_session_t* s, const kiln_chat_message_t* messages, size_t count,
+                                const kiln_generate_options_t* options, kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (s == nullptr || messages == nullptr || count == 0)
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_session_chat needs a session and messages");
+  double t0 = NowSeconds();
+  s->prompt.clear();
+  if (kiln_status_t st = ChatIds(s, messages, count, &s->prompt, out_error); st != KILN_OK) return st;
+  return Generate(s, s->prompt.data(), s->prompt.size(), options, t0, out_error);
+}
+
+kiln_status_t kiln_model_apply_chat_template(const kiln_model_t* model, const kiln_chat_message_t* messages,
+                                             size_t count, char* out, size_t capacity, size_t* out_length,
+                                             kiln_error_t* out_error) {
+  ClearError(out_error);
+  if (model == nullptr || messages == nullptr || count == 0 || out_length == nullptr || (out == nullptr && capacity > 0))
+    return Fail(out_error, KILN_ERROR_INVALID_ARGUMENT, "kiln_model_apply_chat_template: invalid arguments");
+  kiln::rt::Allocator scratch(&model->allocator.raw());
+  Vec<char> text(&scratch);
+  bool add_bos = true;
+  if (kiln_status_t st = RenderChat(model, messages, count, 0, &text, &add_bos, out_error); st != KILN_OK) return st;
+  *out_length = text.size();
+  if (capacity > 0) {
+    const size_t n = std::min(capacity - 1, text.size());
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+  if (text.size() >= capacity)
+    return Fail(out_error, KILN_ERROR_BUFFER_TOO_SMALL, "%zu bytes do not fit in %zu", text.size() + 1, capacity);
+  return KILN_OK;
 }
 
 kiln_status_t kiln_session_prefill_logits(kiln_session_t* s, const int32_t* ids, size_t count, float* out_logits,

@@ -468,6 +468,13 @@ kiln_status_t Verifier::Configs() {
   for (uint32_t i = 0; model_->precision() != nullptr && i < model_->precision()->size(); ++i)
     if (model_->precision()->Get(i)->tensor() >= model_->tensors()->size())
       return Bad(KILN_ERROR_ARTIFACT_OUT_OF_BOUNDS, "precision table entry %u names no tensor", i);
+  // The chat template's pieces (session.cc RenderChat; an absent string is empty).
+  if (const fb::ChatTemplate* c = model_->chat()) {
+    if (c->turns() == nullptr || c->turns()->size() != 24)
+      return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "chat template: %u turns, expected 24",
+                 c->turns() == nullptr ? 0u : c->turns()->size());
+    if (c->trim() >= 64) return Bad(KILN_ERROR_ARTIFACT_MALFORMED, "chat template: trim bits %u", c->trim());
+  }
   return KILN_OK;
 }
 

@@ -179,9 +179,16 @@ static cl::opt<std::string> visualTokenScore(
 static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
                             cl::cat(kilnCategory));
 
+static cl::opt<std::string> chatTemplate(
+    "chat-template",
+    cl::desc("Chat template: a file (.jinja, or .json with \"chat_template\"), a built-in (llava, llava-chatml, "
+             "idefics3, chatml) or none (default: the checkpoint's chat_template.jinja, chat_template.json or "
+             "tokenizer_config.json, else the architecture's built-in)"),
+    cl::init(""), cl::cat(kilnCategory));
 static cl::opt<std::string> promptTemplate(
     "prompt-template",
-    cl::desc("Prompt template: llava, llava-chatml, idefics3, plain (default: the architecture's)"),
+    cl::desc("The built-in template older runtimes apply, and an alias of --chat-template for it: llava, "
+             "llava-chatml, idefics3, plain (default: the architecture's)"),
     cl::init(""), cl::cat(kilnCategory));
 
 static const char* severityName(mlir::DiagnosticSeverity s) {
@@ -296,7 +303,7 @@ int main(int argc, char** argv) {
     for (cl::Option* o : std::initializer_list<cl::Option*>{
              &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
-             &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &pruneExperts,
+             &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &chatTemplate, &pruneExperts,
              &pruneExpertsMaxLoss, &visualTokens, &visualTokenScore})
       if (o->getNumOccurrences() > 0) {
         llvm::errs() << "kiln-compile: error: --" << o->ArgStr
@@ -365,6 +372,12 @@ int main(int argc, char** argv) {
       promptTemplate != "idefics3" && promptTemplate != "plain") {
     llvm::errs() << "kiln-compile: error: unknown --prompt-template '" << promptTemplate
                  << "' (llava, llava-chatml, idefics3, plain)\n";
+    return 2;
+  }
+  if (!chatTemplate.empty() && chatTemplate != "none" && chatTemplate != "llava" && chatTemplate != "llava-chatml" &&
+      chatTemplate != "idefics3" && chatTemplate != "chatml" && !llvm::sys::fs::is_regular_file(chatTemplate)) {
+    llvm::errs() << "kiln-compile: error: --chat-template '" << chatTemplate
+                 << "': neither a file nor a built-in template (llava, llava-chatml, idefics3, chatml, none)\n";
     return 2;
   }
 
@@ -443,6 +456,7 @@ int main(int argc, char** argv) {
     options.noFusePasses.push_back(name);
   }
   options.promptTemplate = promptTemplate;
+  options.chatTemplate = chatTemplate;
   options.maxPrefillTokens = maxPrefillTokens;
   options.kvCache = kvCache;
   options.memoryBudget = memoryBudget;

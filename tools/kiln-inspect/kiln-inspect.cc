@@ -243,6 +243,13 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
   std::printf("  compiler         %s\n", S(md->compiler_version()));
   std::printf("  source hash      %s\n", S(md->source_hash()));
   std::printf("  prompt template  %s\n", S(md->prompt_template()));
+  if (const fb::ChatTemplate* chat = m->chat()) {
+    std::printf("  chat template    %s (%zu bytes of Jinja)\n", S(chat->source()),
+                chat->jinja() != nullptr ? static_cast<size_t>(chat->jinja()->size()) : size_t{0});
+    std::printf("  chat reply after %s\n", J(S(chat->generation_prompt())).c_str());
+  } else {
+    std::printf("  chat template    none (prompts are tokenized as they are)\n");
+  }
   for (const std::string& line : TierLines(mem)) std::printf("  tiers            %s\n", line.c_str());
   if (const fb::CodeSegment* code = m->code()) {
     const fb::Segment* seg = !code->library() && code->segment() < m->segments()->size()
@@ -372,6 +379,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
               J(Features(m->required_cpu_features()).c_str()).c_str());
   std::printf("  \"compiler\": %s, \"source_hash\": %s, \"prompt_template\": %s,\n", J(S(md->compiler_version())).c_str(),
               J(S(md->source_hash())).c_str(), J(S(md->prompt_template())).c_str());
+  if (const fb::ChatTemplate* chat = m->chat())
+    std::printf("  \"chat_template\": {\"source\": %s, \"generation_prompt\": %s, \"jinja\": %s},\n",
+                J(S(chat->source())).c_str(), J(S(chat->generation_prompt())).c_str(), J(S(chat->jinja())).c_str());
+  else
+    std::printf("  \"chat_template\": null,\n");
   if (mem.root != nullptr && mem.root->tiers() != nullptr) {
     std::printf("  \"tier\": %d, \"tiers\": [", mem.tier);
     for (uint32_t k = 0; k < mem.root->tiers()->size(); ++k) {

@@ -20,7 +20,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -597,7 +600,40 @@ int main(int argc, char** argv) {
   CLI::Option* tokenize_opt = app.add_option(
       "--tokenize", tokenize_text, "print the token ids of TEXT and the text of each, then exit (no template)");
   app.add_flag("--no-special", no_special, "--tokenize: do not add the tokenizer's BOS")->needs(tokenize_opt);
+  std::string system_prompt, prompt_file;
+  CLI::Option* system_opt =
+      app.add_option("--system", system_prompt, "system message before the prompt (the chat template's system turn)");
+  CLI::Option* prompt_file_opt =
+      app.add_option("--prompt-file", prompt_file, "read the prompt from a file (as --prompt)")->check(CLI::ExistingFile);
+  bool chat_mode = false, show_prompt = false;
+  app.add_flag("--chat", chat_mode,
+               "a conversation: after --prompt (if given), every line of standard input is the next user message; "
+               "each answer is printed on its own line and becomes an assistant message (its KV cache prefix reused)");
+  app.add_flag("--show-prompt", show_prompt,
+               "print the text the prompt becomes in the model's chat template (an image as one image token), then "
+               "exit");
   if (int rc = kiln::tools::ParseCommandLine(app, argc, argv, "kiln-run"); rc >= 0) return rc;
+  if (prompt_file_opt->count() > 0) {
+    if (prompt_opt->count() > 0) {
+      std::fprintf(stderr, "kiln-run: error: give --prompt or --prompt-file, not both\n");
+      return 2;
+    }
+    std::ifstream f(prompt_file, std::ios::binary);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) {
+      std::fprintf(stderr, "kiln-run: error: cannot read --prompt-file '%s'\n", prompt_file.c_str());
+      return 2;
+    }
+    prompt = text.str();
+  }
+  const bool have_prompt = prompt_opt->count() > 0 || prompt_file_opt->count() > 0;
+  if ((system_opt->count() > 0 || chat_mode || show_prompt) && (!ids_spec.empty() || !batch_path.empty() ||
+                                                               tokenize_opt->count() > 0)) {
+    std::fprintf(stderr, "kiln-run: error: --system, --chat and --show-prompt take --prompt (or --prompt-file), not "
+                         "--input-ids, --batch or --tokenize\n");
+    return 2;
+  }
 
   if (tokenize_opt->count() > 0) {
     if (prompt_opt->count() > 0 || !ids_spec.empty() || !batch_path.empty()) {
@@ -613,8 +649,14 @@ int main(int argc, char** argv) {
   }
 
   // An empty --prompt is a prompt (the template alone): count the option, not its text.
-  if ((prompt_opt->count() > 0 ? 1 : 0) + (ids_spec.empty() ? 0 : 1) + (batch_path.empty() ? 0 : 1) != 1) {
-    std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt, --input-ids and --batch\n");
+  // --chat reads its messages from standard input and may start without one.
+  if ((have_prompt || (chat_mode && ids_spec.empty() && batch_path.empty()) ? 1 : 0) + (ids_spec.empty() ? 0 : 1) +
+          (batch_path.empty() ? 0 : 1) != 1) {
+    std::fprintf(stderr, "kiln-run: error: give exactly one of --prompt (or --prompt-file), --input-ids and --batch\n");
+    return 2;
+  }
+  if (show_prompt && chat_mode) {
+    std::fprintf(stderr, "kiln-run: error: --show-prompt prints one prompt: give it without --chat\n");
     return 2;
   }
   // 0 and negative values used to mean "the default" silently: a value given must be one.
@@ -868,12 +910,71 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The conversation (--system, --chat): the model's chat template, one turn at a time.
+  std::vector<std::pair<std::string, std::string>> turns;  // role, content
+  if (system_opt->count() > 0) turns.emplace_back("system", system_prompt);
+  const bool has_image = !image_path.empty() || !pixels_path.empty();
+  auto messages = [&]() {
+    std::vector<kiln_chat_message_t> m;
+    bool image_given = false;
+    for (const auto& [role, content] : turns) {
+      int image = has_image && role == "user" && !image_given ? 1 : 0;
+      image_given = image_given || image;
+      m.push_back({role.c_str(), content.c_str(), image});
+    }
+    return m;
+  };
+  if (show_prompt) {
+    turns.emplace_back("user", prompt);
+    std::vector<kiln_chat_message_t> m = messages();
+    size_t length = 0;
+    kiln_model_apply_chat_template(model, m.data(), m.size(), nullptr, 0, &length, &err);
+    std::string text(length + 1, '\0');
+    if (kiln_model_apply_chat_template(model, m.data(), m.size(), text.data(), text.size(), &length, &err) != KILN_OK)
+      return fail("applying the chat template");
+    std::fwrite(text.data(), 1, length, stdout);
+    std::fputc('\n', stdout);
+    kiln_session_release(session);
+    kiln_model_release(model);
+    return 0;
+  }
   go.on_token = OnToken;
   go.user = &quiet;
-  kiln_status_t st = ids.empty() ? kiln_session_generate(session, prompt.c_str(), &go, &err)
-                                 : kiln_session_generate_ids(session, ids.data(), ids.size(), &go, &err);
+  kiln_status_t st = KILN_OK;
+  if (chat_mode) {
+    // One user message per line; each answer joins the conversation as the assistant's.
+    std::string line = prompt;
+    bool first = have_prompt;
+    while (first || std::getline(std::cin, line)) {
+      first = false;
+      turns.emplace_back("user", line);
+      std::vector<kiln_chat_message_t> m = messages();
+      st = kiln_session_chat(session, m.data(), m.size(), &go, &err);
+      if (st != KILN_OK) break;
+      if (!quiet) std::fputc('\n', stdout);
+      std::fflush(stdout);
+      size_t n = 0;
+      kiln_session_get_output_ids(session, nullptr, 0, &n);
+      std::vector<int32_t> out(n);
+      kiln_session_get_output_ids(session, out.data(), out.size(), &n);
+      size_t length = 0;
+      kiln_detokenize(model, out.data(), n, 1, nullptr, 0, &length, nullptr);
+      std::string answer(length + 1, '\0');
+      kiln_detokenize(model, out.data(), n, 1, answer.data(), answer.size(), &length, nullptr);
+      answer.resize(length);
+      turns.emplace_back("assistant", answer);
+    }
+  } else if (!ids.empty()) {
+    st = kiln_session_generate_ids(session, ids.data(), ids.size(), &go, &err);
+  } else if (!turns.empty()) {
+    turns.emplace_back("user", prompt);
+    std::vector<kiln_chat_message_t> m = messages();
+    st = kiln_session_chat(session, m.data(), m.size(), &go, &err);
+  } else {
+    st = kiln_session_generate(session, prompt.c_str(), &go, &err);
+  }
   if (st != KILN_OK) return fail("generating");
-  if (!quiet) std::fputc('\n', stdout);
+  if (!quiet && !chat_mode) std::fputc('\n', stdout);
   if (!ids.empty() && !quiet) {
     std::vector<int32_t> out(4096);
     size_t n = 0;

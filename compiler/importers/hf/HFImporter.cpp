@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/importers/hf/ChatTemplate.h"
 #include "compiler/importers/hf/HFConfig.h"
 #include "dialects/kiln/KilnOps.h"
 #include "compiler/importers/safetensors/Safetensors.h"
@@ -108,6 +109,8 @@ private:
   void buildDecoderStages();
 
   LogicalResult readConfigs();
+  LogicalResult readChatTemplate(const llvm::json::Object& tokenizer);
+  std::string builtinTemplateName() const;
   LogicalResult checkDeclaredCounts();
   LogicalResult checkFiniteWeights();
   void setModuleAttributes();
@@ -126,6 +129,9 @@ private:
   int64_t imageTokens_ = 0;
   int64_t tokenizerVocab_ = 0;
   int64_t tokenizerAdded_ = 0;
+  std::optional<ChatPieces> chat_;
+  std::string imageOpen_, imageClose_;  // around an image's tokens (Idefics3)
+  bool chatStartsWithBos_ = false;
 
   std::map<std::string, WeightOp> weights_;
   Operation* firstStage_ = nullptr; // the first function: weights go before it
@@ -592,6 +598,8 @@ LogicalResult Importer::readConfigs() {
   tokenizerVocab_ = static_cast<int64_t>(vocab->size());
   if (const llvm::json::Array* added = tokObj->getArray("added_tokens"))
     tokenizerAdded_ = static_cast<int64_t>(added->size());
+  if (failed(readChatTemplate(*tokObj)))
+    return failure();
 
   auto ckpt = safetensors::openCheckpoint(dir_);
   if (!ckpt) {
@@ -642,18 +650,188 @@ void Importer::setModuleAttributes() {
   module_->setAttr("kiln.tokenizer",
                    TokenizerConfigAttr::get(ctx_, "tokenizer.json", tokenizerVocab_, tokenizerAdded_));
 
-  // The templates of tests/models/kiln_models/prompts.py, which the runtime mirrors.
-  std::string tmpl = options_.promptTemplate;
-  if (tmpl.empty()) {
-    llvm::StringRef arch = cfg_.architecture;
-    if (arch == "LlavaForConditionalGeneration")
-      tmpl = cfg_.text.modelType == "qwen2" ? "llava-chatml" : "llava";
-    else if (arch == "Idefics3ForConditionalGeneration")
-      tmpl = "idefics3";
-    else
-      tmpl = "plain";
+  // The built-in template older runtimes apply (newer ones apply kiln.chat_template).
+  module_->setAttr("kiln.prompt_template", b.getStringAttr(builtinTemplateName()));
+  if (chat_) {
+    const ChatPieces& c = *chat_;
+    SmallVector<Attribute> turns;
+    for (int prev = 0; prev < 4; ++prev)
+      for (int role = 0; role < kRoles; ++role)
+        for (int image = 0; image < 2; ++image) {
+          const ChatTurn& t = c.turns[prev][role][image];
+          turns.push_back(b.getArrayAttr({b.getBoolAttr(t.allowed), b.getStringAttr(t.text),
+                                          b.getStringAttr(t.afterImage)}));
+        }
+    unsigned trim = 0;
+    for (int r = 0; r < kRoles; ++r) trim |= (c.trimLeft[r] ? 1u << r : 0u) | (c.trimRight[r] ? 8u << r : 0u);
+    module_->setAttr("kiln.chat_template",
+                     b.getDictionaryAttr({b.getNamedAttr("source", b.getStringAttr(c.source)),
+                                          b.getNamedAttr("jinja", b.getStringAttr(c.jinja)),
+                                          b.getNamedAttr("turns", b.getArrayAttr(turns)),
+                                          b.getNamedAttr("generation_prompt", b.getStringAttr(c.generationPrompt)),
+                                          b.getNamedAttr("trim", b.getI32IntegerAttr(static_cast<int32_t>(trim))),
+                                          b.getNamedAttr("image_open", b.getStringAttr(imageOpen_)),
+                                          b.getNamedAttr("image_close", b.getStringAttr(imageClose_)),
+                                          b.getNamedAttr("starts_with_bos", b.getBoolAttr(chatStartsWithBos_))}));
   }
-  module_->setAttr("kiln.prompt_template", b.getStringAttr(tmpl));
+}
+
+// The architecture's built-in template (tests/models/kiln_models/prompts.py), or
+// --prompt-template's.
+std::string Importer::builtinTemplateName() const {
+  if (!options_.promptTemplate.empty()) return options_.promptTemplate;
+  llvm::StringRef arch = cfg_.architecture;
+  if (arch == "LlavaForConditionalGeneration") return cfg_.text.modelType == "qwen2" ? "llava-chatml" : "llava";
+  if (arch == "Idefics3ForConditionalGeneration") return "idefics3";
+  return "plain";
+}
+
+// The chat template: --chat-template's (a built-in name, a file, none), else the
+// checkpoint's, else the architecture's built-in; derived into the pieces the
+// runtime applies (ChatTemplate.h). A template given by option that cannot be used
+// is an error; the checkpoint's is a warning, and the built-in is used instead.
+LogicalResult Importer::readChatTemplate(const llvm::json::Object& tokenizer) {
+  auto path = [&](llvm::StringRef f) {
+    llvm::SmallString<256> p(dir_);
+    llvm::sys::path::append(p, f);
+    return std::string(p);
+  };
+  auto readText = [&](const std::string& file, std::string* out) {
+    auto buffer = llvm::MemoryBuffer::getFile(file);
+    if (!buffer) return false;
+    *out = (*buffer)->getBuffer().str();
+    return true;
+  };
+  // tokenizer_config.json's special tokens: the template's bos_token, eos_token, ...
+  ChatVariables vars;
+  std::optional<llvm::json::Value> tokConfig;
+  if (llvm::sys::fs::exists(path("tokenizer_config.json"))) {
+    auto json = readJsonFile(path("tokenizer_config.json"), "tokenizer_config.json");
+    if (!json) {
+      error(fileLoc("tokenizer_config.json"), llvm::toString(json.takeError()));
+      return failure();
+    }
+    tokConfig = std::move(*json);
+    if (const llvm::json::Object* o = tokConfig->getAsObject())
+      for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+        const llvm::json::Value* v = o->get(key);
+        if (!v) continue;
+        if (auto str = v->getAsString()) vars[key] = str->str();
+        else if (const llvm::json::Object* added = v->getAsObject())  // {"content": "<s>", ...}
+          if (auto content = added->getString("content")) vars[key] = content->str();
+      }
+  }
+  // The image token's text ("<image>"): the tokenizer's token of config.json's id.
+  std::string imageToken;
+  if (cfg_.vision) {
+    imageToken = "<image>";
+    if (const llvm::json::Array* added = tokenizer.getArray("added_tokens"))
+      for (const llvm::json::Value& a : *added)
+        if (const llvm::json::Object* o = a.getAsObject())
+          if (o->getInteger("id") == cfg_.imageTokenId)
+            if (auto content = o->getString("content")) imageToken = content->str();
+  }
+  if (cfg_.architecture == "Idefics3ForConditionalGeneration") {  // Idefics3Processor._prompt_single_image
+    imageOpen_ = "<fake_token_around_image><global-img>";
+    imageClose_ = "<fake_token_around_image>";
+  }
+
+  std::string choice = options_.chatTemplate.empty() ? options_.promptTemplate : options_.chatTemplate;
+  bool explicitChoice = !choice.empty();
+  if (choice == "none" || choice == "plain") return success();
+  std::string text, source;
+  if (explicitChoice) {
+    text = builtinChatTemplate(choice);
+    source = "built-in " + choice;
+    if (text.empty()) {
+      source = choice;
+      if (!llvm::sys::fs::is_regular_file(choice)) {
+        error(UnknownLoc::get(ctx_), "--chat-template '" + choice +
+                                         "': neither a built-in template (llava, llava-chatml, idefics3, chatml, "
+                                         "none) nor a file");
+        return failure();
+      }
+      if (!readText(choice, &text)) {
+        error(UnknownLoc::get(ctx_), "--chat-template '" + choice + "': cannot read the file");
+        return failure();
+      }
+      if (llvm::StringRef(choice).ends_with(".json")) {
+        auto json = llvm::json::parse(text);
+        const llvm::json::Object* o = json ? json->getAsObject() : nullptr;
+        auto t = o ? o->getString("chat_template") : std::nullopt;
+        if (!json) llvm::consumeError(json.takeError());
+        if (!t) {
+          error(UnknownLoc::get(ctx_), "--chat-template '" + choice + "': no \"chat_template\" string in the JSON");
+          return failure();
+        }
+        text = t->str();
+      }
+    }
+  } else {
+    // transformers' order: a processor's chat_template.jinja / .json, then the tokenizer's.
+    if (readText(path("chat_template.jinja"), &text)) {
+      source = "chat_template.jinja";
+    } else if (llvm::sys::fs::exists(path("chat_template.json"))) {
+      auto json = readJsonFile(path("chat_template.json"), "chat_template.json");
+      if (!json) {
+        error(fileLoc("chat_template.json"), llvm::toString(json.takeError()));
+        return failure();
+      }
+      const llvm::json::Object* o = json->getAsObject();
+      if (auto t = o ? o->getString("chat_template") : std::nullopt) {
+        text = t->str();
+        source = "chat_template.json";
+      }
+    } else if (const llvm::json::Object* o = tokConfig ? tokConfig->getAsObject() : nullptr) {
+      const llvm::json::Value* t = o->get("chat_template");
+      if (t && t->getAsString()) {
+        text = t->getAsString()->str();
+      } else if (t && t->getAsArray()) {  // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        for (const llvm::json::Value& named : *t->getAsArray())
+          if (const llvm::json::Object* n = named.getAsObject())
+            if (n->getString("name") == std::optional<llvm::StringRef>("default"))
+              if (auto tt = n->getString("template")) text = tt->str();
+      }
+      if (!text.empty()) source = "tokenizer_config.json";
+    }
+  }
+  auto derive = [&](const std::string& t, const std::string& src) {
+    ChatPieces pieces;
+    std::string why;
+    if (!deriveChatPieces(t, vars, imageToken, &pieces, &why)) return std::optional<std::string>(why);
+    pieces.source = src;
+    chat_ = std::move(pieces);
+    return std::optional<std::string>();
+  };
+  if (!text.empty()) {
+    auto why = derive(text, source);
+    if (!why) {
+      // Tokenized without adding BOS when the template writes it (no second BOS).
+      auto it = vars.find("bos_token");
+      if (it != vars.end() && !it->second.empty()) {
+        chatStartsWithBos_ = true;
+        for (int role = 0; role < kRoles; ++role)
+          for (int image = 0; image < 2; ++image) {
+            const ChatTurn& t = chat_->turns[kChatStart][role][image];
+            if (t.allowed && !llvm::StringRef(t.text).starts_with(it->second)) chatStartsWithBos_ = false;
+          }
+      }
+      return success();
+    }
+    if (explicitChoice) {
+      error(UnknownLoc::get(ctx_), "--chat-template '" + choice + "': " + *why);
+      return failure();
+    }
+    emitWarning(fileLoc(source)) << "the chat template cannot be used (" << *why << "); prompts use the built-in '"
+                                 << builtinTemplateName() << "' template";
+  }
+  std::string name = builtinTemplateName();
+  if (name == "plain") return success();
+  if (auto why = derive(builtinChatTemplate(name), "built-in " + name)) {
+    error(UnknownLoc::get(ctx_), "built-in chat template '" + name + "': " + *why);
+    return failure();
+  }
+  return success();
 }
 
 // Counts the config declares (layers, experts) are checked against the tensors the

@@ -17,8 +17,15 @@
 namespace kiln::hf {
 
 struct ImportOptions {
-  /// Prompt template override ("" = the architecture's default).
+  /// Prompt template override ("" = the architecture's default): a built-in chat
+  /// template's name (llava, llava-chatml, idefics3) or plain. Kept as an alias of
+  /// chatTemplate.
   std::string promptTemplate;
+  /// The chat template: "" (the checkpoint's chat_template.jinja, chat_template.json
+  /// or tokenizer_config.json "chat_template", else the architecture's built-in), a
+  /// built-in name (llava, llava-chatml, idefics3, chatml), "none", or a file (a
+  /// .jinja template or a JSON file with "chat_template").
+  std::string chatTemplate;
 };
 
 /// Imports the checkpoint in `directory`. Failures are reported as MLIR

@@ -259,7 +259,8 @@ KILN_API void kiln_model_release(kiln_model_t* model);
 typedef struct kiln_model_info_t {
   uint32_t struct_size;        /* sizeof(kiln_model_info_t), set by the caller */
   const char* architecture;    /* "LlavaForConditionalGeneration", ... */
-  const char* prompt_template; /* "llava", "llava-chatml", "idefics3", "plain" */
+  const char* prompt_template; /* the built-in template a runtime without chat templates
+                                  applies: "llava", "llava-chatml", "idefics3", "plain" */
   const char* target;          /* target triple the artifact was compiled for */
   const char* source_hash;     /* hash of the source checkpoint (hex) */
   int32_t vocab_size;
@@ -278,6 +279,10 @@ typedef struct kiln_model_info_t {
   int32_t image_tokens_scored;/* compiled with visual-token pruning: the encoder's tokens
                                  image_tokens are selected from (a session may keep fewer,
                                  kiln_session_options_t.image_tokens); 0: not pruned */
+  const char* chat_template;  /* where the chat template the prompts are written with came
+                                 from: "tokenizer_config.json", "chat_template.json",
+                                 "built-in llava", a file; NULL: none, a prompt is
+                                 tokenized as it is (prompt_template "plain") */
 } kiln_model_info_t;
 
 /* Facts about a loaded model. The strings are owned by the model. Thread-safe.
@@ -579,6 +584,29 @@ KILN_API void kiln_generate_options_init(kiln_generate_options_t* options);
  * `model` NULL: kiln_generate_options_init's. */
 KILN_API void kiln_generate_options_init_from_model(const kiln_model_t* model, kiln_generate_options_t* options);
 
+/* One message of a conversation. */
+typedef struct kiln_chat_message_t {
+  const char* role;    /* "system", "user" or "assistant" */
+  const char* content; /* UTF-8 */
+  int32_t image;       /* non-zero: the session's image comes before this message's content
+                          (a user message; one message at most) */
+} kiln_chat_message_t;
+
+/* The text of `messages` in the model's chat template (the checkpoint's Jinja
+ * template, compiled into fixed text around each message), followed by the
+ * generation prompt: what transformers' apply_chat_template(messages,
+ * add_generation_prompt=True, tokenize=False) returns, an image written as one image
+ * token. The last message must be a user message; a template that refuses a
+ * conversation (e.g. roles that do not alternate) is KILN_ERROR_INVALID_ARGUMENT.
+ * A model without a chat template (kiln_model_info_t.chat_template NULL) takes one
+ * user message, written as it is. Writes up to `capacity` bytes plus a NUL when there
+ * is room; *out_length receives the full length (KILN_ERROR_BUFFER_TOO_SMALL when it
+ * does not fit). Thread-safe. */
+KILN_API kiln_status_t kiln_model_apply_chat_template(const kiln_model_t* model,
+                                                      const kiln_chat_message_t* messages,
+                                                      size_t count, char* out, size_t capacity,
+                                                      size_t* out_length, kiln_error_t* out_error);
+
 /* Answers `prompt` (UTF-8) about the image set before (if any): applies the model's
  * prompt template, tokenizes, encodes the image, prefills, then decodes until an
  * end-of-sequence token or max_new_tokens, streaming tokens to on_token. Each call
@@ -589,6 +617,16 @@ KILN_API void kiln_generate_options_init_from_model(const kiln_model_t* model, k
 KILN_API kiln_status_t kiln_session_generate(kiln_session_t* session, const char* prompt,
                                              const kiln_generate_options_t* options,
                                              kiln_error_t* out_error);
+
+/* As kiln_session_generate for a conversation: the messages in the model's chat
+ * template (kiln_model_apply_chat_template), the image expanded into image tokens,
+ * tokenized, then prefill and decode. Pass the whole conversation each turn, the
+ * model's previous answers as "assistant" messages: the prefix the KV cache already
+ * holds is not prefilled again (reuse_prefix). kiln_session_generate(prompt) is this
+ * with one user message (carrying the image, if one is set). */
+KILN_API kiln_status_t kiln_session_chat(kiln_session_t* session, const kiln_chat_message_t* messages,
+                                         size_t count, const kiln_generate_options_t* options,
+                                         kiln_error_t* out_error);
 
 /* The token ids kiln_session_generate would feed the model for `prompt`: the prompt
  * template applied, the image (if set) expanded into image tokens, tokenized.
