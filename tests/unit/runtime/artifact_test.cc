@@ -2136,3 +2136,84 @@ TEST(VisualTokens, NanFeaturesAreSelectedSafely) {
   kiln_session_release(s);
   kiln_model_release(model);
 }
+
+// Chat templates (schema 1.13): tiny-llava carries LLaVA-1.5's template as pieces;
+// without them (an older artifact) the built-in its metadata names writes one user
+// message the same way.
+TEST(ChatTemplate, PiecesWriteConversationsAndRefuseBadOnes) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(ReadFile(dir + "/tiny-llava.kiln", &bytes));
+  auto apply = [](kiln_model_t* m, std::vector<kiln_chat_message_t> msgs, std::string* text) {
+    kiln_error_t err;
+    char buf[512];
+    size_t n = 0;
+    kiln_status_t st = kiln_model_apply_chat_template(m, msgs.data(), msgs.size(), buf, sizeof buf, &n, &err);
+    *text = st == KILN_OK ? std::string(buf, n) : std::string(err.message);
+    return st;
+  };
+  Buffer buffers[3];  // 64-byte aligned copies, alive until the end
+  int used = 0;
+  auto load = [&](const std::vector<uint8_t>& b, kiln_model_t** m) {
+    kiln_error_t err;
+    Buffer& buf = buffers[used++];
+    buf.Assign(b.data(), b.size());
+    return kiln_model_load_from_memory(buf.data(), buf.size, nullptr, m, &err);
+  };
+  kiln_model_t* model = nullptr;
+  ASSERT_EQ(load(bytes, &model), KILN_OK);
+  kiln_model_info_t info = {sizeof info};
+  ASSERT_EQ(kiln_model_get_info(model, &info), KILN_OK);
+  EXPECT_STREQ(info.chat_template, "built-in llava");
+  std::string text;
+  EXPECT_EQ(apply(model, {{"system", "Be brief.", 0}, {"user", "What is it?", 1}, {"assistant", "A valve.", 0},
+                          {"user", "How?", 0}},
+                  &text),
+            KILN_OK);
+  EXPECT_EQ(text, "Be brief. USER: <image>\nWhat is it? ASSISTANT: A valve. USER: How? ASSISTANT:");
+  EXPECT_EQ(apply(model, {{"user", "a", 0}, {"assistant", "b", 0}}, &text), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(text.find("last message must be a user message"), std::string::npos) << text;
+  EXPECT_EQ(apply(model, {{"user", "a", 1}, {"user", "b", 1}}, &text), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(apply(model, {{"tool", "a", 0}}, &text), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(text.find("role 'tool'"), std::string::npos) << text;
+  kiln_chat_message_t one = {"user", "What is in the picture?", 0};
+  char small[8];
+  size_t n = 0;
+  kiln_error_t err;
+  EXPECT_EQ(kiln_model_apply_chat_template(model, &one, 1, small, sizeof small, &n, &err), KILN_ERROR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(n, std::string("USER: What is in the picture? ASSISTANT:").size());
+  EXPECT_STREQ(small, "USER: W");
+
+  // A session: the image expands to the model's image tokens; a message cannot carry
+  // an image the session does not have.
+  kiln_session_options_t so;
+  kiln_session_options_init(&so);
+  so.num_threads = 1;
+  kiln_session_t* s = nullptr;
+  ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+  kiln_chat_message_t img = {"user", "Hi", 1};
+  kiln_generate_options_t go;
+  kiln_generate_options_init(&go);
+  go.max_new_tokens = 2;
+  EXPECT_EQ(kiln_session_chat(s, &img, 1, &go, &err), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("no image is set"), std::string::npos) << err.message;
+  kiln_chat_message_t conv[3] = {{"user", "Hi", 0}, {"assistant", "Hello", 0}, {"user", "Again", 0}};
+  EXPECT_EQ(kiln_session_chat(s, conv, 3, &go, &err), KILN_OK) << err.message;
+  kiln_session_release(s);
+  kiln_model_release(model);
+
+  // Without the pieces: the built-in "llava" for one message, nothing more.
+  std::vector<uint8_t> old = RewriteArtifact(bytes, [](fb::ModelT& m) { m.chat.reset(); });
+  ASSERT_EQ(load(old, &model), KILN_OK);
+  ASSERT_EQ(kiln_model_get_info(model, &info), KILN_OK);
+  EXPECT_EQ(info.chat_template, nullptr);
+  EXPECT_EQ(apply(model, {{"user", "What is it?", 1}}, &text), KILN_OK);
+  EXPECT_EQ(text, "USER: <image>\nWhat is it? ASSISTANT:");
+  EXPECT_EQ(apply(model, {{"system", "x", 0}, {"user", "y", 0}}, &text), KILN_ERROR_UNSUPPORTED);
+  kiln_model_release(model);
+
+  // Pieces of the wrong shape are refused at load.
+  std::vector<uint8_t> bad = RewriteArtifact(bytes, [](fb::ModelT& m) { m.chat->turns.pop_back(); });
+  EXPECT_EQ(load(bad, &model), KILN_ERROR_ARTIFACT_MALFORMED);
+}
