@@ -30,6 +30,19 @@ def tool(name: str) -> str:
     return path
 
 
+def libkiln():
+    """The host's libkiln.so through ctypes, kiln_model_load and kiln_model_release
+    declared (skips when the shared library was not built)."""
+    import ctypes
+    path = os.path.join(os.path.dirname(os.path.abspath(bin_dir())), "runtime", "libkiln.so")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not built (KILN_BUILD_SHARED)")
+    so = ctypes.CDLL(path)
+    so.kiln_model_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    so.kiln_model_release.argtypes = [ctypes.c_void_p]
+    return so
+
+
 def run(cmd, **kw) -> subprocess.CompletedProcess:
     """Runs a command, failing the test with its output when it exits non-zero."""
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import MODELS, ROOT, bin_dir, run, tool
+from conftest import MODELS, ROOT, libkiln, run, tool
 
 REF = os.path.join(ROOT, "tests", "tokenizers")
 
@@ -63,17 +63,12 @@ def texts():
 
 @pytest.fixture(scope="module")
 def lib():
-    path = os.path.join(os.path.dirname(os.path.abspath(bin_dir())), "runtime", "libkiln.so")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not built (KILN_BUILD_SHARED)")
-    so = ctypes.CDLL(path)
-    so.kiln_model_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    so = libkiln()
     so.kiln_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
                                  ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                  ctypes.c_void_p]
     so.kiln_detokenize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_int,
                                    ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p]
-    so.kiln_model_release.argtypes = [ctypes.c_void_p]
     return so
 
 
