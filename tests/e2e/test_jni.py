@@ -64,6 +64,9 @@ def test_jni_binding_answers(binding, tmp_path):
     reference = run([tool("kiln-run"), model, "--prompt", "Hello", "--max-new-tokens", "8"]).stdout
     assert answer == reference.rstrip("\n"), (answer, reference)
     assert "streamed equals answer: true" in lines, out
+    assert "chat equals answer: true" in lines, out
+    chat_err = next(line for line in lines if line.startswith("chat error "))
+    assert "no chat template" in chat_err, chat_err
     stopped = next(line for line in lines if line.startswith("stopped: ["))[len("stopped: ["):-1]
     assert stopped and answer.startswith(stopped) and len(stopped) < len(answer), (stopped, answer)
     err = next(line for line in lines if line.startswith("error "))
@@ -86,5 +89,9 @@ def test_jni_image_from_argb_pixels(binding, tmp_path):
     reference = run([tool("kiln-run"), model, "--image", tmp_path / "pixels.png", "--prompt", "What is this?",
                      "--max-new-tokens", "6", "--threads", "2"]).stdout
     assert answer == reference.rstrip("\n"), (answer, reference)
+    chat = next(line for line in lines if line.startswith("chat: ["))[len("chat: ["):-1]
+    reference = run([tool("kiln-run"), model, "--image", tmp_path / "pixels.png", "--system", "Be brief.", "--prompt",
+                     "What is this?", "--max-new-tokens", "6", "--threads", "2"]).stdout
+    assert chat == reference.rstrip("\n"), (chat, reference)
     err = next(line for line in lines if line.startswith("error "))
     assert "fewer than width x height" in err, err

@@ -191,38 +191,101 @@ static int OnToken(void* user, int32_t token, const char* text, size_t length) {
   return (*env)->ExceptionCheck(env) || stop ? 1 : 0;
 }
 
-JNIEXPORT jstring JNICALL Java_kiln_KilnJni_generate(JNIEnv* env, jclass cls, jlong session, jstring prompt,
-                                                     jint max_new_tokens, jobject listener) {
-  (void)cls;
-  Answer a = {env, listener, NULL, NULL, 0, 0, 0};
+/* The listener's method, or 0 with a Java exception pending. */
+static int BeginAnswer(JNIEnv* env, jobject listener, Answer* a) {
+  memset(a, 0, sizeof *a);
+  a->env = env;
+  a->listener = listener;
   if (listener != NULL) {
     jclass lc = (*env)->GetObjectClass(env, listener);
-    a.on_token = (*env)->GetMethodID(env, lc, "onToken", "(ILjava/lang/String;)Z");
-    if (a.on_token == NULL) return NULL;
+    a->on_token = (*env)->GetMethodID(env, lc, "onToken", "(ILjava/lang/String;)Z");
+    if (a->on_token == NULL) return 0;
   }
-  char* p = Utf8Bytes(env, prompt);
-  if (p == NULL) return NULL;
-  kiln_session_t* s = (kiln_session_t*)(intptr_t)session;
-  kiln_generate_options_t go;
-  kiln_generate_options_init(&go);
-  go.max_new_tokens = max_new_tokens;
-  go.on_token = OnToken;
-  go.user = &a;
-  kiln_error_t err;
-  kiln_status_t st = kiln_session_generate(s, p, &go, &err);
-  free(p);
+  return 1;
+}
+
+/* The answer as a String, or NULL with the listener's exception or a KilnException. */
+static jstring EndAnswer(JNIEnv* env, Answer* a, kiln_status_t st, const kiln_error_t* err) {
   jstring answer = NULL;
   if ((*env)->ExceptionCheck(env)) {
     /* the listener threw: that exception propagates */
-  } else if (a.failed) {
+  } else if (a->failed) {
     ThrowStatus(env, KILN_ERROR_OUT_OF_MEMORY, "generating", "out of memory");
   } else if (st != KILN_OK && st != KILN_ERROR_CANCELLED) {
-    ThrowStatus(env, st, "generating", err.message);
+    ThrowStatus(env, st, "generating", err->message);
   } else {
-    answer = Utf8String(env, a.bytes != NULL ? a.bytes : "", a.length);
+    answer = Utf8String(env, a->bytes != NULL ? a->bytes : "", a->length);
   }
-  free(a.bytes);
+  free(a->bytes);
   return answer;
+}
+
+static void Options(kiln_generate_options_t* go, jint max_new_tokens, Answer* a) {
+  kiln_generate_options_init(go);
+  go->max_new_tokens = max_new_tokens;
+  go->on_token = OnToken;
+  go->user = a;
+}
+
+JNIEXPORT jstring JNICALL Java_kiln_KilnJni_generate(JNIEnv* env, jclass cls, jlong session, jstring prompt,
+                                                     jint max_new_tokens, jobject listener) {
+  (void)cls;
+  Answer a;
+  if (!BeginAnswer(env, listener, &a)) return NULL;
+  char* p = Utf8Bytes(env, prompt);
+  if (p == NULL) return NULL;
+  kiln_generate_options_t go;
+  Options(&go, max_new_tokens, &a);
+  kiln_error_t err;
+  kiln_status_t st = kiln_session_generate((kiln_session_t*)(intptr_t)session, p, &go, &err);
+  free(p);
+  return EndAnswer(env, &a, st, &err);
+}
+
+JNIEXPORT jstring JNICALL Java_kiln_KilnJni_chat(JNIEnv* env, jclass cls, jlong session, jobjectArray roles,
+                                                 jobjectArray contents, jint image_message, jint max_new_tokens,
+                                                 jobject listener) {
+  (void)cls;
+  jsize n = roles != NULL ? (*env)->GetArrayLength(env, roles) : 0;
+  if (n == 0 || contents == NULL || (*env)->GetArrayLength(env, contents) != n) {
+    ThrowStatus(env, KILN_ERROR_INVALID_ARGUMENT, "chat", "roles and contents must be non-empty and equally long");
+    return NULL;
+  }
+  Answer a;
+  if (!BeginAnswer(env, listener, &a)) return NULL;
+  kiln_chat_message_t* m = (kiln_chat_message_t*)calloc((size_t)n, sizeof *m);
+  jsize made = 0;
+  int ok = m != NULL;
+  for (; ok && made < n; ++made) {
+    jstring role = (jstring)(*env)->GetObjectArrayElement(env, roles, made);
+    jstring content = (jstring)(*env)->GetObjectArrayElement(env, contents, made);
+    m[made].role = role != NULL ? Utf8Bytes(env, role) : NULL;
+    m[made].content = content != NULL ? Utf8Bytes(env, content) : NULL;
+    m[made].image = made == image_message;
+    (*env)->DeleteLocalRef(env, role);
+    (*env)->DeleteLocalRef(env, content);
+    ok = !(*env)->ExceptionCheck(env);
+  }
+  kiln_status_t st = KILN_ERROR_OUT_OF_MEMORY;
+  kiln_error_t err;
+  memset(&err, 0, sizeof err);
+  if (ok) {
+    kiln_generate_options_t go;
+    Options(&go, max_new_tokens, &a);
+    st = kiln_session_chat((kiln_session_t*)(intptr_t)session, m, (size_t)n, &go, &err);
+  } else if (m == NULL) {
+    snprintf(err.message, sizeof err.message, "out of memory");
+  }
+  for (jsize i = 0; m != NULL && i < made; ++i) {
+    free((void*)m[i].role);
+    free((void*)m[i].content);
+  }
+  free(m);
+  if (!ok && (*env)->ExceptionCheck(env)) {
+    free(a.bytes);
+    return NULL;
+  }
+  return EndAnswer(env, &a, st, &err);
 }
 
 JNIEXPORT jdouble JNICALL Java_kiln_KilnJni_lastTimeToFirstTokenMs(JNIEnv* env, jclass cls, jlong session) {

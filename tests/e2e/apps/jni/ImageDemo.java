@@ -18,6 +18,10 @@ public final class ImageDemo {
         argb[y * w + x] = 0xFF000000 | ((7 * x + 3 * y) % 256) << 16 | ((5 * x * y) % 256) << 8 | ((x ^ y) * 9 % 256);
     KilnJni.setImageArgb(session, argb, w, h);
     System.out.println("answer: [" + KilnJni.generate(session, args[1], Integer.parseInt(args[2]), null) + "]");
+    // A system message, then the question with the image (LLaVA-1.5's template).
+    System.out.println("chat: [" + KilnJni.chat(session, new String[] {"system", "user"},
+                                               new String[] {"Be brief.", args[1]}, 1, Integer.parseInt(args[2]), null)
+                       + "]");
     try {
       KilnJni.setImageArgb(session, argb, w, h + 1);
       System.out.println("no exception");

@@ -51,6 +51,16 @@ public final class KilnJni {
   /** kiln_session_generate, greedy, at most maxNewTokens (0: the model's default); the answer. */
   public static native String generate(long session, String prompt, int maxNewTokens, TokenListener listener);
 
+  /**
+   * kiln_session_chat, greedy: the conversation roles[i] ("system", "user", "assistant")
+   * with contents[i], in the model's chat template; the last message is the user's.
+   * imageMessage: the index of the message the session's image belongs to (-1: none).
+   * Pass the whole conversation each turn, earlier answers as "assistant" messages: the
+   * part the KV cache holds is not computed again.
+   */
+  public static native String chat(long session, String[] roles, String[] contents, int imageMessage,
+                                   int maxNewTokens, TokenListener listener);
+
   /** kiln_session_get_stats().ttft_ms of the last answer. */
   public static native double lastTimeToFirstTokenMs(long session);
 
