@@ -7,6 +7,7 @@
 #include <new>
 
 #include "formats/kiln_format.h"
+#include "formats/whitespace.h"
 #include "kiln/kiln_calibration.h"
 #include "model.h"
 #include "support/error.h"
@@ -610,15 +611,10 @@ kiln_status_t RenderChat(const kiln_model_t* model, const kiln_chat_message_t* m
       ok = ok && puts(after_image);
     }
     // The template's strip of the content (Jinja's trim: Python's str.strip()).
-    const char* b = m.content;
-    const char* e = b + std::strlen(b);
+    size_t b = 0, e = std::strlen(m.content);
     const unsigned trim = chat != nullptr ? chat->trim() : 0;
-    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-    if (trim & (1u << role))
-      while (b < e && space(*b)) ++b;
-    if (trim & (8u << role))
-      while (e > b && space(e[-1])) --e;
-    ok = ok && put(b, static_cast<size_t>(e - b));
+    kiln::format::StripSpace(m.content, &b, &e, (trim & (1u << role)) != 0, (trim & (8u << role)) != 0);
+    ok = ok && put(m.content + b, e - b);
     prev = role;
   }
   ok = ok && puts(prompt_end);

@@ -15,16 +15,6 @@ const char* kPad = "\f \f";  // whitespace no template writes around a content i
 
 std::string sentinel(size_t k) { return "kilnzq" + std::string(1, static_cast<char>('a' + k)) + "zq"; }
 
-bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-std::string trimmed(const std::string& s, bool left, bool right) {
-  size_t b = 0, e = s.size();
-  if (left)
-    while (b < e && isSpace(s[b])) ++b;
-  if (right)
-    while (e > b && isSpace(s[e - 1])) --e;
-  return s.substr(b, e - b);
-}
 
 std::string describe(const std::vector<ChatMessage>& conv) {
   std::string out = "[";
@@ -95,7 +85,7 @@ bool renderChatPieces(const ChatPieces& p, const std::vector<ChatMessage>& messa
     }
     *out += t.text;
     if (m.image) *out += imageToken + t.afterImage;
-    *out += trimmed(m.text, p.trimLeft[m.role], p.trimRight[m.role]);
+    *out += jinja::stripSpace(m.text, p.trimLeft[m.role], p.trimRight[m.role]);
     prev = m.role;
   }
   *out += p.generationPrompt;

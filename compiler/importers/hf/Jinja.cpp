@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/importers/hf/Jinja.h"
 
+#include "formats/whitespace.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -214,7 +216,8 @@ size_t utf8Length(const std::string& s) {
 bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 std::string strip(const std::string& s, const std::string* chars, bool left, bool right) {
-  auto drop = [&](char c) { return chars ? chars->find(c) != std::string::npos : isSpace(c); };
+  if (!chars) return stripSpace(s, left, right);
+  auto drop = [&](char c) { return chars->find(c) != std::string::npos; };
   size_t b = 0, e = s.size();
   if (left)
     while (b < e && drop(s[b])) ++b;
@@ -268,14 +271,14 @@ List split(const std::string& s, const Value* sep, int64_t maxsplit) {
   if (!sep || sep->kind == Value::None) {  // runs of whitespace, no empty items
     size_t k = 0;
     while (k < s.size()) {
-      while (k < s.size() && isSpace(s[k])) ++k;
+      while (k < s.size() && spaceLength(s, k) > 0) k += spaceLength(s, k);
       if (k >= s.size()) break;
       if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
-        out.push_back(Value::string(strip(s.substr(k), nullptr, false, true)));
+        out.push_back(Value::string(s.substr(k)));  // the rest as it is, as Python's
         return out;
       }
       size_t e = k;
-      while (e < s.size() && !isSpace(s[e])) ++e;
+      while (e < s.size() && spaceLength(s, e) == 0) ++e;
       out.push_back(Value::string(s.substr(k, e - k)));
       k = e;
     }
@@ -1707,6 +1710,14 @@ private:
 };
 
 }  // namespace
+
+size_t spaceLength(const std::string& s, size_t k) { return format::SpaceLength(s.data(), s.size(), k); }
+
+std::string stripSpace(const std::string& s, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  format::StripSpace(s.data(), &b, &e, left, right);
+  return s.substr(b, e - b);
+}
 
 std::string toJson(const Value& value, int indent) {
   std::string out;

@@ -85,6 +85,14 @@ private:
   std::unique_ptr<Node> root_;
 };
 
+/// The bytes of the whitespace code point (Python's str.isspace(): ASCII whitespace,
+/// U+001C-U+001F, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
+/// U+205F, U+3000) at s[k] in UTF-8; 0 when s[k] starts none.
+size_t spaceLength(const std::string& s, size_t k);
+
+/// Python's str.strip() (left and right), lstrip() or rstrip() without arguments.
+std::string stripSpace(const std::string& s, bool left, bool right);
+
 /// Python's json.dumps(value, ensure_ascii=False[, indent]) (transformers' tojson).
 std::string toJson(const Value& value, int indent = -1);
 

@@ -74,6 +74,8 @@ CHAT = [
     [M("assistant", "I start."), M("user", "ok")],
     [M("user", "x"), M("system", "late system"), M("user", "y")],
     [M("user", "Unicode: héllo 你好 👋🏽 مرحبا")],
+    [M("user", "\u00a0\u3000 spaces:\u2003Python's isspace()\u2028\x1c \u200b"), M("assistant", "\u0085ok\u202f"),
+     M("user", "\u205f\u1680x y\u2009")],
 ]
 IMAGES = [
     [M("user", "What is in the picture?", True)],
