@@ -523,6 +523,8 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
   return st;
 }
 
+const char* Str(const flatbuffers::String* s) { return s != nullptr ? s->c_str() : ""; }
+
 // The text of a conversation: the chat template's pieces (Model.chat, schema 1.13;
 // compiler/importers/hf/ChatTemplate.h), or, for an artifact without them, the
 // built-in template its metadata names (tests/models/kiln_models/prompts.py) for one
@@ -530,8 +532,6 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
 // image_open and image_close; with image_tokens 0, one image token (what
 // transformers' apply_chat_template writes). *add_bos: the tokenizer's BOS is still
 // to be added (the template does not write it).
-const char* Str(const flatbuffers::String* s) { return s != nullptr ? s->c_str() : ""; }
-
 kiln_status_t RenderChat(const kiln_model_t* model, const kiln_chat_message_t* msgs, size_t count,
                          int64_t image_tokens, Vec<char>* text, bool* add_bos, kiln_error_t* error) {
   static const char* const kRoles[3] = {"system", "user", "assistant"};
