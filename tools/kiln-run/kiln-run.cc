@@ -70,9 +70,16 @@ bool ParseIds(const std::string& spec, std::vector<int32_t>* ids, std::string* e
   return true;
 }
 
+// The answer as it streams: printed unless quiet, and kept (--chat feeds it back).
+struct Streamed {
+  bool quiet = false;
+  std::string text;
+};
+
 int OnToken(void* user, int32_t, const char* text, size_t length) {
-  bool* quiet = static_cast<bool*>(user);
-  if (!*quiet && length > 0) {
+  Streamed* s = static_cast<Streamed*>(user);
+  s->text.append(text, length);
+  if (!s->quiet && length > 0) {
     std::fwrite(text, 1, length, stdout);
     std::fflush(stdout);
   }
@@ -819,6 +826,34 @@ int main(int argc, char** argv) {
   }
   if (kiln_model_load(model_path.c_str(), &mo, &model, &err) != KILN_OK) return Die("loading the model", err);
   model_defaults(model);
+  // The conversation (--system, --chat): the model's chat template, one turn at a time.
+  std::vector<std::pair<std::string, std::string>> turns;  // role, content
+  if (system_opt->count() > 0) turns.emplace_back("system", system_prompt);
+  const bool has_image = !image_path.empty() || !pixels_path.empty();
+  auto messages = [&]() {
+    std::vector<kiln_chat_message_t> m;
+    bool image_given = false;
+    for (const auto& [role, content] : turns) {
+      int image = has_image && role == "user" && !image_given ? 1 : 0;
+      image_given = image_given || image;
+      m.push_back({role.c_str(), content.c_str(), image});
+    }
+    return m;
+  };
+  if (show_prompt) {  // the text only: no session, no image
+    turns.emplace_back("user", prompt);
+    std::vector<kiln_chat_message_t> m = messages();
+    size_t length = 0;
+    kiln_model_apply_chat_template(model, m.data(), m.size(), nullptr, 0, &length, &err);
+    std::string text(length + 1, '\0');
+    kiln_status_t st = kiln_model_apply_chat_template(model, m.data(), m.size(), text.data(), text.size(), &length, &err);
+    if (st == KILN_OK) {
+      std::fwrite(text.data(), 1, length, stdout);
+      std::fputc('\n', stdout);
+    }
+    kiln_model_release(model);
+    return st == KILN_OK ? 0 : Die("applying the chat template", err);
+  }
   kiln_model_info_t info = {};
   info.struct_size = sizeof(info);
   kiln_model_get_info(model, &info);
@@ -910,36 +945,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The conversation (--system, --chat): the model's chat template, one turn at a time.
-  std::vector<std::pair<std::string, std::string>> turns;  // role, content
-  if (system_opt->count() > 0) turns.emplace_back("system", system_prompt);
-  const bool has_image = !image_path.empty() || !pixels_path.empty();
-  auto messages = [&]() {
-    std::vector<kiln_chat_message_t> m;
-    bool image_given = false;
-    for (const auto& [role, content] : turns) {
-      int image = has_image && role == "user" && !image_given ? 1 : 0;
-      image_given = image_given || image;
-      m.push_back({role.c_str(), content.c_str(), image});
-    }
-    return m;
-  };
-  if (show_prompt) {
-    turns.emplace_back("user", prompt);
-    std::vector<kiln_chat_message_t> m = messages();
-    size_t length = 0;
-    kiln_model_apply_chat_template(model, m.data(), m.size(), nullptr, 0, &length, &err);
-    std::string text(length + 1, '\0');
-    if (kiln_model_apply_chat_template(model, m.data(), m.size(), text.data(), text.size(), &length, &err) != KILN_OK)
-      return fail("applying the chat template");
-    std::fwrite(text.data(), 1, length, stdout);
-    std::fputc('\n', stdout);
-    kiln_session_release(session);
-    kiln_model_release(model);
-    return 0;
-  }
+  Streamed streamed;
+  streamed.quiet = quiet;
   go.on_token = OnToken;
-  go.user = &quiet;
+  go.user = &streamed;
   kiln_status_t st = KILN_OK;
   if (chat_mode) {
     // One user message per line; each answer joins the conversation as the assistant's.
@@ -949,20 +958,12 @@ int main(int argc, char** argv) {
       first = false;
       turns.emplace_back("user", line);
       std::vector<kiln_chat_message_t> m = messages();
+      streamed.text.clear();
       st = kiln_session_chat(session, m.data(), m.size(), &go, &err);
       if (st != KILN_OK) break;
       if (!quiet) std::fputc('\n', stdout);
       std::fflush(stdout);
-      size_t n = 0;
-      kiln_session_get_output_ids(session, nullptr, 0, &n);
-      std::vector<int32_t> out(n);
-      kiln_session_get_output_ids(session, out.data(), out.size(), &n);
-      size_t length = 0;
-      kiln_detokenize(model, out.data(), n, 1, nullptr, 0, &length, nullptr);
-      std::string answer(length + 1, '\0');
-      kiln_detokenize(model, out.data(), n, 1, answer.data(), answer.size(), &length, nullptr);
-      answer.resize(length);
-      turns.emplace_back("assistant", answer);
+      turns.emplace_back("assistant", streamed.text);
     }
   } else if (!ids.empty()) {
     st = kiln_session_generate_ids(session, ids.data(), ids.size(), &go, &err);
