@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "codegen/generators/KernelGenerator.h"
+#include "compiler/importers/hf/ChatTemplate.h"
 #include "compiler/pipelines/Pipeline.h"
 #include "formats/tiers.h"
 #include "passes/Passes.h"
@@ -374,8 +375,8 @@ int main(int argc, char** argv) {
                  << "' (llava, llava-chatml, idefics3, plain)\n";
     return 2;
   }
-  if (!chatTemplate.empty() && chatTemplate != "none" && chatTemplate != "llava" && chatTemplate != "llava-chatml" &&
-      chatTemplate != "idefics3" && chatTemplate != "chatml" && !llvm::sys::fs::is_regular_file(chatTemplate)) {
+  if (!chatTemplate.empty() && chatTemplate != "none" && kiln::hf::builtinChatTemplate(chatTemplate).empty() &&
+      !llvm::sys::fs::is_regular_file(chatTemplate)) {
     llvm::errs() << "kiln-compile: error: --chat-template '" << chatTemplate
                  << "': neither a file nor a built-in template (llava, llava-chatml, idefics3, chatml, none)\n";
     return 2;

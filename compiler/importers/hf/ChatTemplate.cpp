@@ -45,6 +45,12 @@ struct Probe {
 std::string renderChatJinja(const std::string& jinja, const ChatVariables& variables,
                             const std::vector<ChatMessage>& messages, bool listContent,
                             const std::string& imageToken, bool addGenerationPrompt) {
+  return renderChatJinja(jinja::Template(jinja), variables, messages, listContent, imageToken, addGenerationPrompt);
+}
+
+std::string renderChatJinja(const jinja::Template& parsed, const ChatVariables& variables,
+                            const std::vector<ChatMessage>& messages, bool listContent,
+                            const std::string& imageToken, bool addGenerationPrompt) {
   jinja::List list;
   for (const ChatMessage& m : messages) {
     Value content;
@@ -64,7 +70,7 @@ std::string renderChatJinja(const std::string& jinja, const ChatVariables& varia
   context.set("add_generation_prompt", Value::boolean(addGenerationPrompt));
   context.set("tools", Value::none());
   context.set("documents", Value::none());
-  return jinja::Template(jinja).render(context);
+  return parsed.render(context);
 }
 
 bool renderChatPieces(const ChatPieces& p, const std::vector<ChatMessage>& messages, const std::string& imageToken,
@@ -96,16 +102,18 @@ bool deriveChatPieces(const std::string& text, const ChatVariables& variables, c
                       ChatPieces* out, std::string* error) {
   ChatPieces p;
   p.jinja = text;
+  std::optional<jinja::Template> parsed;
   try {
-    jinja::Template parsed(text);  // syntax errors first, with their line
+    parsed.emplace(text);  // syntax errors first, with their line
   } catch (const jinja::Error& e) {
     *error = e.what();
     return false;
   }
+  const jinja::Template& tmpl = *parsed;
   // String or list contents: the one whose render shows the text.
   auto shows = [&](bool list) {
     try {
-      return renderChatJinja(text, variables, {{kUser, sentinel(0), false}}, list, imageToken).find(sentinel(0)) !=
+      return renderChatJinja(tmpl, variables, {{kUser, sentinel(0), false}}, list, imageToken).find(sentinel(0)) !=
              std::string::npos;
     } catch (const jinja::Error&) {
       return false;
@@ -117,7 +125,7 @@ bool deriveChatPieces(const std::string& text, const ChatVariables& variables, c
     p.listContent = true;
   } else {
     try {
-      renderChatJinja(text, variables, {{kUser, sentinel(0), false}}, false, imageToken);
+      renderChatJinja(tmpl, variables, {{kUser, sentinel(0), false}}, false, imageToken);
       *error = "the template does not write the message's content (neither as a string nor as a list of "
                "{\"type\": \"text\"} items)";
     } catch (const jinja::Error& e) {
@@ -132,7 +140,7 @@ bool deriveChatPieces(const std::string& text, const ChatVariables& variables, c
     for (size_t k = 0; k < conv.size(); ++k) conv[k].text = kPad + sentinel(k) + kPad;
     std::string r;
     try {
-      r = renderChatJinja(text, variables, conv, p.listContent, imageToken);
+      r = renderChatJinja(tmpl, variables, conv, p.listContent, imageToken);
     } catch (const jinja::Error&) {
       return std::nullopt;
     }
@@ -228,7 +236,7 @@ bool deriveChatPieces(const std::string& text, const ChatVariables& variables, c
     std::string want, got, why;
     bool jinjaOk = true;
     try {
-      want = renderChatJinja(text, variables, conv, p.listContent, imageToken);
+      want = renderChatJinja(tmpl, variables, conv, p.listContent, imageToken);
     } catch (const jinja::Error& e) {
       jinjaOk = false;
       why = e.what();

@@ -24,6 +24,10 @@
 #include <string>
 #include <vector>
 
+namespace kiln::jinja {
+class Template;
+}
+
 namespace kiln::hf {
 
 enum ChatRole { kSystem = 0, kUser = 1, kAssistant = 2, kRoles = 3 };
@@ -71,6 +75,10 @@ bool renderChatPieces(const ChatPieces& pieces, const std::vector<ChatMessage>& 
 /// Renders `messages` with the Jinja template as transformers' apply_chat_template
 /// (add_generation_prompt=True). Throws jinja::Error.
 std::string renderChatJinja(const std::string& jinja, const ChatVariables& variables,
+                            const std::vector<ChatMessage>& messages, bool listContent,
+                            const std::string& imageToken, bool addGenerationPrompt = true);
+/// The same with the template parsed once (the compiler's probes render it many times).
+std::string renderChatJinja(const jinja::Template& parsed, const ChatVariables& variables,
                             const std::vector<ChatMessage>& messages, bool listContent,
                             const std::string& imageToken, bool addGenerationPrompt = true);
 

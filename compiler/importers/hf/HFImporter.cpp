@@ -80,6 +80,12 @@ private:
     return FileLineColLoc::get(ctx_, (llvm::Twine(dir_) + "/" + file).str(), 0, 0);
   }
   Location nameLoc(llvm::StringRef name) { return NameLoc::get(StringAttr::get(ctx_, name)); }
+  // A file of the checkpoint directory.
+  std::string path(llvm::StringRef file) const {
+    llvm::SmallString<256> p(dir_);
+    llvm::sys::path::append(p, file);
+    return std::string(p);
+  }
   void error(Location loc, const llvm::Twine& msg) { emitError(loc) << msg; }
 
   // ---- weights
@@ -481,11 +487,6 @@ void Importer::buildDecoderStages() {
 }
 
 LogicalResult Importer::readConfigs() {
-  auto path = [&](llvm::StringRef f) {
-    llvm::SmallString<256> p(dir_);
-    llvm::sys::path::append(p, f);
-    return std::string(p);
-  };
   if (!llvm::sys::fs::is_directory(dir_)) {
     error(UnknownLoc::get(ctx_), "checkpoint directory '" + dir_ + "' does not exist");
     return failure();
@@ -691,11 +692,6 @@ std::string Importer::builtinTemplateName() const {
 // runtime applies (ChatTemplate.h). A template given by option that cannot be used
 // is an error; the checkpoint's is a warning, and the built-in is used instead.
 LogicalResult Importer::readChatTemplate(const llvm::json::Object& tokenizer) {
-  auto path = [&](llvm::StringRef f) {
-    llvm::SmallString<256> p(dir_);
-    llvm::sys::path::append(p, f);
-    return std::string(p);
-  };
   auto readText = [&](const std::string& file, std::string* out) {
     auto buffer = llvm::MemoryBuffer::getFile(file);
     if (!buffer) return false;
