@@ -13,7 +13,7 @@ set(CMAKE_SHARED_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_MODULE_LINKER_FLAGS_INIT "-fuse-ld=lld")
 
 # The cross toolchain's sysroot, and Debian's multiarch directories for arm64
-# -dev packages (libpcre2-dev:arm64 installs into /usr/lib/aarch64-linux-gnu).
+# -dev packages (the runtime needs none).
 set(CMAKE_FIND_ROOT_PATH /usr/${KILN_CROSS_TRIPLE} /)
 set(CMAKE_LIBRARY_ARCHITECTURE ${KILN_CROSS_TRIPLE})
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
@@ -29,8 +29,8 @@ else()
 endif()
 if(_kiln_qemu)
   # The cross toolchain's sysroot holds a whole glibc (libc6-arm64-cross) beside the
-  # system's multiarch arm64 glibc in /lib/aarch64-linux-gnu (libc6:arm64, pulled in by
-  # libpcre2-dev:arm64), often of another Debian revision. With -L alone the sysroot's
+  # system's multiarch arm64 glibc in /lib/aarch64-linux-gnu (libc6:arm64, where any
+  # arm64 package is installed), often of another Debian revision. With -L alone the sysroot's
   # ld.so searches the multiarch directory first, loads the other libc.so.6, and the
   # mismatched pair hangs in pthread_create. LD_LIBRARY_PATH=/lib (the sysroot's lib under
   # -L) keeps the program on the sysroot's libc.

@@ -162,7 +162,7 @@ def test_static_library_kernels(llama, tiny_dir):
     app = out / "app"
     run([_cc(), os.path.join(ROOT, "tests", "e2e", "apps", "static_kernels_app.c"), "-o", app,
          "-I", os.path.join(ROOT, "runtime", "include"), "-I", out, out / "model.kernels.a", lib,
-         "-lpcre2-8", "-lstdc++", "-lpthread", "-lm"])
+         "-lstdc++", "-lpthread", "-lm"])
     ids = ["1", "17", "42", "99", "7"]
     got = run([app, art, *ids]).stdout.split()
     want = run([tool("kiln-run"), infile, "--input-ids", ",".join(ids), "--max-new-tokens", "6"]).stdout

@@ -9,7 +9,7 @@
 //
 // Any other input describes a model-free tokenizer, then a text:
 //   byte 0        flags: bits 0-1 pre-tokenizer (0 GPT-2, 1 Llama-3, 2/3 Split),
-//                 bit 2 ignore_merges, bit 3 add_bos, bit 4 no JIT
+//                 bit 2 ignore_merges, bit 3 add_bos
 //   byte 1        number of merges M (mod 64), then M pairs of bytes: the operands,
 //                 as indices into the vocabulary built so far (mod its size). The
 //                 vocabulary starts with the 256 byte-level symbols (ids 0..255, in
@@ -18,12 +18,12 @@
 //                 (bit 0 special, bit 1 id taken from the next byte instead of a new
 //                 id past the vocabulary), [id byte], a length byte L (mod 16) and L
 //                 content bytes (added tokens are validated by Create: may be rejected)
-//   Split only:   a length byte P (mod 64) and P bytes of PCRE2 pattern
+//   Split only:   a length byte P (mod 64) and P bytes of regex pattern (regex.h)
 //   the rest      the text.
 // Properties checked (what tokenizer.h promises):
 //  - Encode rejects text that is not well-formed UTF-8, and accepts well-formed text
-//    (unless PCRE2 fails: KILN_ERROR_INTERNAL, e.g. a match limit with a fuzzed Split
-//    pattern);
+//    (unless the regex gives up: KILN_ERROR_INTERNAL, its backtracking limit with a
+//    fuzzed Split pattern);
 //  - every id Encode returns is in [0, vocab_size) and decodes (Decode succeeds);
 //  - round trip: Decode(Encode(text, add_special = false), skip_special = false) ==
 //    text for well-formed text (all vocabulary entries here are byte-level strings, and
@@ -95,7 +95,7 @@ void CheckRoundTrip(const Tokenizer* tok, const char* text, size_t length, Alloc
     FUZZ_CHECK(ids.empty());
     return;
   }
-  if (st == KILN_ERROR_INTERNAL) return;  // PCRE2 gave up (match limits)
+  if (st == KILN_ERROR_INTERNAL) return;  // the regex gave up (its backtracking limit)
   FUZZ_CHECK(st == KILN_OK);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok->vocab_size());
   Vec<char> back(alloc);
@@ -170,7 +170,6 @@ void FuzzSpec(const uint8_t* data, size_t size) {
                       : pre == 1 ? TokenizerSpec::PreTokenizer::kLlama3
                                  : TokenizerSpec::PreTokenizer::kSplit;
   spec.ignore_merges = (flags & 4) != 0;
-  spec.allow_jit = (flags & 16) == 0;
 
   std::vector<std::string> vocab = ByteSymbols();
   std::unordered_map<std::string, uint32_t> index;

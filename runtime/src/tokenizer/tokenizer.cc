@@ -1,7 +1,4 @@
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/tokenizer.h"
-
-#include <pcre2.h>
 
 #include <algorithm>
 #include <climits>
@@ -17,19 +14,12 @@ namespace kiln::rt {
 namespace {
 
 // The two pre-tokenizer regexes of tests/models/kiln_models/tokenizer.py, verbatim as
-// they appear in tokenizer.json files. Like any pattern, they go through
-// RewriteWhiteSpace before PCRE2 compiles them.
+// they appear in tokenizer.json files.
 constexpr char kGpt2Pattern[] =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr char kLlama3Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
     R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-// Unicode White_Space, as items of a character class: what `\s` means to Python's
-// `regex` module, Oniguruma (Hugging Face `tokenizers`) and Rust's regex. PCRE2's `\s`
-// also matches U+180E MONGOLIAN VOWEL SEPARATOR, a space only before Unicode 6.3.
-constexpr char kWhiteSpaceItems[] =
-    R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
 constexpr uint32_t kEmptyKey = 0xFFFFFFFFu;
 constexpr size_t kMaxTextBytes = 0x7FFFFFFF;
@@ -143,74 +133,6 @@ bool GrowBy(Vec<T>* v, size_t extra) {
   return v->reserve(needed > doubled ? needed : doubled);
 }
 
-// Copies `pattern` to *out with `\s` spelled as White_Space: `[WS]` outside a class,
-// the WS items inside one, and `\S` outside a class as `[^WS]` (inside a class `\S`
-// stays PCRE2's). Escapes, `\Q...\E`, character classes (with a leading `]` or `^`)
-// and POSIX classes are recognised so that nothing else changes. False when out of
-// memory.
-bool RewriteWhiteSpace(std::string_view pattern, Vec<char>* out) {
-  const std::string_view items(kWhiteSpaceItems);
-  const size_t n = pattern.size();
-  const char* p = pattern.data();
-  bool in_class = false;
-  for (size_t i = 0; i < n;) {
-    char c = p[i];
-    if (c == '\\' && i + 1 < n) {
-      char d = p[i + 1];
-      bool ok;
-      if (d == 's') {
-        ok = in_class ? out->append(items.data(), items.size())
-                      : out->push_back('[') && out->append(items.data(), items.size()) &&
-                            out->push_back(']');
-      } else if (d == 'S' && !in_class) {
-        ok = out->append("[^", 2) && out->append(items.data(), items.size()) && out->push_back(']');
-      } else if (d == 'Q') {  // literal text up to \E (or the end)
-        size_t j = i + 2;
-        while (j < n && !(p[j] == '\\' && j + 1 < n && p[j + 1] == 'E')) ++j;
-        size_t stop = j < n ? j + 2 : n;
-        ok = out->append(p + i, stop - i);
-        i = stop;
-        if (!ok) return false;
-        continue;
-      } else {
-        ok = out->append(p + i, 2);
-      }
-      if (!ok) return false;
-      i += 2;
-      continue;
-    }
-    if (!in_class && c == '[') {
-      // The class body starts after "[" or "[^"; a "]" first in it is a literal.
-      size_t j = i + 1;
-      if (j < n && p[j] == '^') ++j;
-      if (j < n && p[j] == ']') ++j;
-      if (!out->append(p + i, j - i)) return false;
-      in_class = true;
-      i = j;
-      continue;
-    }
-    if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') {  // [:alpha:]
-      size_t j = i + 2;
-      while (j + 1 < n && !(p[j] == ':' && p[j + 1] == ']')) ++j;
-      size_t stop = j + 1 < n ? j + 2 : n;
-      if (!out->append(p + i, stop - i)) return false;
-      i = stop;
-      continue;
-    }
-    if (in_class && c == ']') in_class = false;
-    if (!out->push_back(c)) return false;
-    ++i;
-  }
-  return true;
-}
-
-// ---- PCRE2 memory through the Allocator ----
-
-void* PcreAlloc(PCRE2_SIZE size, void* user) {
-  return static_cast<Allocator*>(user)->Alloc(size, 16);
-}
-void PcreFree(void* ptr, void* user) { static_cast<Allocator*>(user)->Free(ptr); }
-
 }  // namespace
 
 // ---- UTF-8 helpers ----
@@ -298,9 +220,6 @@ struct Tokenizer::EncodeScratch {
   explicit EncodeScratch(Allocator* allocator)
       : symbols(allocator), heap(allocator), batch(allocator), chars(allocator), normalized(allocator),
         codepoints(allocator) {}
-  ~EncodeScratch() {
-    if (match_data != nullptr) pcre2_match_data_free(match_data);
-  }
   EncodeScratch(const EncodeScratch&) = delete;
   EncodeScratch& operator=(const EncodeScratch&) = delete;
 
@@ -310,7 +229,6 @@ struct Tokenizer::EncodeScratch {
   Vec<char> chars;
   Vec<char> normalized;       // the NFC of a segment
   Vec<uint32_t> codepoints;   // its code points while normalising
-  pcre2_match_data* match_data = nullptr;
 };
 
 Tokenizer::Tokenizer(Allocator* allocator)
@@ -318,13 +236,10 @@ Tokenizer::Tokenizer(Allocator* allocator)
       vocab_slots_(allocator),
       merge_slots_(allocator),
       added_(allocator),
-      added_by_id_(allocator) {}
+      added_by_id_(allocator),
+      regex_(allocator) {}
 
-Tokenizer::~Tokenizer() {
-  if (pcre_match_context_ != nullptr) pcre2_match_context_free(pcre_match_context_);
-  if (pcre_code_ != nullptr) pcre2_code_free(pcre_code_);
-  if (pcre_general_ != nullptr) pcre2_general_context_free(pcre_general_);
-}
+Tokenizer::~Tokenizer() = default;
 
 kiln_status_t Tokenizer::Create(const TokenizerSpec& spec, Allocator* allocator, Tokenizer** out,
                                 kiln_error_t* error) {
@@ -581,46 +496,15 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
 
   if (metaspace_) return KILN_OK;  // no regex
 
-  // The pre-tokenizer regex, its memory routed through the Allocator.
-  pcre_general_ = pcre2_general_context_create(PcreAlloc, PcreFree, allocator_);
-  if (pcre_general_ == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
-  pcre2_compile_context* compile_context = pcre2_compile_context_create(pcre_general_);
-  if (compile_context == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
-  // kSplit's pattern is checked to be non-empty above; the others have their own.
-  const bool custom = pretokenizer_ == TokenizerSpec::PreTokenizer::kSplit;
-  std::string_view source = custom ? spec.pattern
+  // The pre-tokenizer regex. kSplit's pattern is checked to be non-empty above.
+  std::string_view source = pretokenizer_ == TokenizerSpec::PreTokenizer::kSplit ? spec.pattern
                             : pretokenizer_ == TokenizerSpec::PreTokenizer::kGpt2
                                 ? std::string_view(kGpt2Pattern)
                                 : std::string_view(kLlama3Pattern);
-  Vec<char> rewritten(allocator_);
-  if (!RewriteWhiteSpace(source, &rewritten)) {
-    pcre2_compile_context_free(compile_context);
-    return Fail(error, kOom, "tokenizer: out of memory");
-  }
-  int code;
-  PCRE2_SIZE offset;
-  pcre_code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                             PCRE2_UTF | PCRE2_UCP, &code, &offset, compile_context);
-  pcre2_compile_context_free(compile_context);
-  if (pcre_code_ == nullptr) {
-    if (code == PCRE2_ERROR_HEAP_FAILED)
-      return Fail(error, kOom, "tokenizer: out of memory (PCRE2 compile)");
-    PCRE2_UCHAR message[160];
-    pcre2_get_error_message(code, message, sizeof(message));
-    return Fail(error, custom ? kBad : KILN_ERROR_INTERNAL,
-                "tokenizer: PCRE2 rejects the pre-tokenizer regex '%.*s' (at %zu of it with \\s "
-                "spelled out): %s",
-                static_cast<int>(std::min<size_t>(source.size(), 160)), source.data(),
-                static_cast<size_t>(offset), reinterpret_cast<const char*>(message));
-  }
-  // JIT when it works (it does not on platforms that forbid executable memory).
-  jit_ = spec.allow_jit && pcre2_jit_compile(pcre_code_, PCRE2_JIT_COMPLETE) == 0;
-  pcre_match_context_ = pcre2_match_context_create(pcre_general_);
-  if (pcre_match_context_ == nullptr) return Fail(error, kOom, "tokenizer: out of memory (PCRE2)");
-  // The regexes backtrack at most linearly; a run of millions of spaces must not hit
-  // the default limit of 10 million steps.
-  pcre2_set_match_limit(pcre_match_context_, UINT32_MAX);
-  return KILN_OK;
+  kiln_status_t status = regex_.Compile(source, error);
+  if (status == KILN_ERROR_ARTIFACT_TOKENIZER && pretokenizer_ != TokenizerSpec::PreTokenizer::kSplit)
+    status = KILN_ERROR_INTERNAL;  // a built-in pattern
+  return status;
 }
 
 int32_t Tokenizer::FindVocab(const char* data, size_t size) const {
@@ -875,50 +759,29 @@ kiln_status_t Tokenizer::EncodeSegment(const char* text, size_t length, bool at_
     }
   }
   if (metaspace_) return EncodeMetaspace(text, length, at_start, scratch, out, error);
-  if (scratch->match_data == nullptr) {
-    scratch->match_data = pcre2_match_data_create_from_pattern(pcre_code_, pcre_general_);
-    if (scratch->match_data == nullptr)
-      return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
-  }
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text);
   size_t offset = 0;  // where the next match is looked for
   size_t gap = 0;     // end of the last pre-token
-  uint32_t retry = 0;  // after an empty match: a non-empty one at the same place
+  bool retry = false;  // after an empty match: a non-empty one at the same place
   while (offset < length) {
-    // The whole text was validated: skip PCRE2's UTF check (it would rescan the
-    // subject at every call).
-    const uint32_t options = PCRE2_NO_UTF_CHECK | retry;
-    int rc = pcre2_match(pcre_code_, subject, length, offset, options, scratch->match_data,
-                         pcre_match_context_);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(pcre_code_, subject, length, offset, options | PCRE2_NO_JIT,
-                       scratch->match_data, pcre_match_context_);
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      if (retry == 0) break;
-      retry = 0;  // nothing non-empty starts here: step over one character
+    size_t start = 0, end = 0;
+    const Regex::Result r = regex_.Find(text, length, offset, retry, &start, &end);
+    if (r == Regex::Result::kNoMatch) {
+      if (!retry) break;
+      retry = false;  // nothing non-empty starts here: step over one character
       ++offset;
       while (offset < length && (static_cast<uint8_t>(text[offset]) & 0xC0) == 0x80) ++offset;
       continue;
     }
-    if (rc < 0) {
-      if (rc == PCRE2_ERROR_NOMEMORY || rc == PCRE2_ERROR_HEAPLIMIT)
-        return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory (PCRE2)");
-      PCRE2_UCHAR message[160];
-      pcre2_get_error_message(rc, message, sizeof(message));
-      return Fail(error, KILN_ERROR_INTERNAL, "encode: PCRE2 match failed: %s",
-                  reinterpret_cast<const char*>(message));
-    }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch->match_data);
-    size_t start = ovector[0], end = ovector[1];
-    if (start < offset || end > length || end < start)  // \K can do this; the patterns do not
-      return Fail(error, KILN_ERROR_INTERNAL, "encode: the pre-tokenizer regex matched [%zu, %zu)",
-                  start, end);
+    if (r == Regex::Result::kLimit)
+      return Fail(error, KILN_ERROR_INTERNAL,
+                  "encode: the pre-tokenizer regex backtracked beyond its limit at byte %zu of a %zu-byte text",
+                  offset, length);
     if (end == start) {
       offset = start;
-      retry = PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED;
+      retry = true;
       continue;
     }
-    retry = 0;
+    retry = false;
     kiln_status_t status = KILN_OK;
     if (start > gap) status = EncodePiece(text + gap, start - gap, scratch, out, error);
     if (status == KILN_OK) status = EncodePiece(text + start, end - start, scratch, out, error);

@@ -5,10 +5,9 @@
 // compare against, itself modelled on Hugging Face `tokenizers`):
 //  - added tokens are found first, leftmost-longest, and are never split;
 //  - the text between them is split into pre-tokens by the pre-tokenizer's regex
-//    (PCRE2, UTF + UCP; `\s` is rewritten to Unicode White_Space so that U+180E,
-//    which PCRE2 counts as a space and Python's `regex` does not, is treated alike;
-//    letters and numbers come from PCRE2's Unicode tables, Unicode 14 in PCRE2 10.42,
-//    while Python's `regex` may know characters added since);
+//    (regex.h: Perl semantics, `\s` is Unicode White_Space, letters and numbers from
+//    Unicode 14.0.0's general categories, while Python's `regex` may know characters
+//    added since);
 //  - each pre-token's UTF-8 bytes become GPT-2 byte-level symbols and are merged by
 //    rank: the lowest-ranked pair present is merged at every (non-overlapping,
 //    left-to-right) occurrence, then the next lowest, as tokenizer.py does; with
@@ -18,10 +17,7 @@
 //    ByteLevel decoder does) and repairs ill-formed UTF-8 with U+FFFD exactly like
 //    Python's bytes.decode("utf-8", errors="replace").
 //
-// Memory: every allocation goes through the Allocator given at Create, PCRE2's
-// included (a pcre2_general_context routes it). The one exception is the executable
-// memory of PCRE2's JIT, which PCRE2 maps itself; set TokenizerSpec::allow_jit = false
-// to avoid it (platforms that forbid JIT make it fail, and the interpreter is used).
+// Memory: every allocation goes through the Allocator given at Create.
 #ifndef KILN_RUNTIME_TOKENIZER_TOKENIZER_H_
 #define KILN_RUNTIME_TOKENIZER_TOKENIZER_H_
 
@@ -32,11 +28,7 @@
 #include "kiln/kiln.h"
 #include "support/allocator.h"
 #include "support/vec.h"
-
-// PCRE2's 8-bit types, declared here so that this header does not need pcre2.h.
-struct pcre2_real_general_context_8;
-struct pcre2_real_code_8;
-struct pcre2_real_match_context_8;
+#include "tokenizer/regex.h"
 
 namespace kiln::rt {
 
@@ -45,7 +37,7 @@ namespace kiln::rt {
 struct TokenizerSpec {
   // kGpt2 and kLlama3: tokenizer.py's GPT2_PATTERN and LLAMA3_PATTERN. kSplit: the
   // regex in `pattern` (a tokenizer.json Split pre-tokenizer, e.g. Qwen2's), then the
-  // byte-level mapping; the pattern is compiled by PCRE2 and need not outlive Create.
+  // byte-level mapping; the pattern is compiled by regex.h and need not outlive Create.
   // kMetaspace: SentencePiece-style BPE (Llama-2, Mistral) instead of byte-level: no
   // regex; each segment between added tokens gets `sentencepiece.prepend` (per its scheme) and
   // its spaces become U+2581; its characters are the initial symbols (a character
@@ -79,9 +71,10 @@ struct TokenizerSpec {
     const uint32_t* classes = nullptr;
     size_t num_classes = 0;
   } nfc;
-  // Used by kSplit only. Its \s and \S are read as Unicode White_Space, as in the
-  // built-in patterns; text no alternative matches becomes a pre-token of its own (HF's
-  // Split "Isolated"); a regex PCRE2 rejects is KILN_ERROR_ARTIFACT_TOKENIZER.
+  // Used by kSplit only, in the syntax regex.h accepts (its \s and \S are Unicode
+  // White_Space, as in the built-in patterns); text no alternative matches becomes a
+  // pre-token of its own (HF's Split "Isolated"); a regex that regex.h refuses is
+  // KILN_ERROR_ARTIFACT_TOKENIZER.
   std::string_view pattern;
 
   // vocab[id] = the token in byte-level form (UTF-8); "" = an id the model vocabulary
@@ -113,15 +106,11 @@ struct TokenizerSpec {
   int32_t bos_id = -1;  // prepended by Encode(add_special = true) when add_bos
   bool add_bos = false;
   bool ignore_merges = false;
-
-  // Runtime choice, not artifact data: try PCRE2's JIT (falls back to the interpreter
-  // when JIT is unavailable or fails).
-  bool allow_jit = true;
 };
 
 // A byte-level BPE tokenizer. Immutable after Create: Encode, Decode and the lookups
 // may be called from any number of threads at once (each call uses its own scratch
-// memory and PCRE2 match data, allocated from the tokenizer's Allocator).
+// memory, allocated from the tokenizer's Allocator).
 class Tokenizer {
  public:
   // Validates `spec` (ids in range, vocabulary entries valid UTF-8 and distinct, all
@@ -140,7 +129,8 @@ class Tokenizer {
   // Added tokens written in the text are recognised. With add_special, BOS is
   // prepended when the tokenizer adds one. Errors: KILN_ERROR_INVALID_ARGUMENT (text
   // not well-formed UTF-8, longer than 2^31-1 bytes, or null pointers),
-  // KILN_ERROR_OUT_OF_MEMORY, KILN_ERROR_INTERNAL (PCRE2 failed). On error *out_ids is
+  // KILN_ERROR_OUT_OF_MEMORY, KILN_ERROR_INTERNAL (the pre-tokenizer regex
+  // backtracked beyond its limit: patterns of real tokenizers do not). On error *out_ids is
   // left as it was.
   kiln_status_t Encode(const char* text, size_t length, bool add_special, Vec<int32_t>* out_ids,
                        kiln_error_t* error) const;
@@ -171,8 +161,6 @@ class Tokenizer {
   int decode_strip() const { return sp_.decode_strip; }
   int32_t bos_id() const { return bos_id_; }
   bool adds_bos() const { return add_bos_; }
-  // Whether the pre-tokenizer regex runs JIT-compiled code.
-  bool jit_enabled() const { return jit_; }
 
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -222,7 +210,6 @@ class Tokenizer {
   int32_t bos_id_ = -1;
   bool add_bos_ = false;
   bool ignore_merges_ = false;
-  bool jit_ = false;
   bool metaspace_ = false;
   TokenizerSpec::SentencePiece sp_;  // kMetaspace
   TokenizerSpec::NfcTables nfc_;
@@ -244,9 +231,7 @@ class Tokenizer {
   int16_t cp_to_byte_[0x144] = {};
   int32_t byte_ids_[256] = {};  // id of each single-byte symbol (kMetaspace: of <0xXX>)
 
-  pcre2_real_general_context_8* pcre_general_ = nullptr;
-  pcre2_real_code_8* pcre_code_ = nullptr;
-  pcre2_real_match_context_8* pcre_match_context_ = nullptr;
+  Regex regex_;  // the pre-tokenizer's (not kMetaspace)
 };
 
 // ---- UTF-8 helpers (no allocation except into `out`) ----

@@ -78,7 +78,7 @@ for (int i = 0; i < n; ++i) { total += values[i] * 2; }
 <div class="cover">Lift &amp; remove</div>
     Indented    text\twith\ttabs and  double  spaces.
 Windows line\r\nendings\r\nhere.\r\n
-U+180E is not a space for Python (it was until Unicode 6.3, and is for PCRE2's \\s):
+U+180E is not White_Space since Unicode 6.3 (Python, Oniguruma and the runtime agree; PCRE2's \\s differs):
 a!\u180e!b a!\u180e!b a!\u180e!b ..\u180e.. ..\u180e.. x\u180e\u180e y x\u180e\u180e y
 """
 
@@ -241,8 +241,8 @@ def random_strings(rng: random.Random, count: int) -> List[str]:
 
 
 def check_unicode_version(strings: Sequence[str]) -> None:
-    """PCRE2 (Unicode 14 in Debian 12) and the `regex` module (newer) disagree on
-    characters added to Unicode since 14.0. Test strings must avoid them."""
+    """The runtime's category table (Unicode 14, scripts/gen_unicode_categories.py) and the
+    `regex` module (newer) disagree on characters added to Unicode since 14.0. Test strings must avoid them."""
     letter = regex.compile(r"\p{L}")
     number = regex.compile(r"\p{N}")
     for s in strings:

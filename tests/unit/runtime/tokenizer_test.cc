@@ -382,20 +382,17 @@ TEST(TokenizerVectors, EncodeAndDecodeMatchPythonReference) {
   size_t checked = 0;
   for (const VectorTokenizer& v : *Vectors()) {
     ASSERT_FALSE(v.pattern.empty()) << v.name;
-    // 0: JIT allowed; 1: interpreter; 2: the same regex given as a kSplit pattern.
-    for (int variant : {0, 1, 2}) {
-      const bool jit = variant != 1;
-      SCOPED_TRACE(v.name + (variant == 0 ? " (JIT allowed)" : variant == 1 ? " (interpreter)" : " (kSplit)"));
+    // 0: the built-in pre-tokenizer; 1: the same regex given as a kSplit pattern.
+    for (int variant : {0, 1}) {
+      SCOPED_TRACE(v.name + (variant == 0 ? " (built-in)" : " (kSplit)"));
       OwnedSpec owned = v.owned;
-      owned.spec.allow_jit = jit;
-      if (variant == 2) {
+      if (variant == 1) {
         owned.spec.pretokenizer = TokenizerSpec::PreTokenizer::kSplit;
         owned.spec.pattern = v.pattern;
       }
       Allocator allocator;
       TokenizerPtr t = MakeTokenizer(owned.Build(), &allocator);
       ASSERT_NE(t, nullptr);
-      if (!jit) EXPECT_FALSE(t->jit_enabled());
       for (const VectorCase& c : v.cases) {
         Allocator out_allocator;
         kiln_error_t error{};
@@ -482,10 +479,8 @@ TEST(TokenizerVectors, ConcurrentEncodeIsConsistent) {
   REQUIRE_VECTORS();
   if (!ThreadsWork()) GTEST_SKIP() << "threads cannot be started here (qemu-user?)";
   const VectorTokenizer& v = VectorNamed("llama3");
-  for (bool jit : {false, true}) {
-    SCOPED_TRACE(jit ? "JIT allowed" : "interpreter");
+  {
     OwnedSpec owned = v.owned;
-    owned.spec.allow_jit = jit;
     Allocator allocator;
     TokenizerPtr t = MakeTokenizer(owned.Build(), &allocator);
     ASSERT_NE(t, nullptr);
@@ -636,9 +631,8 @@ TEST(TokenizerVectors, LongInputsRoundTrip) {
   };
   for (const char* name : {"gpt2", "llama3", "llama3_ignore"}) {
     const VectorTokenizer& v = VectorNamed(name);
-    for (bool jit : {true, false}) {
+    {
       OwnedSpec owned = v.owned;
-      owned.spec.allow_jit = jit;
       Allocator allocator;
       TokenizerPtr t = MakeTokenizer(owned.Build(), &allocator);
       ASSERT_NE(t, nullptr);
@@ -648,8 +642,8 @@ TEST(TokenizerVectors, LongInputsRoundTrip) {
         std::vector<int32_t> ids = EncodeOk(*t, text);
         double ms = Millis(start);
         EXPECT_EQ(DecodeOk(*t, ids), text);
-        std::printf("[          ] %-14s %-11s %-34s %8zu bytes -> %7zu ids in %8.2f ms\n", name,
-                    t->jit_enabled() ? "JIT" : "interpreter", label, text.size(), ids.size(), ms);
+        std::printf("[          ] %-14s %-34s %8zu bytes -> %7zu ids in %8.2f ms\n", name, label, text.size(),
+                    ids.size(), ms);
       }
     }
   }
@@ -769,7 +763,7 @@ TEST(Tokenizer, SplitPatternFromTheArtifact) {
   EXPECT_EQ(EncodeOk(*literal, "\\s"), (std::vector<int32_t>{s.Id(ToByteLevel("\\s"))}));
   EXPECT_EQ(EncodeOk(*literal, " ]x"), (std::vector<int32_t>{s.RawId(" "), ']', 'x'}));
 
-  // A regex PCRE2 rejects, and a Split without one.
+  // A regex the engine refuses, and a Split without one.
   s.spec.pattern = "(unclosed";
   std::string message;
   EXPECT_EQ(CreateStatus(s.spec, &message), KILN_ERROR_ARTIFACT_TOKENIZER);
