@@ -2163,7 +2163,8 @@ TEST(ChatTemplate, PiecesWriteConversationsAndRefuseBadOnes) {
   };
   kiln_model_t* model = nullptr;
   ASSERT_EQ(load(bytes, &model), KILN_OK);
-  kiln_model_info_t info = {sizeof info};
+  kiln_model_info_t info = {};
+  info.struct_size = sizeof info;
   ASSERT_EQ(kiln_model_get_info(model, &info), KILN_OK);
   EXPECT_STREQ(info.chat_template, "built-in llava");
   std::string text;
