@@ -506,17 +506,17 @@ class PatternMaker {
     bool group = false;
     const size_t kind = depth < 3 ? Pick(10) : 0;
     if (kind <= 5) {
-      atom = in_ci_ ? insensitive[Pick(sizeof(insensitive) / sizeof(*insensitive))]
+      atom = in_case_insensitive_ ? insensitive[Pick(sizeof(insensitive) / sizeof(*insensitive))]
                     : singles[Pick(sizeof(singles) / sizeof(*singles))];
     } else {
       // No atomic groups: PCRE2 10.42 lets `(?>.+|)\p{S}` match "\u20ac" in "x\u20ac",
       // where Python's `regex` and this engine find nothing (the fixed tests cover them).
       static const char* const opens[] = {"(?:", "(", "(?i:", "(?=", "(?!"};
       const size_t o = Pick(5);
-      const bool saved = in_ci_;
-      if (o == 2) in_ci_ = true;
+      const bool saved = in_case_insensitive_;
+      if (o == 2) in_case_insensitive_ = true;
       atom = std::string(opens[o]) + Alternation(depth + 1) + ")";
-      in_ci_ = saved;
+      in_case_insensitive_ = saved;
       group = o <= 2;
       if (o >= 3) return atom;  // look-aheads are not repeated
     }
@@ -528,7 +528,7 @@ class PatternMaker {
     return atom;
   }
   std::mt19937 rng_;
-  bool in_ci_ = false;
+  bool in_case_insensitive_ = false;
 };
 
 TEST(RegexVsPcre2, RandomPatternsMatchAlike) {
