@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "support/error.h"
+#include "tokenizer/utf8.h"
 
 namespace kiln::rt {
 namespace {
@@ -40,7 +41,6 @@ class CategoryRuns {
   size_t at_;
   uint32_t next_;
 };
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kMaxRepeat = 65535;  // as PCRE2
 // Recursion of the matcher: about one frame per node on the path of a match (a
 // repeated group counts once per repetition). Real patterns need about ten.
@@ -81,57 +81,8 @@ constexpr CategoryName kCategoryNames[] = {
     {"Cn", Bit(Regex::kCn)},
 };
 
-// Decodes the well-formed UTF-8 character at s (the text was validated).
-inline size_t DecodeAt(const uint8_t* s, uint32_t* cp) {
-  const uint8_t c = s[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  if (c < 0xE0) {
-    *cp = (static_cast<uint32_t>(c & 0x1F) << 6) | (s[1] & 0x3F);
-    return 2;
-  }
-  if (c < 0xF0) {
-    *cp = (static_cast<uint32_t>(c & 0x0F) << 12) | (static_cast<uint32_t>(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    return 3;
-  }
-  *cp = (static_cast<uint32_t>(c & 0x07) << 18) | (static_cast<uint32_t>(s[1] & 0x3F) << 12) |
-        (static_cast<uint32_t>(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-  return 4;
-}
-
-// Decodes one character of the pattern, checking it: 0 when ill-formed.
-size_t DecodeChecked(const uint8_t* s, size_t n, uint32_t* cp) {
-  const uint8_t c = s[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  size_t need;
-  uint32_t min;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-    min = 0x80;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    min = 0x800;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (n < need + 1) return 0;
-  uint32_t v = c & (0x3F >> need);
-  for (size_t k = 1; k <= need; ++k) {
-    if ((s[k] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (s[k] & 0x3F);
-  }
-  if (v < min || v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return need + 1;
-}
+using utf8::DecodeChecked;
+using utf8::kMaxCodePoint;
 
 inline bool IsAsciiLetter(uint32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -784,7 +735,7 @@ class RegexMatcher {
       return (set.ascii[c >> 6] >> (c & 63)) & 1;
     }
     uint32_t cp;
-    *next = pos + DecodeAt(s_ + pos, &cp);
+    *next = pos + utf8::Decode(s_ + pos, &cp);
     const Regex::Range* r = re_.ranges_.data() + set.first;
     size_t lo = 0, hi = set.count;
     while (lo < hi) {

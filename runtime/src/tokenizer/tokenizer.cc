@@ -9,6 +9,7 @@
 #include <new>
 
 #include "support/error.h"
+#include "tokenizer/utf8.h"
 
 namespace kiln::rt {
 namespace {
@@ -60,48 +61,8 @@ bool TableCapacity(size_t n, size_t* capacity) {
 
 // ---- UTF-8 ----
 
-// For a lead byte of a multi-byte sequence: the number of continuation bytes and the
-// range allowed for the first of them (which excludes overlong forms, surrogates and
-// code points above U+10FFFF). False for ASCII, continuation and never-valid bytes.
-inline bool LeadInfo(uint8_t c, size_t* need, uint8_t* lo, uint8_t* hi) {
-  *lo = 0x80;
-  *hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    *need = 1;
-    return true;
-  }
-  if (c >= 0xE0 && c <= 0xEF) {
-    *need = 2;
-    if (c == 0xE0) *lo = 0xA0;
-    if (c == 0xED) *hi = 0x9F;
-    return true;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    *need = 3;
-    if (c == 0xF0) *lo = 0x90;
-    if (c == 0xF4) *hi = 0x8F;
-    return true;
-  }
-  return false;
-}
-
-// Length of the well-formed sequence starting at s[i] (i < n), or 0 when ill-formed.
-// When ill-formed, *subpart receives the length of its maximal subpart (>= 1): the
-// bytes one U+FFFD replaces.
-inline size_t SequenceLength(const uint8_t* s, size_t n, size_t i, size_t* subpart) {
-  uint8_t c = s[i];
-  if (c < 0x80) return 1;
-  size_t need;
-  uint8_t lo, hi;
-  *subpart = 1;
-  if (!LeadInfo(c, &need, &lo, &hi)) return 0;
-  if (i + 1 >= n || s[i + 1] < lo || s[i + 1] > hi) return 0;
-  size_t k = 2;
-  while (k <= need && i + k < n && (s[i + k] & 0xC0) == 0x80) ++k;
-  if (k == need + 1) return k;
-  *subpart = k;
-  return 0;
-}
+using utf8::LeadInfo;
+using utf8::SequenceLength;
 
 // ---- per-call BPE state ----
 
@@ -380,17 +341,10 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
       return Fail(error, kBad, "tokenizer: byte_fallback without the byte token %s", name);
   }
   for (int b = 0; b < 256 && !metaspace_; ++b) {
-    char utf8[2];
-    size_t n = 1;
-    uint16_t cp = byte_to_cp_[b];
-    if (cp < 0x80) {
-      utf8[0] = static_cast<char>(cp);
-    } else {
-      utf8[0] = static_cast<char>(0xC0 | (cp >> 6));
-      utf8[1] = static_cast<char>(0x80 | (cp & 0x3F));
-      n = 2;
-    }
-    byte_ids_[b] = FindVocab(utf8, n);
+    const uint16_t cp = byte_to_cp_[b];
+    char chars[4];
+    const size_t n = utf8::Encode(cp, chars);
+    byte_ids_[b] = FindVocab(chars, n);
     if (byte_ids_[b] < 0)
       return Fail(error, kBad, "tokenizer: the vocabulary has no token for byte 0x%02X (U+%04X)",
                   b, cp);
@@ -644,20 +598,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
   for (size_t i = 0; i < length;) {
     const auto* s = reinterpret_cast<const uint8_t*>(text);
     uint32_t cp;
-    if (s[i] < 0x80) {
-      cp = s[i];
-      i += 1;
-    } else if (s[i] < 0xE0) {
-      cp = (static_cast<uint32_t>(s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F);
-      i += 2;
-    } else if (s[i] < 0xF0) {
-      cp = (static_cast<uint32_t>(s[i] & 0x0F) << 12) | (static_cast<uint32_t>(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
-      i += 3;
-    } else {
-      cp = (static_cast<uint32_t>(s[i] & 0x07) << 18) | (static_cast<uint32_t>(s[i + 1] & 0x3F) << 12) |
-           (static_cast<uint32_t>(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
-      i += 4;
-    }
+    i += utf8::Decode(s + i, &cp);
     int top = 0;
     stack[top++] = cp;
     while (top > 0) {
@@ -723,24 +664,7 @@ bool Tokenizer::Nfc(const char* text, size_t length, EncodeScratch* scratch) con
   Vec<char>& out = scratch->normalized;
   if (!out.resize(4 * kept)) return false;
   size_t m = 0;
-  for (size_t i = 0; i < kept; ++i) {
-    const uint32_t c = cps[i];
-    if (c < 0x80) {
-      out[m++] = static_cast<char>(c);
-    } else if (c < 0x800) {
-      out[m++] = static_cast<char>(0xC0 | (c >> 6));
-      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out[m++] = static_cast<char>(0xE0 | (c >> 12));
-      out[m++] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out[m++] = static_cast<char>(0xF0 | (c >> 18));
-      out[m++] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out[m++] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out[m++] = static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
+  for (size_t i = 0; i < kept; ++i) m += utf8::Encode(cps[i], out.data() + m);
   (void)out.resize(m);  // shrinking never fails
   return true;
 }
@@ -809,15 +733,7 @@ kiln_status_t Tokenizer::EncodePiece(const char* piece, size_t length, EncodeScr
     if (length > SIZE_MAX / 2 || !chars.resize(2 * length))
       return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
     size_t n = 0;
-    for (size_t i = 0; i < length; ++i) {
-      uint16_t cp = byte_to_cp_[s[i]];
-      if (cp < 0x80) {
-        chars[n++] = static_cast<char>(cp);
-      } else {
-        chars[n++] = static_cast<char>(0xC0 | (cp >> 6));
-        chars[n++] = static_cast<char>(0x80 | (cp & 0x3F));
-      }
-    }
+    for (size_t i = 0; i < length; ++i) n += utf8::Encode(byte_to_cp_[s[i]], chars.data() + n);
     int32_t id = FindVocab(chars.data(), n);
     if (id >= 0) {
       if (!out->push_back(id)) return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "encode: out of memory");
