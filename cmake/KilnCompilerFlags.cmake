@@ -25,6 +25,8 @@ endif()
 
 # kiln_runtime_target(<target>): flags for code that ships inside an app. No
 # exceptions or RTTI cross the C ABI; the runtime reports every failure by status.
+# A section per function and per object, so that an app linking libkiln.a with
+# --gc-sections keeps only what it reaches (the calibration entry points, say).
 # MinSizeRel optimises the runtime for size with -Oz where the compiler has it (clang;
 # GCC 12), a tenth smaller than -Os for arm64.
 include(CheckCXXCompilerFlag)
@@ -32,7 +34,7 @@ check_cxx_compiler_flag(-Oz KILN_CXX_HAS_OZ)
 function(kiln_runtime_target target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-fno-exceptions -fno-rtti>
-    -fvisibility=hidden)
+    -fvisibility=hidden -ffunction-sections -fdata-sections)
   if(KILN_CXX_HAS_OZ)
     target_compile_options(${target} PRIVATE $<$<CONFIG:MinSizeRel>:-Oz>)
   endif()
