@@ -32,8 +32,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // scratch of KILN_UK_ATTENTION_SCRATCH (the head's values packed, the transposed keys'
 // rows padded); an older runtime allocates less, so 1.12 artifacts need a 1.12 runtime;
 // 13: the chat template as fixed pieces (Model.chat; an older runtime ignores it and
-// applies the prompt_template it names)
-constexpr uint32_t kSchemaMinor = 13;
+// applies the prompt_template it names); 14: a patch embedding with CLIP's class token
+// and position embedding in its epilogue (PatchEmbedParams.class_token), which older
+// runtimes refuse by its weights and output rows
+constexpr uint32_t kSchemaMinor = 14;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -331,7 +331,8 @@ def KilnFuseResidual : Pass<"kiln-fuse-residual", "::mlir::ModuleOp"> {
     (kiln-plan-memory). Refused when the residual is also the matmul's input or is
     computed after it. Likewise a `kiln.position_embedding` of a `kiln.patch_embed`
     read only by it (SigLIP) becomes the patch embedding's `position` table, added
-    to each patch's row in its epilogue.
+    to each patch's row in its epilogue; with a `kiln.class_token` between them
+    (CLIP) the class embedding comes too, as row 0 of the patch embedding's result.
 
     ```mlir
     %o = kiln.linear %a, %wo : ...

@@ -3470,11 +3470,16 @@ llvm::SmallVector<mlir::Value, 2> normOperands(mlir::Operation* op) {
 }
 
 // The operands of a matmul op that its epilogue adds, which are no matmul weights
-// either: a patch embedding's position table (kiln-fuse-residual).
-llvm::SmallVector<mlir::Value, 1> epilogueOperands(mlir::Operation* op) {
-  if (auto p = llvm::dyn_cast<PatchEmbedOp>(op); p && p.getPosition())
-    return {p.getPosition()};
-  return {};
+// either: a patch embedding's position table and class embedding (kiln-fuse-residual).
+llvm::SmallVector<mlir::Value, 2> epilogueOperands(mlir::Operation* op) {
+  llvm::SmallVector<mlir::Value, 2> out;
+  if (auto p = llvm::dyn_cast<PatchEmbedOp>(op)) {
+    if (p.getPosition())
+      out.push_back(p.getPosition());
+    if (p.getClassEmbedding())
+      out.push_back(p.getClassEmbedding());
+  }
+  return out;
 }
 
 llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
@@ -3482,7 +3487,7 @@ llvm::SmallVector<MatmulWeight> matmulWeights(mlir::Operation* op) {
   auto module = op->getParentOfType<mlir::ModuleOp>();
   const format::OpInfo* info = opInfo(op);
   const llvm::SmallVector<mlir::Value, 2> norm = normOperands(op);
-  const llvm::SmallVector<mlir::Value, 1> epilogue = epilogueOperands(op);
+  const llvm::SmallVector<mlir::Value, 2> epilogue = epilogueOperands(op);
   for (mlir::Value operand : op->getOperands()) {
     if (llvm::is_contained(norm, operand) || llvm::is_contained(epilogue, operand))
       continue;

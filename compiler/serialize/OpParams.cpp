@@ -165,6 +165,8 @@ mlir::Attribute derivedParam(mlir::Operation* op, llvm::StringRef name) {
   if (auto s = llvm::dyn_cast<SelectTokensOp>(op); s && name == "tokens")
     return mlir::Builder(op->getContext())
         .getI64IntegerAttr(llvm::cast<mlir::RankedTensorType>(s.getInput().getType()).getDimSize(0));
+  if (auto p = llvm::dyn_cast<PatchEmbedOp>(op); p && name == "class_token" && p.getClassEmbedding())
+    return mlir::UnitAttr::get(op->getContext());
   return nullptr;
 }
 

@@ -602,17 +602,26 @@ LogicalResult PatchEmbedOp::verify() {
                     failed(expectDim(*this, "bias length", tensorOf(getBias()).getDimSize(0),
                                      "hidden size", w.getDimSize(0)))))
     return failure();
+  // A class token: row 0, the patches after it.
+  const int64_t rows = (px.getDimSize(1) / p) * (px.getDimSize(2) / p) + (getClassEmbedding() ? 1 : 0);
+  if (Value cls = getClassEmbedding()) {
+    if (!getPosition())
+      return emitOpError("a class embedding comes with a position table");
+    if (failed(expectRank(*this, "class embedding", cls, 1)) ||
+        failed(expectDim(*this, "class embedding length", tensorOf(cls).getDimSize(0), "hidden size",
+                         w.getDimSize(0))))
+      return failure();
+  }
   if (Value pos = getPosition()) {
-    const int64_t patches = (px.getDimSize(1) / p) * (px.getDimSize(2) / p);
     if (failed(expectRank(*this, "position", pos, 2)) ||
         failed(expectDim(*this, "position width", tensorOf(pos).getDimSize(1), "hidden size", w.getDimSize(0))))
       return failure();
-    if (tensorOf(pos).getDimSize(0) < patches)
-      return emitOpError("position table has ") << tensorOf(pos).getDimSize(0) << " rows for " << patches
-                                                << " patches";
+    if (tensorOf(pos).getDimSize(0) < rows)
+      return emitOpError("position table has ") << tensorOf(pos).getDimSize(0) << " rows for " << rows
+                                                << (getClassEmbedding() ? " rows (patches and the class token)"
+                                                                        : " patches");
   }
-  return expectResultShape(*this,
-                           {(px.getDimSize(1) / p) * (px.getDimSize(2) / p), w.getDimSize(0)});
+  return expectResultShape(*this, {rows, w.getDimSize(0)});
 }
 
 LogicalResult ClassTokenOp::verify() {

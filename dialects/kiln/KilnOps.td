@@ -524,9 +524,11 @@ def Kiln_PatchEmbedOp : Kiln_Op<"patch_embed", [Pure, AttrSizedOperandSegments]>
     `pixels` is one preprocessed image [channels, height, width]; `weight` is the
     convolution kernel [hidden, channels, p, p] with stride p and no padding
     ("valid"), `bias` optional [hidden]. The result is [(height/p)·(width/p),
-    hidden], patches in row-major order. With `position` (a SigLIP position
-    embedding folded in by `kiln-fuse-residual`), row i of that table
-    ([positions >= patches, hidden]) is added to patch i in the product's epilogue.
+    hidden], patches in row-major order. With `position` (a position embedding
+    folded in by `kiln-fuse-residual`), row i of that table ([positions >= rows,
+    hidden]) is added to row i in the product's epilogue. With `class` (CLIP's class
+    embedding [hidden], a `kiln.class_token` folded in with its position embedding)
+    the result is [1 + patches, hidden]: row 0 the class embedding, patch i row 1 + i.
 
     ```mlir
     %p = kiln.patch_embed %px, %w {patch_size = 14 : i64}
@@ -534,14 +536,19 @@ def Kiln_PatchEmbedOp : Kiln_Op<"patch_embed", [Pure, AttrSizedOperandSegments]>
     %q = kiln.patch_embed %px, %w, %b position(%t) {patch_size = 16 : i64}
         : tensor<3x512x512xf32>, tensor<768x3x16x16xf32>, tensor<768xf32> position tensor<1024x768xf32>
           -> tensor<1024x768xf32>
+    %c = kiln.patch_embed %px, %w position(%t) class(%cls) {patch_size = 14 : i64}
+        : tensor<3x336x336xf32>, tensor<1024x3x14x14xf16> position tensor<577x1024xf32>
+          class tensor<1024xf32> -> tensor<577x1024xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$pixels, Kiln_Weight:$weight,
-                       Optional<Kiln_Weight>:$bias, Optional<Kiln_Weight>:$position, I64Attr:$patch_size);
+                       Optional<Kiln_Weight>:$bias, Optional<Kiln_Weight>:$position,
+                       Optional<Kiln_Weight>:$class_embedding, I64Attr:$patch_size);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $pixels `,` $weight (`,` $bias^)? (`position` `(` $position^ `)`)? attr-dict `:` type($pixels) `,`
-    type($weight) (`,` type($bias)^)? (`position` type($position)^)? `->` type($result)
+    $pixels `,` $weight (`,` $bias^)? (`position` `(` $position^ `)`)? (`class` `(` $class_embedding^ `)`)?
+    attr-dict `:` type($pixels) `,` type($weight) (`,` type($bias)^)? (`position` type($position)^)?
+    (`class` type($class_embedding)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }

@@ -11,7 +11,8 @@
 //                       prologue;
 //   kiln-fuse-activation kiln.activation(linear(x)) -> the linear's epilogue;
 //   kiln-fuse-residual  kiln.add(r, matmul(x)) -> the matmul's residual epilogue;
-//                       a position embedding of a patch embedding -> its epilogue.
+//                       a position embedding of a patch embedding (and CLIP's class
+//                       token between them) -> its epilogue.
 // A fused op keeps the name of the layer it came from (the Q projection's becomes
 // `...qkv_proj`) and lists the layers folded into it in `kiln.fused`.
 //
@@ -501,17 +502,21 @@ struct FuseResidualPass : impl::KilnFuseResidualBase<FuseResidualPass> {
   }
 
   // A position embedding added to a patch embedding read by nothing else: the patch
-  // embedding's epilogue (SigLIP; CLIP's class token sits between them).
+  // embedding's epilogue (SigLIP). CLIP's class token between them goes with it: the
+  // patch embedding writes its patches from row 1 and the class embedding as row 0.
   void fusePositions() {
     llvm::SmallVector<PositionEmbeddingOp> positions;
     getOperation().walk([&](PositionEmbeddingOp p) { positions.push_back(p); });
     for (PositionEmbeddingOp pos : positions) {
-      auto pe = pos.getInput().getDefiningOp<PatchEmbedOp>();
+      auto cls = pos.getInput().getDefiningOp<ClassTokenOp>();
+      auto pe = (cls ? cls.getInput() : pos.getInput()).getDefiningOp<PatchEmbedOp>();
       std::string why;
       if (!pe)
-        why = "its input is not a kiln.patch_embed (a class token between them)";
-      else if (!onlyUser(pe.getResult(), pos))
+        why = cls ? "the class token's input is not a kiln.patch_embed" : "its input is not a kiln.patch_embed";
+      else if (!onlyUser(pe.getResult(), cls ? cls.getOperation() : pos.getOperation()))
         why = nameOf(pe) + " is also read by other ops";
+      else if (cls && !onlyUser(cls.getResult(), pos))
+        why = nameOf(cls) + " is also read by other ops";
       else if (pe.getPosition())
         why = nameOf(pe) + " already adds a position embedding";
       if (!why.empty()) {
@@ -519,13 +524,22 @@ struct FuseResidualPass : impl::KilnFuseResidualBase<FuseResidualPass> {
         continue;
       }
       mlir::OpBuilder b(pos);  // after the table's weight_ref; the patch embedding's operands come before
-      auto fused = b.create<PatchEmbedOp>(pe.getLoc(), pe.getType(), pe.getPixels(), pe.getWeight(), pe.getBias(),
-                                          pos.getTable(), pe.getPatchSizeAttr());
+      auto fused = b.create<PatchEmbedOp>(pe.getLoc(), pos.getType(), pe.getPixels(), pe.getWeight(), pe.getBias(),
+                                          pos.getTable(), cls ? cls.getClassEmbedding() : mlir::Value(),
+                                          pe.getPatchSizeAttr());
       copyKilnAttrs(pe, fused);
-      recordFused(fused, {pe, pos});
-      pos.emitRemark() << "kiln-fuse-residual: " << nameOf(pos) << " fused as the epilogue of " << nameOf(pe);
+      if (cls) {
+        recordFused(fused, {pe, cls, pos});
+        pos.emitRemark() << "kiln-fuse-residual: " << nameOf(cls) << " and " << nameOf(pos)
+                         << " fused as the epilogue of " << nameOf(pe);
+      } else {
+        recordFused(fused, {pe, pos});
+        pos.emitRemark() << "kiln-fuse-residual: " << nameOf(pos) << " fused as the epilogue of " << nameOf(pe);
+      }
       pos.getResult().replaceAllUsesWith(fused.getResult());
       pos.erase();
+      if (cls)
+        cls.erase();
       pe.erase();
     }
   }

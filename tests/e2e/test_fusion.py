@@ -223,9 +223,11 @@ def test_gate_up_blocks_of_other_sizes(encoding, flags, bound, checkpoints, tiny
     assert float(np.abs(a - b).max()) <= bound * float(np.abs(b).max()) and ta == tb
 
 
-def test_siglip_patch_embedding_adds_the_positions(checkpoints, tiny_dir):
+def test_patch_embedding_adds_the_positions(checkpoints, tiny_dir):
     """SigLIP (Idefics3): the position embedding is the patch embedding's epilogue, its
-    table the op's last weight; CLIP (LLaVA) keeps it apart behind the class token."""
+    table the op's last weight. CLIP (LLaVA): the class token too, its embedding after
+    the table (row 0 of the op's output); test_fused_equals_unfused and
+    test_reference_match.py check the outputs."""
     siglip, clip = tiny_dir / "siglip-pos.kiln", tiny_dir / "clip-pos.kiln"
     _compile(checkpoints["tiny-idefics3"][0], siglip)
     _compile(checkpoints["tiny-llava"][0], clip)
@@ -234,5 +236,15 @@ def test_siglip_patch_embedding_adds_the_positions(checkpoints, tiny_dir):
     assert ops[0]["fused"] == ["model.vision_model.embeddings.patch_embedding",
                                "model.vision_model.embeddings.position_embedding"]
     assert ops[0]["weights"][-1] == "model.vision_model.embeddings.position_embedding.weight"
-    kinds = [op["kind"] for op in {s["kind"]: s["op_list"] for s in _inspect(clip)["stages"]}["VisionEncoder"]]
+    ops = {s["kind"]: s["op_list"] for s in _inspect(clip)["stages"]}["VisionEncoder"]
+    kinds = [op["kind"] for op in ops]
+    assert kinds[0] == "PatchEmbed" and "ClassToken" not in kinds and "PositionEmbedding" not in kinds, kinds
+    embeddings = "vision_tower.vision_model.embeddings."
+    assert ops[0]["fused"] == [embeddings + "patch_embedding", embeddings + "class_embedding",
+                               embeddings + "position_embedding"], ops[0]
+    assert ops[0]["weights"][-2:] == [embeddings + "position_embedding.weight", embeddings + "class_embedding"]
+    # --no-fuse-pass=residual keeps the three ops.
+    apart = tiny_dir / "clip-pos-apart.kiln"
+    _compile(checkpoints["tiny-llava"][0], apart, "--no-fuse-pass=residual")
+    kinds = [op["kind"] for op in {s["kind"]: s["op_list"] for s in _inspect(apart)["stages"]}["VisionEncoder"]]
     assert kinds[:3] == ["PatchEmbed", "ClassToken", "PositionEmbedding"], kinds[:3]

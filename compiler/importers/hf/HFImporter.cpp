@@ -228,7 +228,7 @@ SmallVector<Value> Importer::visionTransformer(Value pixels, ArrayRef<int64_t> h
   Value w = weight(V + "embeddings.patch_embedding.weight", {D, v.numChannels, p, p});
   Value bias = siglip ? weight(V + "embeddings.patch_embedding.bias", {D}) : Value();
   Value x = create<PatchEmbedOp>(V + "embeddings.patch_embedding", act({patches, D}), pixels, w,
-                                 bias, Value(), b_.getI64IntegerAttr(p));
+                                 bias, Value(), Value(), b_.getI64IntegerAttr(p));
   int64_t rows = patches;
   if (!siglip) {
     Value cls = weight(V + "embeddings.class_embedding", {D});

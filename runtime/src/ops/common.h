@@ -48,9 +48,10 @@ struct MatMulFusion {
   // product's row m, instead of writing row m. Not with a residual or gated epilogue.
   const int32_t* scatter_rows = nullptr;
   const float* scatter_weights = nullptr;
-  // A float table added to the product, its row m to row m (a patch embedding's
-  // position embedding). Not with another epilogue.
+  // A float table added to the product, its row add_rows_from + m to row m (a patch
+  // embedding's position embedding). Not with another epilogue.
   const WeightView* add_rows = nullptr;
+  int64_t add_rows_from = 0;
 };
 
 // A gated product (MatMulFusion::gated_block) runs each thread's channels in chunks

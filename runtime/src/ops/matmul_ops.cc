@@ -135,8 +135,10 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     return Bad(c, "a gated product's epilogue does not fit");
   if (scatter != nullptr && residual != nullptr) return Bad(c, "a scattered product takes no residual");
   const WeightView* add_rows = fusion != nullptr ? fusion->add_rows : nullptr;
-  if (add_rows != nullptr && (residual != nullptr || scatter != nullptr || gated > 0 || act >= 0 ||
-                              add_rows->rows < rows || add_rows->cols != n || format::IsQuantized(add_rows->spec.id)))
+  const int64_t add_from = fusion != nullptr ? fusion->add_rows_from : 0;
+  if (add_rows != nullptr && (residual != nullptr || scatter != nullptr || gated > 0 || act >= 0 || add_from < 0 ||
+                              add_rows->rows - add_from < rows || add_rows->cols != n ||
+                              format::IsQuantized(add_rows->spec.id)))
     return Bad(c, "an added table's epilogue does not fit");
   p.y = residual != nullptr || scatter != nullptr ? products : y;
   p.ldy = residual != nullptr || scatter != nullptr ? n : ldy;
@@ -177,12 +179,12 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     }
     fn(&p, n0, n1, per_thread + t * stride);
     if (add_rows != nullptr) {
-      // y[m] += table[m], this thread's channels, decoded 64 at a time.
+      // y[m] += table[add_from + m], this thread's channels, decoded 64 at a time.
       float decoded[64];
       for (int64_t m = 0; m < rows; ++m)
         for (int64_t j0 = n0; j0 < n1; j0 += 64) {
           const int64_t len = std::min<int64_t>(64, n1 - j0);
-          format::DecodeFloatElements(add_rows->spec.id, add_rows->data, static_cast<uint64_t>(m * n + j0),
+          format::DecodeFloatElements(add_rows->spec.id, add_rows->data, static_cast<uint64_t>((add_from + m) * n + j0),
                                       static_cast<uint64_t>(len), decoded);
           float* out = y + m * ldy + j0;
           for (int64_t j = 0; j < len; ++j) out[j] += decoded[j];
@@ -494,31 +496,53 @@ size_t ScratchMoe(const fb::Op* op, const WeightView* w, int, int64_t rows, int6
 }
 
 // Stride-p convolution without padding: patches as rows of (c, ky, kx) values
-// (im2col), times the kernel viewed as [D, C * p * p].
+// (im2col), times the kernel viewed as [D, C * p * p]. With a class token (1.14) row 0
+// is the class embedding plus the position table's row 0, and the patches follow.
 kiln_status_t RunPatchEmbed(const OpContext& c) {
   const ActView& px = c.inputs[0];  // [C, H * W], extra = W
   const WeightView& w = c.weights[0];
-  const int64_t p = c.op->params_as_PatchEmbedParams()->patch_size();
+  const fb::PatchEmbedParams* pp = c.op->params_as_PatchEmbedParams();
+  const int64_t p = pp->patch_size();
+  const bool cls = pp->class_token();
   const int64_t channels = px.rows, width = px.extra;
   if (width < 1 || p < 1) return Bad(c, "operands do not fit");
   const int64_t height = px.cols / width;
-  const int64_t patches = (height / p) * (width / p), kdim = channels * p * p;
-  if (w.cols != kdim || c.output.rows != patches || c.output.cols != w.rows) return Bad(c, "operands do not fit");
-  // Weights: the kernel, an optional bias [D], an optional position table [>= patches,
-  // D] (kiln-fuse-residual) added in the epilogue.
+  const int64_t patches = (height / p) * (width / p), kdim = channels * p * p, first = cls ? 1 : 0;
+  if (w.cols != kdim || c.output.rows != patches + first || c.output.cols != w.rows)
+    return Bad(c, "operands do not fit");
+  // Weights: the kernel, an optional bias [D], an optional position table [>= rows,
+  // D] (kiln-fuse-residual) added in the epilogue, then with a class token its
+  // embedding [D].
   const WeightView* bias = nullptr;
+  const WeightView* class_embedding = cls ? &c.weights[c.num_weights - 1] : nullptr;
   MatMulFusion f;
-  for (int i = 1; i < c.num_weights; ++i) {
+  for (int i = 1; i < c.num_weights - first; ++i) {
     const WeightView& v = c.weights[i];
     const bool table = v.shape != nullptr && v.shape->size() == 2;
-    if (table && (v.rows < patches || v.cols != w.rows)) return Bad(c, "operands do not fit");
+    if (table && (v.rows < patches + first || v.cols != w.rows)) return Bad(c, "operands do not fit");
     (table ? f.add_rows : bias) = &v;
   }
+  if (cls && (f.add_rows == nullptr || class_embedding->rows * class_embedding->cols != w.rows))
+    return Bad(c, "a class token needs a position table and an embedding of the hidden size");
+  f.add_rows_from = first;
   float* cols = c.scratch;  // patches * kdim
   kiln_uk_im2col_params_t ip = {px.f32(), channels, height, width, p, cols};
   const UkernelSet* uk = c.uk;
   c.pool->For(patches, 1, [&](int64_t b, int64_t e, int) { uk->im2col(&ip, b, e); });
-  return MatMul(c, 0, cols, patches, kdim, bias, c.output.f32(), c.output.cols, cols + patches * kdim, &f);
+  float* y = c.output.f32();
+  if (cls) {
+    // Row 0: the class embedding plus the table's row 0, decoded 64 at a time.
+    float decoded[64];
+    for (int64_t j0 = 0; j0 < w.rows; j0 += 64) {
+      const uint64_t len = static_cast<uint64_t>(std::min<int64_t>(64, w.rows - j0));
+      format::DecodeFloatElements(class_embedding->spec.id, class_embedding->data, static_cast<uint64_t>(j0), len,
+                                  y + j0);
+      format::DecodeFloatElements(f.add_rows->spec.id, f.add_rows->data, static_cast<uint64_t>(j0), len, decoded);
+      for (uint64_t j = 0; j < len; ++j) y[j0 + j] += decoded[j];
+    }
+  }
+  return MatMul(c, 0, cols, patches, kdim, bias, y + first * c.output.cols, c.output.cols,
+                cols + patches * kdim, &f);
 }
 
 size_t ScratchPatchEmbed(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {

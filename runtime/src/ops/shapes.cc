@@ -235,28 +235,37 @@ kiln_status_t ShapeQkvAttention(const ShapeCheck &c) {
 }
 
 kiln_status_t ShapePatchEmbed(const ShapeCheck &c) {
-  uint32_t p = c.op->params_as_PatchEmbedParams()->patch_size();
+  const fb::PatchEmbedParams* pp = c.op->params_as_PatchEmbedParams();
+  uint32_t p = pp->patch_size();
+  const bool cls = pp->class_token();  // 1.14: row 0 the class embedding, the patches after it
   Dims px = c.in(0), wt = c.w(0);
   if (px.rank != 3 || !c.f32in(0) || p < 1 || wt.rank != 4 || wt.d[1] != px.d[0] || wt.d[2] != p || wt.d[3] != p ||
       px.d[1] % p != 0 || px.d[2] % p != 0 || !c.mat(c.out) || c.out.sym != kSymStatic ||
-      c.out.d[0] != (px.d[1] / p) * (px.d[2] / p) || c.out.d[1] != wt.d[0])
-    return c.ShapeBad(
-        "expects pixels [C, H, W], kernel [D, C, p, p], output "
-        "[(H/p)(W/p), D]");
-  // Then an optional bias [D] and an optional position table [>= patches, D] (1.9), in
-  // that order.
-  for (int i = 1; i < c.nw; ++i) {
+      c.out.d[0] != (px.d[1] / p) * (px.d[2] / p) + (cls ? 1 : 0) || c.out.d[1] != wt.d[0])
+    return c.ShapeBad(cls ? "expects pixels [C, H, W], kernel [D, C, p, p], output [1 + (H/p)(W/p), D]"
+                          : "expects pixels [C, H, W], kernel [D, C, p, p], output [(H/p)(W/p), D]");
+  // Then an optional bias [D], an optional position table [>= rows, D] (1.9) and, with
+  // a class token, its embedding [D] after the table (1.14), in that order.
+  const int last_table = cls ? c.nw - 2 : c.nw - 1;
+  if (cls && (c.nw < 3 || c.w(c.nw - 2).rank != 2 || c.w(c.nw - 1).rank != 1 || c.w(c.nw - 1).d[0] != wt.d[0]))
+    return c.ShapeBad("a class token needs a position table [>= 1 + patches, D] and then its embedding [D]");
+  for (int i = 1; i < (cls ? c.nw - 1 : c.nw); ++i) {
     const Dims w = c.w(i);
     if (w.rank == 1 && i == 1) {
       if (w.d[0] != wt.d[0]) return c.ShapeBad("bias must be [D]");
-    } else if (w.rank == 2 && i == c.nw - 1) {
-      if (w.d[1] != wt.d[0] || w.d[0] < c.out.d[0]) return c.ShapeBad("the position table must be [>= patches, D]");
+    } else if (w.rank == 2 && i == last_table) {
+      if (w.d[1] != wt.d[0] || w.d[0] < c.out.d[0]) return c.ShapeBad("the position table must be [>= rows, D]");
       const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(i))->encoding();
       if (e != fb::Encoding::F32 && e != fb::Encoding::F16 && e != fb::Encoding::BF16)
         return c.ShapeBad("the position table must be f32, f16 or bf16");
     } else {
       return c.ShapeBad("expects the kernel, an optional bias [D] and an optional position table [>= patches, D]");
     }
+  }
+  if (cls) {
+    const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(c.nw - 1))->encoding();
+    if (e != fb::Encoding::F32 && e != fb::Encoding::F16 && e != fb::Encoding::BF16)
+      return c.ShapeBad("the class embedding must be f32, f16 or bf16");
   }
   return KILN_OK;
 }

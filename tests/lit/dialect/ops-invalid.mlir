@@ -425,6 +425,30 @@ func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<16x8
 
 // -----
 
+func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<16x16xf32>, %c: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.patch_embed' op position table has 16 rows for 17 rows (patches and the class token)}}
+  %y = kiln.patch_embed %px, %w position(%t) class(%c) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<16x16xf32> class tensor<16xf32> -> tensor<17x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %c: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.patch_embed' op a class embedding comes with a position table}}
+  %y = kiln.patch_embed %px, %w class(%c) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> class tensor<16xf32> -> tensor<17x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%px: tensor<3x16x16xf32>, %w: tensor<16x3x4x4xf32>, %t: tensor<17x16xf32>, %c: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.patch_embed' op class embedding length (8) does not match hidden size (16)}}
+  %y = kiln.patch_embed %px, %w position(%t) class(%c) {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<17x16xf32> class tensor<8xf32> -> tensor<17x16xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<16x8xf32>) {
   // expected-error @+1 {{'kiln.select_tokens' op keep 20 must lie in [1, 16]}}
   %y = kiln.select_tokens %x {keep = 20 : i64, score = "norm"} : tensor<16x8xf32> -> tensor<20x8xf32>

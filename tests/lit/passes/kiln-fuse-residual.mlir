@@ -58,11 +58,19 @@ func.func @kept(%x: tensor<?x16xf32>) -> (tensor<?x16xf32>, tensor<?x16xf32>, te
 // -----
 
 // SigLIP: the position embedding of the patch embedding becomes its epilogue (the
-// table's rows added to the patches'). CLIP: the class token between them keeps it.
+// table's rows added to the patches'). CLIP: the class token between them comes too
+// (row 0 of the result), unless something else reads the class token's result.
 // CHECK-LABEL: func.func @siglip
 // CHECK: kiln.patch_embed %arg0, %{{.*}}, %{{.*}} position(%{{.*}}) {kiln.fused = ["v.patch_embedding", "kiln.position_embedding"], patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32>, tensor<16xf32> position tensor<16x16xf32> -> tensor<16x16xf32>
 // CHECK-NOT: kiln.position_embedding
 // CHECK-LABEL: func.func @clip
+// CHECK: %[[CLS:.*]] = kiln.weight_ref @b
+// CHECK: %[[T:.*]] = kiln.weight_ref @t17
+// CHECK: %[[E:.*]] = kiln.patch_embed %arg0, %{{.*}} position(%[[T]]) class(%[[CLS]]) {kiln.fused = ["v.patch_embedding", "v.class_embedding", "kiln.position_embedding"], patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> position tensor<17x16xf32> class tensor<16xf32> -> tensor<17x16xf32>
+// CHECK-NOT: kiln.class_token
+// CHECK-NOT: kiln.position_embedding
+// CHECK: return %[[E]]
+// CHECK-LABEL: func.func @clip_class_token_read_twice
 // CHECK: kiln.class_token
 // CHECK: kiln.position_embedding
 kiln.weight @w : tensor<16x3x4x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<f32>
@@ -81,10 +89,20 @@ func.func @siglip(%px: tensor<3x16x16xf32>) -> tensor<16x16xf32> attributes {kil
 func.func @clip(%px: tensor<3x16x16xf32>) -> tensor<17x16xf32> attributes {kiln.stage = #kiln.stage<vision_encoder>} {
   %w = kiln.weight_ref @w : tensor<16x3x4x4xf32>
   %b = kiln.weight_ref @b : tensor<16xf32>
-  %p = kiln.patch_embed %px, %w {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> -> tensor<16x16xf32>
-  %c = kiln.class_token %p, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32>
+  %p = kiln.patch_embed %px, %w {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> -> tensor<16x16xf32> loc("v.patch_embedding")
+  %c = kiln.class_token %p, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32> loc("v.class_embedding")
   %t = kiln.weight_ref @t17 : tensor<17x16xf32>
-  // expected-remark @+1 {{kiln-fuse-residual: not fused: its input is not a kiln.patch_embed (a class token between them)}}
+  // expected-remark @+1 {{kiln-fuse-residual: v.class_embedding and kiln.position_embedding fused as the epilogue of v.patch_embedding}}
   %e = kiln.position_embedding %c, %t : tensor<17x16xf32>, tensor<17x16xf32> -> tensor<17x16xf32>
   return %e : tensor<17x16xf32>
+}
+func.func @clip_class_token_read_twice(%px: tensor<3x16x16xf32>) -> (tensor<17x16xf32>, tensor<17x16xf32>) attributes {kiln.stage = #kiln.stage<vision_encoder>} {
+  %w = kiln.weight_ref @w : tensor<16x3x4x4xf32>
+  %b = kiln.weight_ref @b : tensor<16xf32>
+  %p = kiln.patch_embed %px, %w {patch_size = 4 : i64} : tensor<3x16x16xf32>, tensor<16x3x4x4xf32> -> tensor<16x16xf32>
+  %c = kiln.class_token %p, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<17x16xf32> loc("v.class_embedding")
+  %t = kiln.weight_ref @t17 : tensor<17x16xf32>
+  // expected-remark @+1 {{kiln-fuse-residual: not fused: v.class_embedding is also read by other ops}}
+  %e = kiln.position_embedding %c, %t : tensor<17x16xf32>, tensor<17x16xf32> -> tensor<17x16xf32>
+  return %e, %c : tensor<17x16xf32>, tensor<17x16xf32>
 }
