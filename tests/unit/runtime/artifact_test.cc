@@ -1902,10 +1902,10 @@ TEST(ModelLoad, MissingFileAndBadArguments) {
 
 }  // namespace
 
-// Fused weights (schema 1.9): a gated MLP's interleaved gate/up and a patch
-// embedding's position table are checked like any other operands; a damaged op is
-// refused at load, naming it, never run.
-TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
+// Fused weights (schema 1.9, 1.14): a gated MLP's interleaved gate/up and a patch
+// embedding's position table and class embedding are checked like any other operands; a
+// damaged op is refused at load, naming it, never run.
+TEST(FusedWeights, DamagedGateUpPositionTablesAndClassTokensAreRefused) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
   struct Case {
@@ -1927,6 +1927,13 @@ TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
        "an optional bias [D] and an optional position table", [](fb::OpT& op) { std::swap(op.weights[1], op.weights[2]); }},
       {"tiny-idefics3", "the kernel as its own position table", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE,
        "", [](fb::OpT& op) { op.weights[2] = op.weights[0]; }},
+      // CLIP (1.14): the class embedding after the position table.
+      {"tiny-llava", "a class token without its flag", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE, "output [(H/p)(W/p), D]",
+       [](fb::OpT& op) { op.params.AsPatchEmbedParams()->class_token = false; }},
+      {"tiny-llava", "class embedding before the table", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE,
+       "a class token needs a position table", [](fb::OpT& op) { std::swap(op.weights[1], op.weights[2]); }},
+      {"tiny-llava", "no class embedding", fb::OpKind::PatchEmbed, KILN_ERROR_ARTIFACT_SHAPE,
+       "a class token needs a position table", [](fb::OpT& op) { op.weights.pop_back(); }},
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> bytes;
@@ -1938,6 +1945,8 @@ TEST(FusedWeights, DamagedGateUpAndPositionTablesAreRefused) {
         for (auto& op : stage->ops)
           if (op->kind == c.kind && !found) {
             ASSERT_GE(op->weights.size(), c.kind == fb::OpKind::PatchEmbed ? 3u : 2u) << c.name;
+            if (c.kind == fb::OpKind::PatchEmbed)  // tiny-llava's is CLIP's, with the class token
+              ASSERT_EQ(op->params.AsPatchEmbedParams()->class_token, std::string(c.model) == "tiny-llava") << c.name;
             if (c.kind == fb::OpKind::GatedMlp) ASSERT_GT(op->params.AsGatedMlpParams()->gate_up_block, 0u);
             c.edit(*op);
             found = true;
