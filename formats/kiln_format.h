@@ -34,8 +34,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // 13: the chat template as fixed pieces (Model.chat; an older runtime ignores it and
 // applies the prompt_template it names); 14: a patch embedding with CLIP's class token
 // and position embedding in its epilogue (PatchEmbedParams.class_token), which older
-// runtimes refuse by its weights and output rows
-constexpr uint32_t kSchemaMinor = 14;
+// runtimes refuse by its weights and output rows; 15: RoPE and the KV-cache write in
+// the q|k|v product's epilogue (LinearParams.qkv, its positions as input 1;
+// AttentionParams.kv_written), which older runtimes refuse (input 1 as a residual)
+constexpr uint32_t kSchemaMinor = 15;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -259,6 +259,30 @@ def KilnFuseQkv : Pass<"kiln-fuse-qkv", "::mlir::ModuleOp"> {
   }];
 }
 
+def KilnFuseRope : Pass<"kiln-fuse-rope", "::mlir::ModuleOp"> {
+  let summary = "Rotate q and k and write the KV cache in the q|k|v product's epilogue";
+  let description = [{
+    For every `kiln.qkv_attention` with a `rope` or a `cache_layer` whose q|k|v is a
+    `kiln.linear` read by nothing else (no residual, no activation): the rotation
+    and the KV-cache write move into that linear's epilogue (its `qkv` attribute, the
+    attention's positions as its `positions` operand): each thread rotates the q and
+    k heads of its range of channels right after their product, and the op writes k
+    and v into the cache before it returns. The attention gets `kv_written` and only
+    attends. Refused, with a remark, when the positions are computed after the
+    linear.
+
+    ```mlir
+    %qkv = kiln.linear %h, %wqkv : ...
+    %a = kiln.qkv_attention %qkv positions(%pos) {cache_layer = 0 : i64, rope = {...}, ...}
+    // ->
+    %qkv = kiln.linear %h, %wqkv positions(%pos)
+        {qkv = {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64,
+                cache_layer = 0 : i64, rope = {...}}} : ...
+    %a = kiln.qkv_attention %qkv positions(%pos) {cache_layer = 0 : i64, kv_written, ...}
+    ```
+  }];
+}
+
 def KilnFuseGateUp : Pass<"kiln-fuse-gate-up", "::mlir::ModuleOp"> {
   let summary = "Fuse a gated MLP's gate and up projections into one matrix product";
   let description = [{

@@ -334,7 +334,8 @@ void storeLanes(FnBuilder& f, Value v, Value base, Value i, Value mask) {
     f.b.create<mlir::LLVM::MaskedStoreOp>(f.loc, v, at, mask, 4);
 }
 
-// RoPE (kiln_uk_rope_params_t, rows [begin, end)) for `heads` heads of `headDim`:
+// RoPE (kiln_uk_rope_params_t, rows [begin, end)) for the params' `heads` heads (the
+// op's `heads`, or fewer: a q|k|v epilogue rotates each thread's range) of `headDim`:
 //   for t: pos = positions[t]
 //     for i0 in 0..half step V: (s, c) = sincos(pos * inv_freq[i0 .. i0+V))
 //       for h: x1 = x[t, h*d + i0..], x2 = x[t, h*d + half + i0..]
@@ -359,6 +360,7 @@ void buildRope(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int6
   Value ld = f.field(params, offsetof(kiln_uk_rope_params_t, ld), f.i64);
   Value positions = f.field(params, offsetof(kiln_uk_rope_params_t, positions), f.ptr);
   Value invFreq = f.field(params, offsetof(kiln_uk_rope_params_t, inv_freq), f.ptr);
+  Value width = f.muli(f.field(params, offsetof(kiln_uk_rope_params_t, heads), f.i64), f.cI64(headDim));
   f.loop(fn.getArgument(1), fn.getArgument(2), f.cI64(1), [&](Value t) {
     Value row = f.muli(t, ld);
     Value xRow = f.gep(x, f.f32, row);
@@ -369,7 +371,7 @@ void buildRope(mlir::ModuleOp kernels, llvm::StringRef name, int64_t heads, int6
       Value angle = f.mul(posV, f.load(vf32, invFreq, f.f32, i0));
       std::pair<Value, Value> sc = f.sinCos(angle, lanes);
       Value s = sc.first, c = sc.second;
-      f.loop(f.cI64(0), f.cI64(heads * headDim), f.cI64(headDim), [&](Value hd) {
+      f.loop(f.cI64(0), width, f.cI64(headDim), [&](Value hd) {
         Value lo = f.addi(hd, i0);
         Value hi = f.addi(lo, f.cI64(half));
         Value x1 = f.load(vf32, xRow, f.f32, lo);
@@ -3813,6 +3815,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         extra.push_back(normKernel(*n, op->getLoc()));
       if (auto l = llvm::dyn_cast<LinearOp>(op); l && l.getActivation())
         extra.push_back(actKernel(*l.getActivation(), op->getLoc()));
+      // A q|k|v epilogue's rotation (kiln-fuse-rope).
+      if (auto l = llvm::dyn_cast<LinearOp>(op); l && l.getQkv())
+        if (auto rope = l.getQkv()->getAs<mlir::DictionaryAttr>("rope")) {
+          const int64_t ropeHeads = rope.getAs<mlir::IntegerAttr>("num_heads").getInt(),
+                        hd = rope.getAs<mlir::IntegerAttr>("head_dim").getInt();
+          extra.push_back(ropeKernel(ropeHeads, hd, op->getLoc()));
+        }
       symbol = std::string("kiln_uk_matmul_bias_f32_") + (ints || packedLayouts ? "qai8dx" : "f32") + "_w" + tag + "_4x4_gen_" + isa;
       if (!built[symbol])
         buildMatmul(*kernels, symbol, floats, ints, packedLayouts, a16Layouts, panels, target, op->getLoc());

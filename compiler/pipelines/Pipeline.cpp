@@ -169,6 +169,9 @@ void buildLoweringPipeline(mlir::OpPassManager& pm, const CompileOptions& option
       pm.addPass(createKilnFuseResidual());
     if (on("norm"))
       pm.addPass(createKilnFuseNorm());
+    // After the norm: the q|k|v linear is then rebuilt once more, prologue kept.
+    if (on("qkv") && on("rope"))
+      pm.addPass(createKilnFuseRope());
   }
   KilnSelectKernelsOptions select;
   select.target = options.target;

@@ -19,7 +19,7 @@
 namespace kiln {
 
 /// The fusion passes, kiln-fuse-NAME, in pipeline order.
-inline constexpr const char* kFusionPasses[] = {"qkv", "gate-up", "activation", "residual", "norm"};
+inline constexpr const char* kFusionPasses[] = {"qkv", "rope", "gate-up", "activation", "residual", "norm"};
 
 struct CompileOptions {
   std::string checkpoint;

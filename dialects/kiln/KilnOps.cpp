@@ -313,10 +313,46 @@ static LogicalResult verifyFusions(Operation* op, Value input, std::optional<Str
   return success();
 }
 
+static LogicalResult verifyRopeDict(Operation* op, DictionaryAttr rope, int64_t heads, int64_t headDim);
+static LogicalResult verifyHeads(Operation* op, int64_t heads, int64_t kvHeads, int64_t headDim);
+
 LogicalResult LinearOp::verify() {
   if (failed(verifyMatmul(*this, getInput(), getWeight(), getBias())))
     return failure();
-  return verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual());
+  if (failed(verifyFusions(*this, getInput(), getNorm(), getNormWeight(), getNormBias(), getNormEpsilon(), getResidual())))
+    return failure();
+  // The q|k|v epilogue (kiln-fuse-rope).
+  std::optional<DictionaryAttr> qkv = getQkv();
+  if (static_cast<bool>(getPositions()) != qkv.has_value())
+    return emitOpError("positions come with, and only with, a qkv epilogue");
+  if (!qkv)
+    return success();
+  if (getResidual() || getActivation())
+    return emitOpError("a qkv epilogue takes no residual and no activation");
+  for (mlir::NamedAttribute a : *qkv)
+    if (!llvm::is_contained({"num_heads", "num_kv_heads", "head_dim", "cache_layer", "rope"}, a.getName().getValue()))
+      return emitOpError("qkv has an unknown parameter '") << a.getName().getValue() << "'";
+  auto heads = qkv->getAs<IntegerAttr>("num_heads"), kvHeads = qkv->getAs<IntegerAttr>("num_kv_heads"),
+       headDim = qkv->getAs<IntegerAttr>("head_dim");
+  if (!heads || !kvHeads || !headDim || failed(verifyHeads(*this, heads.getInt(), kvHeads.getInt(), headDim.getInt())))
+    return failure();
+  const int64_t width = (heads.getInt() + 2 * kvHeads.getInt()) * headDim.getInt();
+  if (failed(expectDim(*this, "out_features", tensorOf(getWeight()).getDimSize(0),
+                       "(num_heads + 2 num_kv_heads) * head_dim", width)) ||
+      failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0), "input rows",
+                       tensorOf(getInput()).getDimSize(0))))
+    return failure();
+  auto layer = qkv->getAs<IntegerAttr>("cache_layer");
+  if (qkv->get("cache_layer") && (!layer || layer.getInt() < 0))
+    return emitOpError("qkv cache_layer must be a non-negative integer");
+  auto rope = qkv->getAs<DictionaryAttr>("rope");
+  if (qkv->get("rope") && !rope)
+    return emitOpError("qkv rope must be a dictionary");
+  if (!rope && !layer)
+    return emitOpError("a qkv epilogue rotates (rope), writes the KV cache (cache_layer), or both");
+  if (rope && failed(verifyRopeDict(*this, rope, heads.getInt() + kvHeads.getInt(), headDim.getInt())))
+    return failure();
+  return success();
 }
 
 LogicalResult LmHeadOp::verify() { return verifyMatmul(*this, getInput(), getWeight(), Value()); }
@@ -527,6 +563,35 @@ LogicalResult AttentionOp::verify() {
   return expectResultShape(*this, {q.getDimSize(0), heads * headDim});
 }
 
+// A fused rope's parameters (a kiln.qkv_attention's `rope`, a q|k|v linear's `qkv.rope`):
+// those of kiln.rope, rotating `heads` heads of `headDim`.
+static LogicalResult verifyRopeDict(Operation* op, DictionaryAttr rope, int64_t heads, int64_t headDim) {
+  if (headDim % 2 != 0)
+    return op->emitOpError("rope needs an even head_dim, got ") << headDim;
+  for (mlir::NamedAttribute a : rope)
+    if (!llvm::is_contained({"num_heads", "head_dim", "theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                             "original_max_position_embeddings"},
+                            a.getName().getValue()))
+      return op->emitOpError("rope has an unknown parameter '") << a.getName().getValue() << "'";
+  // The rotation covers q and k, side by side.
+  auto ropeHeads = rope.getAs<IntegerAttr>("num_heads"), ropeDim = rope.getAs<IntegerAttr>("head_dim");
+  if (!ropeHeads || !ropeDim || ropeHeads.getInt() != heads || ropeDim.getInt() != headDim)
+    return op->emitOpError("rope must rotate num_heads + num_kv_heads = ")
+           << heads << " heads of head_dim " << headDim << " (its num_heads and head_dim)";
+  auto f = [&](StringRef name) -> std::optional<APFloat> {
+    if (auto v = rope.getAs<FloatAttr>(name))
+      return v.getValue();
+    return std::nullopt;
+  };
+  auto type = rope.getAs<StringAttr>("rope_type");
+  std::optional<APFloat> theta = f("theta");
+  if (!theta)
+    return op->emitOpError("rope needs a float theta");
+  return verifyRopeScaling(op, theta->convertToDouble(), type ? type.getValue() : "default", f("factor"),
+                           f("low_freq_factor"), f("high_freq_factor"),
+                           static_cast<bool>(rope.getAs<IntegerAttr>("original_max_position_embeddings")));
+}
+
 LogicalResult QkvAttentionOp::verify() {
   if (failed(expectRank(*this, "qkv", getQkv(), 2)))
     return failure();
@@ -546,32 +611,19 @@ LogicalResult QkvAttentionOp::verify() {
   if (getPositions() && failed(expectDim(*this, "positions length", tensorOf(getPositions()).getDimSize(0),
                                          "qkv rows", qkv.getDimSize(0))))
     return failure();
-  if (auto rope = getRope()) {
-    if (headDim % 2 != 0)
-      return emitOpError("rope needs an even head_dim, got ") << headDim;
-    for (mlir::NamedAttribute a : *rope)
-      if (!llvm::is_contained({"num_heads", "head_dim", "theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
-                               "original_max_position_embeddings"},
-                              a.getName().getValue()))
-        return emitOpError("rope has an unknown parameter '") << a.getName().getValue() << "'";
-    // The rotation covers q and k, side by side.
-    auto ropeHeads = rope->getAs<IntegerAttr>("num_heads"), ropeDim = rope->getAs<IntegerAttr>("head_dim");
-    if (!ropeHeads || !ropeDim || ropeHeads.getInt() != heads + kvHeads || ropeDim.getInt() != headDim)
-      return emitOpError("rope must rotate num_heads + num_kv_heads = ")
-             << heads + kvHeads << " heads of head_dim " << headDim << " (its num_heads and head_dim)";
-    auto f = [&](StringRef name) -> std::optional<APFloat> {
-      if (auto v = rope->getAs<FloatAttr>(name))
-        return v.getValue();
-      return std::nullopt;
-    };
-    auto type = rope->getAs<StringAttr>("rope_type");
-    std::optional<APFloat> theta = f("theta");
-    if (!theta)
-      return emitOpError("rope needs a float theta");
-    if (failed(verifyRopeScaling(*this, theta->convertToDouble(), type ? type.getValue() : "default", f("factor"),
-                                 f("low_freq_factor"), f("high_freq_factor"),
-                                 static_cast<bool>(rope->getAs<IntegerAttr>("original_max_position_embeddings")))))
+  if (auto rope = getRope())
+    if (failed(verifyRopeDict(*this, *rope, heads + kvHeads, headDim)))
       return failure();
+  if (getKvWritten()) {
+    if (getRope())
+      return emitOpError("kv_written: the producing linear rotates q and k, so the op has no rope");
+    auto linear = getQkv().getDefiningOp<LinearOp>();
+    auto epilogue = linear ? linear.getQkv() : std::nullopt;
+    if (!epilogue || epilogue->get("num_heads") != getNumHeadsAttr() ||
+        epilogue->get("num_kv_heads") != getNumKvHeadsAttr() || epilogue->get("head_dim") != getHeadDimAttr() ||
+        epilogue->get("cache_layer") != getCacheLayerAttr())
+      return emitOpError("kv_written needs its q|k|v from a kiln.linear whose qkv epilogue has its heads and "
+                         "cache_layer");
   }
   return expectResultShape(*this, {qkv.getDimSize(0), heads * headDim});
 }

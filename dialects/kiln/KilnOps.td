@@ -169,6 +169,11 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure, AttrSizedOperandSegments]> {
     norm's `norm_bias`) and `norm_epsilon` (the prologue); with `residual`
     ([rows, out_features]) the result is `residual + x W^T + b`, and with
     `activation` `act(x W^T + b)` (`residual + act(...)` with both): the epilogue.
+    With `qkv` (`kiln-fuse-rope`: `num_heads`, `num_kv_heads`, `head_dim`, optional
+    `cache_layer` and `rope`, the rotary parameters of `kiln.rope`) the result is the
+    q|k|v of a `kiln.qkv_attention` with `kv_written`: q and k are rotated at
+    `positions` in the epilogue and, with `cache_layer`, k and v are written into the
+    session's KV cache there (a side effect the attention reading the result relies on).
 
     ```mlir
     %q = kiln.linear %x, %wq : tensor<?x576xf32>, tensor<576x576xbf16> -> tensor<?x576xf32>
@@ -178,26 +183,31 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure, AttrSizedOperandSegments]> {
         residual tensor<?x576xf32> -> tensor<?x576xf32>
     %qkv = kiln.linear %x, %wqkv norm(%wn) {norm = "rms", norm_epsilon = 1.0e-05 : f32}
         : tensor<?x576xf32>, tensor<960x576xbf16> norm tensor<576xbf16> -> tensor<?x960xf32>
+    %qkv = kiln.linear %x, %wqkv positions(%pos) {qkv = {num_heads = 9 : i64,
+        num_kv_heads = 3 : i64, head_dim = 64 : i64, cache_layer = 0 : i64, rope = {...}}}
+        : tensor<?x576xf32>, tensor<960x576xbf16> positions tensor<?xi32> -> tensor<?x960xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$input, Kiln_Weight:$weight,
                        Optional<Kiln_Weight>:$bias, Optional<Kiln_Activation>:$residual,
+                       Optional<Kiln_Ids>:$positions,
                        Optional<Kiln_Weight>:$norm_weight, Optional<Kiln_Weight>:$norm_bias,
                        OptionalAttr<StrAttr>:$norm, OptionalAttr<F32Attr>:$norm_epsilon,
-                       OptionalAttr<Kiln_ActivationAttr>:$activation);
+                       OptionalAttr<Kiln_ActivationAttr>:$activation, OptionalAttr<DictionaryAttr>:$qkv);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $weight (`,` $bias^)? (`residual` `(` $residual^ `)`)?
+    $input `,` $weight (`,` $bias^)? (`residual` `(` $residual^ `)`)? (`positions` `(` $positions^ `)`)?
     (`norm` `(` $norm_weight^ `)`)? (`norm_bias` `(` $norm_bias^ `)`)? attr-dict `:`
     type($input) `,` type($weight) (`,` type($bias)^)? (`residual` type($residual)^)?
-    (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)? `->` type($result)
+    (`positions` type($positions)^)? (`norm` type($norm_weight)^)? (`norm_bias` type($norm_bias)^)?
+    `->` type($result)
   }];
   let builders = [
     // Unfused (the importer's).
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input, "::mlir::Value":$weight,
                    "::mlir::Value":$bias), [{
-      build($_builder, $_state, result, input, weight, bias, ::mlir::Value(), ::mlir::Value(),
-            ::mlir::Value(), ::mlir::StringAttr(), ::mlir::FloatAttr(), ActivationKindAttr());
+      build($_builder, $_state, result, input, weight, bias, ::mlir::Value(), ::mlir::Value(), ::mlir::Value(),
+            ::mlir::Value(), ::mlir::StringAttr(), ::mlir::FloatAttr(), ActivationKindAttr(), ::mlir::DictionaryAttr());
     }]>
   ];
   let hasVerifier = 1;
@@ -491,7 +501,9 @@ def Kiln_QkvAttentionOp : Kiln_Op<"qkv_attention"> {
     `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`) q and
     k are rotated at `positions` inside the op (its `num_heads` is num_heads +
     num_kv_heads: q and k side by side). Otherwise as `kiln.attention`: with
-    `cache_layer` the keys and values are written into the session's KV cache.
+    `cache_layer` the keys and values are written into the session's KV cache. With
+    `kv_written` (`kiln-fuse-rope`) the producing `kiln.linear`'s `qkv` epilogue did
+    both: q and k arrive rotated and the cache holds k and v; the op only attends.
 
     ```mlir
     %o = kiln.qkv_attention %qkv positions(%pos)
@@ -505,7 +517,8 @@ def Kiln_QkvAttentionOp : Kiln_Op<"qkv_attention"> {
   let arguments = (ins Kiln_Activation:$qkv, Optional<Kiln_Ids>:$positions,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
                        F64Attr:$scale, UnitAttr:$causal,
-                       OptionalAttr<I64Attr>:$cache_layer, OptionalAttr<DictionaryAttr>:$rope);
+                       OptionalAttr<I64Attr>:$cache_layer, OptionalAttr<DictionaryAttr>:$rope,
+                       UnitAttr:$kv_written);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
     $qkv (`positions` `(` $positions^ `)`)? attr-dict `:` type($qkv) (`,` type($positions)^)?

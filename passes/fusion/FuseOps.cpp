@@ -5,6 +5,8 @@
 //   kiln-fuse-qkv       Q/K/V projections of one input -> one kiln.linear over a
 //                       concatenated weight, and the attention with its two ropes ->
 //                       one kiln.qkv_attention;
+//   kiln-fuse-rope      the rope and KV-cache write of a kiln.qkv_attention -> the
+//                       epilogue of the q|k|v kiln.linear;
 //   kiln-fuse-gate-up   a gated MLP's gate and up -> one weight of their rows
 //                       interleaved, one product with an act(gate) * up epilogue;
 //   kiln-fuse-norm      an RMSNorm/LayerNorm read by one matmul -> that matmul's
@@ -26,6 +28,7 @@
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFUSEQKV
+#define GEN_PASS_DEF_KILNFUSEROPE
 #define GEN_PASS_DEF_KILNFUSEGATEUP
 #define GEN_PASS_DEF_KILNFUSENORM
 #define GEN_PASS_DEF_KILNFUSERESIDUAL
@@ -82,17 +85,18 @@ bool dominates(mlir::Value v, mlir::Operation* op) {
 // A linear's or gated MLP's operands and fusion attributes, to rebuild the op with some
 // of them changed (optional operands change the op's operand segments).
 struct LinearParts {
-  mlir::Value input, weight, bias, residual, normWeight, normBias;
+  mlir::Value input, weight, bias, residual, positions, normWeight, normBias;
   mlir::StringAttr norm;
   mlir::FloatAttr epsilon;
   ActivationKindAttr activation;
+  mlir::DictionaryAttr qkv;
   explicit LinearParts(LinearOp l)
       : input(l.getInput()), weight(l.getWeight()), bias(l.getBias()), residual(l.getResidual()),
-        normWeight(l.getNormWeight()), normBias(l.getNormBias()), norm(l.getNormAttr()),
-        epsilon(l.getNormEpsilonAttr()), activation(l.getActivationAttr()) {}
+        positions(l.getPositions()), normWeight(l.getNormWeight()), normBias(l.getNormBias()), norm(l.getNormAttr()),
+        epsilon(l.getNormEpsilonAttr()), activation(l.getActivationAttr()), qkv(l.getQkvAttr()) {}
   LinearOp build(mlir::OpBuilder& b, LinearOp like) const {
-    return b.create<LinearOp>(like.getLoc(), like.getType(), input, weight, bias, residual, normWeight, normBias, norm,
-                              epsilon, activation);
+    return b.create<LinearOp>(like.getLoc(), like.getType(), input, weight, bias, residual, positions, normWeight,
+                              normBias, norm, epsilon, activation, qkv);
   }
 };
 struct GatedMlpParts {
@@ -279,7 +283,8 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
       mlir::Value positions = att.getPositions() ? att.getPositions() : (rq ? rq.getPositions() : mlir::Value());
       auto fused = b.create<QkvAttentionOp>(att.getLoc(), att.getType(), linear.getResult(), positions,
                                             att.getNumHeadsAttr(), att.getNumKvHeadsAttr(), att.getHeadDimAttr(),
-                                            att.getScaleAttr(), att.getCausalAttr(), att.getCacheLayerAttr(), rope);
+                                            att.getScaleAttr(), att.getCausalAttr(), att.getCacheLayerAttr(), rope,
+                                            mlir::UnitAttr());
       llvm::SmallVector<mlir::Operation*> folded = {att};
       if (rq)
         folded.append({rq.getOperation(), rk.getOperation()});
@@ -308,6 +313,67 @@ struct FuseQkvPass : impl::KilnFuseQkvBase<FuseQkvPass> {
 //===----------------------------------------------------------------------===//
 // kiln-fuse-gate-up
 //===----------------------------------------------------------------------===//
+
+struct FuseRopePass : impl::KilnFuseRopeBase<FuseRopePass> {
+  void runOnOperation() override {
+    llvm::SmallVector<QkvAttentionOp> atts;
+    getOperation().walk([&](QkvAttentionOp a) { atts.push_back(a); });
+    for (QkvAttentionOp att : atts) {
+      if (att.getKvWritten() || (!att.getRope() && !att.getCacheLayer()))
+        continue;  // done already, or nothing to move (a vision encoder's)
+      auto linear = att.getQkv().getDefiningOp<LinearOp>();
+      std::string why;
+      if (!linear)
+        why = "its q|k|v is not a kiln.linear";
+      else if (!onlyUser(linear.getResult(), att))
+        why = nameOf(linear) + " is also read by other ops";
+      else if (linear.getResidual() || linear.getActivation() || linear.getQkv())
+        why = nameOf(linear) + " has another epilogue";
+      else if (!dominates(att.getPositions(), linear))
+        why = "the positions are computed after " + nameOf(linear);
+      if (!why.empty()) {
+        att.emitRemark() << "kiln-fuse-rope: not fused: " << why;
+        continue;
+      }
+      mlir::OpBuilder b(linear);
+      llvm::SmallVector<mlir::NamedAttribute> fields = {
+          b.getNamedAttr("num_heads", att.getNumHeadsAttr()), b.getNamedAttr("num_kv_heads", att.getNumKvHeadsAttr()),
+          b.getNamedAttr("head_dim", att.getHeadDimAttr())};
+      if (att.getCacheLayer())
+        fields.push_back(b.getNamedAttr("cache_layer", att.getCacheLayerAttr()));
+      if (att.getRope())
+        fields.push_back(b.getNamedAttr("rope", att.getRopeAttr()));
+      LinearParts parts(linear);
+      parts.positions = att.getPositions();
+      parts.qkv = b.getDictionaryAttr(fields);
+      LinearOp fused = parts.build(b, linear);
+      copyKilnAttrs(linear, fused);
+      // The rotations' names move with them: kiln-fuse-qkv records the attention's own
+      // name first, then its two ropes'.
+      llvm::SmallVector<mlir::Attribute> linearNames, attNames;
+      if (auto names = linear->getAttrOfType<mlir::ArrayAttr>(kFusedAttr))
+        linearNames.append(names.begin(), names.end());
+      else
+        linearNames.push_back(b.getStringAttr(nameOf(linear)));
+      if (auto names = att->getAttrOfType<mlir::ArrayAttr>(kFusedAttr); names && att.getRope() && names.size() == 3) {
+        attNames = {names[0]};
+        linearNames.append({names[1], names[2]});
+      }
+      if (linearNames.size() > 1)
+        fused->setAttr(kFusedAttr, b.getArrayAttr(linearNames));
+      if (!attNames.empty())
+        att->removeAttr(kFusedAttr);
+      fused.emitRemark() << "kiln-fuse-rope: " << nameOf(att) << "'s "
+                         << (att.getRope() ? (att.getCacheLayer() ? "rotation and KV-cache write" : "rotation")
+                                           : "KV-cache write")
+                         << " fused as the epilogue of " << nameOf(fused);
+      linear.getResult().replaceAllUsesWith(fused.getResult());
+      linear.erase();
+      att.removeRopeAttr();
+      att.setKvWritten(true);
+    }
+  }
+};
 
 struct FuseGateUpPass : impl::KilnFuseGateUpBase<FuseGateUpPass> {
   using KilnFuseGateUpBase::KilnFuseGateUpBase;

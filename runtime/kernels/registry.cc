@@ -190,7 +190,8 @@ bool BindFusedUkernel(fb::OpKind kind, const char* symbol, void* fn, UkernelSet*
     if (fn) set->act = reinterpret_cast<void (*)(const kiln_uk_eltwise_params_t*, int64_t, int64_t)>(fn);
     return true;
   }
-  if (kind == fb::OpKind::QkvAttention && StartsWith(symbol, "kiln_uk_rope_")) {
+  // The rope of a QkvAttention (1.5) or of a q|k|v Linear's epilogue (1.15).
+  if ((kind == fb::OpKind::QkvAttention || kind == fb::OpKind::Linear) && StartsWith(symbol, "kiln_uk_rope_")) {
     if (fn) set->rope = reinterpret_cast<void (*)(const kiln_uk_rope_params_t*, int64_t, int64_t)>(fn);
     return true;
   }

@@ -83,6 +83,17 @@ struct KvCache {
   // *exact set to the rows the attention reads exactly.
   void Append(int64_t layer, int64_t first, int64_t n, const float* k, const float* v, int64_t ld,
               Exact* exact) const;
+  // The rows the attention of rows [first, first + n) reads exactly once Append wrote
+  // them (what Append sets *exact to).
+  Exact ExactOf(int64_t layer, int64_t first, int64_t n) const {
+    if (span == 0 || n <= 0) return Exact();
+    const int64_t from = first / span * span, end = (first + n - 1) / span * span;
+    Exact e;
+    e.k = end != from ? stage_k : open_k + layer * span * width;
+    e.v = end != from ? stage_v : open_v + layer * span * width;
+    e.from = from;
+    return e;
+  }
   // Rows [from - from % span, from) of the open rows decoded from the cache (the span
   // of row `from` is complete in it).
   void DecodeOpen(int64_t from) const;

@@ -58,9 +58,7 @@ void KvCache::Append(int64_t layer, int64_t first, int64_t n, const float* k, co
     std::memcpy(ok, ek + (end - from) * width, static_cast<size_t>(last + 1 - end) * w * 4);
     std::memcpy(ov, ev + (end - from) * width, static_cast<size_t>(last + 1 - end) * w * 4);
   }
-  exact->k = ek;
-  exact->v = ev;
-  exact->from = from;
+  *exact = ExactOf(layer, first, n);  // ek, ev and from
 }
 
 void KvCache::DecodeOpen(int64_t from) const {

@@ -64,6 +64,7 @@ class Verifier {
   kiln_status_t StageIo(const fb::Stage* stage);
   kiln_status_t Op(const fb::Stage* stage, const fb::Op* op, bool* defined);
   kiln_status_t OpShapes(const fb::Op* op, const Dims& o);
+  kiln_status_t KvWrittenBy(const fb::Stage* stage, const fb::Op* op, uint32_t index);
   kiln_status_t Configs();
   kiln_status_t TokenizerData();
 
@@ -629,7 +630,11 @@ kiln_status_t Verifier::Stages() {
         stage_dims_[v].sym = next_sym++;
     }
     kiln_status_t st = KILN_OK;
-    for (uint32_t j = 0; j < s->ops()->size() && st == KILN_OK; ++j) st = Op(s, s->ops()->Get(j), defined);
+    for (uint32_t j = 0; j < s->ops()->size() && st == KILN_OK; ++j) {
+      const fb::Op* op = s->ops()->Get(j);
+      st = Op(s, op, defined);
+      if (st == KILN_OK) st = KvWrittenBy(s, op, j);
+    }
     if (st == KILN_OK && !defined[s->outputs()->Get(0)])
       st = Bad(KILN_ERROR_ARTIFACT_MALFORMED, "stage '%s' never writes its output", fb::EnumNameStageKind(s->kind()));
     allocator_->Free(defined);
@@ -795,6 +800,25 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
   if (kiln_status_t st = OpShapes(op, o); st != KILN_OK) return st;
   stage_dims_[out] = o;
   defined[out] = true;
+  return KILN_OK;
+}
+
+// An attention whose keys and values a q|k|v epilogue wrote (1.15, kv_written) reads
+// the output of the op of its stage that last wrote its input: a Linear whose epilogue
+// has its heads and cache layer, so that the cache rows it reads are this step's.
+kiln_status_t Verifier::KvWrittenBy(const fb::Stage* stage, const fb::Op* op, uint32_t index) {
+  const fb::AttentionParams* ap = op->params_as_AttentionParams();
+  if (op->kind() != fb::OpKind::QkvAttention || ap == nullptr || !ap->kv_written()) return KILN_OK;
+  const uint32_t in = op->inputs()->Get(0);
+  const fb::Op* producer = nullptr;
+  for (uint32_t j = index; j-- > 0 && producer == nullptr;)
+    if (stage->ops()->Get(j)->output() == in) producer = stage->ops()->Get(j);
+  const fb::LinearParams* lp = producer != nullptr ? producer->params_as_LinearParams() : nullptr;
+  const fb::QkvEpilogueParams* q = lp != nullptr ? lp->qkv() : nullptr;
+  if (q == nullptr || q->num_heads() != ap->num_heads() || q->num_kv_heads() != ap->num_kv_heads() ||
+      q->head_dim() != ap->head_dim() || q->cache_layer() != ap->cache_layer())
+    return OpBad(op, "kv_written, but its input is not the output of a Linear whose q|k|v epilogue has its heads and "
+                     "cache layer");
   return KILN_OK;
 }
 

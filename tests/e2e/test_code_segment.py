@@ -46,11 +46,15 @@ def test_generated_kernels_are_bound_and_match_portable(llama, tiny_dir):
     code = info["code"]
     assert code["bytes"] > 0 and code["offset"] % 64 == 0 and code["symbols"]
     ops = [op for st in info["stages"] for op in st["op_list"]]
-    # RoPE runs inside the fused attention (kiln-fuse-qkv): its generated function is
-    # one of the op's further symbols.
+    # RoPE runs in the q|k|v product's epilogue (kiln-fuse-qkv, kiln-fuse-rope): its
+    # generated function is one of that linear's further symbols; the fused attention
+    # only attends.
     attentions = [op for op in ops if op["kind"] == "QkvAttention"]
     assert attentions and all(op["isa"] == "generated" and not op["portable"] for op in attentions)
-    assert all(any(s.startswith("kiln_uk_rope_") for s in op["symbols"]) for op in attentions)
+    qkv = [op for op in ops if op["kind"] == "Linear" and op["name"].endswith("qkv_proj")]
+    assert len(qkv) == len(attentions)
+    assert all(any(s.startswith("kiln_uk_rope_") for s in op.get("symbols", [])) for op in qkv)
+    assert not any(s.startswith("kiln_uk_rope_") for op in attentions for s in op.get("symbols", []))
     # Every op bound to a generated kernel names functions of the code segment, and
     # every function serves an op.
     generated = [op for op in ops if op["isa"] == "generated"]

@@ -107,8 +107,8 @@ def test_fused_equals_unfused(preset, vlm, encoding, flags, bound, checkpoints, 
 
 
 def test_decoder_layer_is_four_kernels(checkpoints, tiny_dir):
-    """A Llama layer: norm+QKV, attention (with RoPE and the KV write), o_proj+residual,
-    norm+gated MLP+residual."""
+    """A Llama layer: norm+QKV+RoPE+KV write, attention, o_proj+residual, norm+gated
+    MLP+residual."""
     artifact = tiny_dir / "layer-kernels.kiln"
     _compile(checkpoints["tiny-llama"][0], artifact)
     stages = {s["kind"]: s for s in _inspect(artifact)["stages"]}
@@ -117,10 +117,11 @@ def test_decoder_layer_is_four_kernels(checkpoints, tiny_dir):
         assert [op["kind"] for op in layer0] == ["Linear", "QkvAttention", "Linear", "GatedMlp"], layer0
         assert layer0[0]["name"] == "model.layers.0.self_attn.qkv_proj"
         assert layer0[0]["fused"] == ["model.layers.0.input_layernorm", "model.layers.0.self_attn.q_proj",
-                                      "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]
-        assert layer0[1]["fused"] == ["model.layers.0.self_attn", "model.layers.0.self_attn.rotary_q",
-                                      "model.layers.0.self_attn.rotary_k"]
-        assert any(s.startswith("kiln_uk_rope_") for s in layer0[1]["symbols"])
+                                      "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj",
+                                      "model.layers.0.self_attn.rotary_q", "model.layers.0.self_attn.rotary_k"]
+        # RoPE and the KV-cache write in the q|k|v product's epilogue (kiln-fuse-rope).
+        assert any(s.startswith("kiln_uk_rope_") for s in layer0[0]["symbols"])
+        assert not layer0[1].get("fused") and not any(s.startswith("kiln_uk_rope_") for s in layer0[1].get("symbols", []))
         assert layer0[2]["fused"] == ["model.layers.0.self_attn.o_proj", "model.layers.0.residual1"]
         assert layer0[3]["fused"] == ["model.layers.0.post_attention_layernorm", "model.layers.0.mlp",
                                       "model.layers.0.residual2"]
@@ -248,3 +249,32 @@ def test_patch_embedding_adds_the_positions(checkpoints, tiny_dir):
     _compile(checkpoints["tiny-llava"][0], apart, "--no-fuse-pass=residual")
     kinds = [op["kind"] for op in {s["kind"]: s["op_list"] for s in _inspect(apart)["stages"]}["VisionEncoder"]]
     assert kinds[:3] == ["PatchEmbed", "ClassToken", "PositionEmbedding"], kinds[:3]
+
+
+@pytest.mark.parametrize("encoding,flags,bound", ENCODINGS[::2], ids=[e for e, _, _ in ENCODINGS[::2]])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-llava"])
+def test_rope_and_kv_write_in_the_qkv_epilogue(preset, encoding, flags, bound, checkpoints, tiny_dir):
+    """kiln-fuse-rope: the q|k|v product rotates q and k per thread range and writes k
+    and v into the KV cache (the default int8 cache, spans included); the attention only
+    attends. The same kernels compute the same values: logits and tokens equal the
+    artifact without the pass bit for bit, at 1 and 2 threads."""
+    ckpt, inputs = checkpoints[preset]
+    fused, apart = tiny_dir / f"rope-{preset}-{encoding}.kiln", tiny_dir / f"rope-apart-{preset}-{encoding}.kiln"
+    run([tool("kiln-compile"), ckpt, "-o", fused, *flags])
+    run([tool("kiln-compile"), ckpt, "-o", apart, "--no-fuse-pass=rope", *flags])
+    def layer0(artifact):
+        return [op for st in _inspect(artifact)["stages"] if st["kind"] == "DecoderDecode" for op in st["op_list"]
+                if ".layers.0." in op["name"]]
+    ops = layer0(fused)
+    assert ops[0]["name"].endswith("qkv_proj") and any(n.endswith("layers.0.self_attn.rotary_q") for n in ops[0]["fused"])
+    assert ops[1]["kind"] == "QkvAttention" and not ops[1].get("fused"), ops[1]
+    assert any(n.endswith("layers.0.self_attn.rotary_q") for n in layer0(apart)[1]["fused"])
+    for threads in ("1", "2"):
+        outs = []
+        for artifact in (fused, apart):
+            logits = tiny_dir / f"rope-{artifact.stem}-{threads}.npy"
+            out = run([tool("kiln-run"), artifact, *inputs, "--max-new-tokens", "8", "--temperature", "0",
+                       "--threads", threads, "--dump-logits", logits]).stdout
+            outs.append((np.load(logits), [l for l in out.splitlines() if l.startswith("tokens:")][-1]))
+        assert np.array_equal(outs[0][0], outs[1][0]), f"{preset} {encoding} {threads} threads: logits differ"
+        assert outs[0][1] == outs[1][1]

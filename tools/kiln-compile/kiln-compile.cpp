@@ -103,12 +103,13 @@ static cl::opt<bool> noPackWeights(
     cl::init(false), cl::cat(kilnCategory));
 static cl::opt<bool> noFuse(
     "no-fuse",
-    cl::desc("Run no fusion pass (kiln-fuse-qkv, -gate-up, -activation, -residual, -norm): one kernel per "
+    cl::desc("Run no fusion pass (kiln-fuse-qkv, -rope, -gate-up, -activation, -residual, -norm): one kernel per "
              "imported op, for comparisons and debugging"),
     cl::init(false), cl::cat(kilnCategory));
 static cl::list<std::string> noFusePass(
     "no-fuse-pass",
-    cl::desc("Skip one fusion pass (qkv, gate-up, activation, residual or norm; repeatable or comma-separated), "
+    cl::desc("Skip one fusion pass (qkv, rope, gate-up, activation, residual or norm; repeatable or comma-separated; "
+             "rope needs qkv), "
              "to measure what it brings"),
     cl::CommaSeparated, cl::cat(kilnCategory));
 static cl::opt<int64_t> maxPrefillTokens(
@@ -451,7 +452,7 @@ int main(int argc, char** argv) {
   for (const std::string& name : noFusePass) {
     if (!llvm::is_contained(kiln::kFusionPasses, name)) {
       llvm::errs() << "kiln-compile: --no-fuse-pass=" << name
-                   << ": not a fusion pass (qkv, gate-up, activation, residual, norm)\n";
+                   << ": not a fusion pass (qkv, rope, gate-up, activation, residual, norm)\n";
       return 2;
     }
     options.noFusePasses.push_back(name);

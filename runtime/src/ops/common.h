@@ -3,7 +3,6 @@
 #ifndef KILN_RUNTIME_SRC_OPS_COMMON_H_
 #define KILN_RUNTIME_SRC_OPS_COMMON_H_
 
-#include <numeric>
 #include <algorithm>
 #include <cstring>
 
@@ -48,6 +47,13 @@ struct MatMulFusion {
   // product's row m, instead of writing row m. Not with a residual or gated epilogue.
   const int32_t* scatter_rows = nullptr;
   const float* scatter_weights = nullptr;
+  // A q|k|v product's rotation (LinearParams.qkv, 1.15): the first `rope_heads` heads
+  // of `head_dim` channels (q and k) rotated at `rope_positions` with `rope_inv_freq`,
+  // each thread its heads right after their product (ranges of whole heads). 0: none.
+  int64_t rope_heads = 0;
+  int64_t head_dim = 0;
+  const int32_t* rope_positions = nullptr;
+  const float* rope_inv_freq = nullptr;
   // A float table added to the product, its row add_rows_from + m to row m (a patch
   // embedding's position embedding). Not with another epilogue.
   const WeightView* add_rows = nullptr;
@@ -64,7 +70,18 @@ inline int64_t GatedChunk(int64_t rows, int64_t n, int64_t grain) {
   const int64_t fit = rows > 0 ? (int64_t{1} << 18) / rows / grain * grain : n;
   return std::max(grain, std::min(fit, (n + grain - 1) / grain * grain));
 }
-inline int64_t GatedGrain(int64_t block) { return std::lcm(int64_t{16}, 2 * block); }
+// The least common multiple of positive a and b (std::lcm's instantiation would be
+// exported from libkiln.so: libstdc++'s templates have default visibility).
+inline int64_t LeastCommonMultiple(int64_t a, int64_t b) {
+  int64_t x = a, y = b;
+  while (y != 0) {
+    const int64_t r = x % y;
+    x = y;
+    y = r;
+  }
+  return a / x * b;
+}
+inline int64_t GatedGrain(int64_t block) { return LeastCommonMultiple(16, 2 * block); }
 inline size_t GatedProductFloats(int64_t rows, int64_t n, int64_t block, int threads) {
   return static_cast<size_t>(threads) * static_cast<size_t>(rows * GatedChunk(rows, n, GatedGrain(block)));
 }
@@ -82,6 +99,13 @@ inline size_t MatMulScratch(const UkernelSet* uk, int64_t rows, int64_t k, int t
   floats += static_cast<size_t>(rows * residual_n);
   return floats;
 }
+
+// The rotary embedding's inverse frequencies ([head_dim / 2]), as transformers computes them.
+void InverseFrequencies(const fb::RopeParams* p, float* inv_freq);
+
+// The KV-cache rows of positions pos[0 .. rows) (lower by a sliding window's
+// evictions), checked: inside the context, mapped, consecutive.
+kiln_status_t KvRows(const OpContext& c, const int32_t* pos, int64_t rows, const int32_t** out);
 
 // y[r, :] = x[r, :] W^T (+ bias) for r < rows, through the kernel's matmul
 // micro-kernels; `weight` is the op's weight slot (the observer's tensor index and

@@ -73,7 +73,7 @@ size_t ScratchActivation(const fb::Op*, const WeightView*, int, int64_t, int64_t
 // Inverse frequencies as transformers computes them in float32
 // (modeling_rope_utils.py: _compute_default_rope_parameters and, for "llama3",
 // _compute_llama3_parameters).
-static void InverseFrequencies(const fb::RopeParams* p, float* inv_freq) {
+void InverseFrequencies(const fb::RopeParams* p, float* inv_freq) {
   const int64_t half = p->head_dim() / 2;
   const float base = static_cast<float>(p->theta());
   const float dim = static_cast<float>(p->head_dim());
@@ -118,13 +118,38 @@ size_t ScratchRope(const fb::Op* op, const WeightView*, int, int64_t, int64_t, i
   return op->params_as_RopeParams()->head_dim() / 2;
 }
 
+kiln_status_t KvRows(const OpContext& c, const int32_t* pos, int64_t rows, const int32_t** out) {
+  KvCache* kv = c.kv;
+  // A sliding window evicted positions before these: their rows are that much lower
+  // (each new row attends to the rows before it).
+  const int32_t* row = pos;
+  if (kv->evicted > 0) {
+    for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(pos[t] - kv->evicted);
+    row = kv->row_scratch;
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    if (row[t] < 0 || row[t] >= kv->context)
+      return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
+                  static_cast<long long>(kv->context));
+    if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
+      return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
+                  static_cast<long long>(kv->mapped));
+    if (row[t] != row[0] + t)  // a session's rows are consecutive
+      return Fail(c.error, KILN_ERROR_INTERNAL, "position %d does not follow position %d", pos[t], pos[0]);
+  }
+  *out = row;
+  return KILN_OK;
+}
+
 namespace {
 
 // softmax(q k^T * scale) v for `rows` query rows (row stride ldq) over keys and
 // values of row stride ldkv: within them (no KV cache), or written into the KV cache
-// at `pos` first. `scratch` is the attention's part of the op's scratch.
+// at `pos` first (unless `written`: the producing Linear's q|k|v epilogue wrote them).
+// `scratch` is the attention's part of the op's scratch.
 kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const float* q, int64_t ldq, const float* k,
-                     const float* v, int64_t ldkv, int64_t rows, const int32_t* pos, float* scratch) {
+                     const float* v, int64_t ldkv, int64_t rows, const int32_t* pos, float* scratch,
+                     bool written = false) {
   const int64_t heads = ap->num_heads();
   kiln_uk_attention_params_t p = {};
   p.q = q;
@@ -149,25 +174,11 @@ kiln_status_t Attend(const OpContext& c, const fb::AttentionParams* ap, const fl
     // each new row attends causally to every cached position up to its own.
     KvCache* kv = c.kv;
     const int64_t layer = ap->cache_layer();
-    // A sliding window evicted positions before these: their rows are that much lower
-    // (each new row attends to the rows before it).
     const int32_t* row = pos;
-    if (kv->evicted > 0) {
-      for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(pos[t] - kv->evicted);
-      row = kv->row_scratch;
-    }
-    for (int64_t t = 0; t < rows; ++t) {
-      if (row[t] < 0 || row[t] >= kv->context)
-        return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
-                    static_cast<long long>(kv->context));
-      if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
-        return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
-                    static_cast<long long>(kv->mapped));
-      if (row[t] != row[0] + t)  // a session's rows are consecutive
-        return Fail(c.error, KILN_ERROR_INTERNAL, "position %d does not follow position %d", pos[t], pos[0]);
-    }
+    if (kiln_status_t st = KvRows(c, pos, rows, &row); st != KILN_OK) return st;
     KvCache::Exact exact;
-    if (rows > 0) kv->Append(layer, row[0], rows, k, v, ldkv, &exact);
+    if (rows > 0 && !written) kv->Append(layer, row[0], rows, k, v, ldkv, &exact);
+    if (rows > 0 && written) exact = kv->ExactOf(layer, row[0], rows);
     p.ldkv = kv->width;
     p.n_keys = kv->context;
     p.positions = row;
@@ -254,6 +265,7 @@ kiln_status_t RunQkvAttention(const OpContext& c) {
       (c.num_inputs > 1 && c.inputs[1].rows < rows) || ((ap->cache_layer() >= 0 || ap->rope()) && pos == nullptr))
     return Bad(c, "q|k|v, positions and output rows or widths differ");
   float* q = qkv.f32();
+  if (ap->kv_written() && ap->rope() != nullptr) return Bad(c, "kv_written with a rope");
   if (const fb::RopeParams* rp = ap->rope()) {
     float* inv_freq = c.scratch;
     InverseFrequencies(rp, inv_freq);
@@ -262,7 +274,7 @@ kiln_status_t RunQkvAttention(const OpContext& c) {
     c.pool->For(rows, 1, [&](int64_t b, int64_t e, int) { uk->rope(&p, b, e); });
   }
   return Attend(c, ap, q, qkv.cols, q + heads * hd, q + (heads + kv_heads) * hd, qkv.cols, rows, pos,
-                c.scratch + RopeAreaFloats(ap));
+                c.scratch + RopeAreaFloats(ap), ap->kv_written());
 }
 size_t ScratchQkvAttention(const fb::Op* op, const WeightView*, int, int64_t rows, int64_t context, int threads) {
   const fb::AttentionParams* p = op->params_as_AttentionParams();

@@ -2,6 +2,7 @@
 // head, the gated MLP, mixture of experts, patch embedding and embedding lookup.
 #include <cmath>
 
+#include "kv_cache.h"
 #include "ops/common.h"
 #include "ops/ops.h"
 
@@ -142,9 +143,14 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     return Bad(c, "an added table's epilogue does not fit");
   p.y = residual != nullptr || scatter != nullptr ? products : y;
   p.ldy = residual != nullptr || scatter != nullptr ? n : ldy;
-  // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts)
-  // and, gated, of whole pairs of gate and up blocks.
-  const int64_t grain = gated > 0 ? GatedGrain(gated) : 16;
+  const int64_t rope_heads = fusion != nullptr ? fusion->rope_heads : 0;
+  const int64_t head_dim = fusion != nullptr ? fusion->head_dim : 0;
+  if (rope_heads > 0 && (head_dim < 2 || head_dim % 2 != 0 || rope_heads * head_dim > n || residual != nullptr ||
+                         scatter != nullptr || gated > 0 || add_rows != nullptr || act >= 0))
+    return Bad(c, "a q|k|v product's rotation does not fit");
+  // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts),
+  // gated of whole pairs of gate and up blocks, rotated of whole heads too.
+  const int64_t grain = gated > 0 ? GatedGrain(gated) : rope_heads > 0 ? LeastCommonMultiple(16, head_dim) : 16;
   const int64_t chunk = gated > 0 ? GatedChunk(rows, n, grain) : 0;
   // Ranges per thread: with many rows (prefill, a vision encoder) one range of whole
   // grains per thread, since every call of the micro-kernel reads all the rows'
@@ -178,6 +184,16 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
       return;
     }
     fn(&p, n0, n1, per_thread + t * stride);
+    if (rope_heads > 0) {
+      // The q and k heads of [n0, n1), rotated in place.
+      const int64_t h0 = n0 / head_dim, h1 = std::min(n1 / head_dim, rope_heads);
+      if (h1 > h0) {
+        kiln_uk_rope_params_t r = {y + h0 * head_dim, y + h0 * head_dim, ldy, fusion->rope_positions,
+                                   fusion->rope_inv_freq, h1 - h0, head_dim};
+        uk->rope(&r, 0, rows);
+      }
+      return;
+    }
     if (add_rows != nullptr) {
       // y[m] += table[add_from + m], this thread's channels, decoded 64 at a time.
       float decoded[64];
@@ -246,7 +262,7 @@ int NormWeights(fb::NormKind norm) { return norm == fb::NormKind::Rms ? 1 : norm
 
 // The fusions of a matmul op: the norm prologue of its parameters, whose weights are
 // the op's last, and a residual (input 1). False when the operands do not fit them.
-bool FusionOf(const OpContext& c, fb::NormKind norm, float epsilon, MatMulFusion* f) {
+bool FusionOf(const OpContext& c, fb::NormKind norm, float epsilon, MatMulFusion* f, bool input1_residual = true) {
   const int nw = NormWeights(norm);
   if (nw > 0) {
     if (c.num_weights < nw + 1) return false;
@@ -256,7 +272,7 @@ bool FusionOf(const OpContext& c, fb::NormKind norm, float epsilon, MatMulFusion
     f->norm_bias = nw == 2 ? &c.weights[c.num_weights - 1] : nullptr;
     if (f->norm_weight->rows != c.inputs[0].cols) return false;
   }
-  if (c.num_inputs > 1) {
+  if (c.num_inputs > 1 && input1_residual) {
     const ActView& r = c.inputs[1];
     if (r.rows != c.output.rows || r.cols != c.output.cols) return false;
     f->residual = r.f32();
@@ -267,25 +283,68 @@ bool FusionOf(const OpContext& c, fb::NormKind norm, float epsilon, MatMulFusion
 
 }  // namespace
 
+namespace {
+
+// Floats after MatMul's scratch for a q|k|v epilogue's inverse frequencies.
+size_t QkvEpilogueFloats(const fb::LinearParams* lp) {
+  const fb::QkvEpilogueParams* q = lp != nullptr ? lp->qkv() : nullptr;
+  return q != nullptr ? (q->head_dim() / 2 + 15) / 16 * 16 : 0;
+}
+
+}  // namespace
+
+// With a q|k|v epilogue (1.15): q and k rotated per thread range, then k and v
+// written into the KV cache at the positions (input 1).
 kiln_status_t RunLinear(const OpContext& c) {
   const ActView& x = c.inputs[0];
   const fb::LinearParams* lp = c.op->params_as_LinearParams();
   const fb::NormKind norm = lp != nullptr ? lp->norm() : fb::NormKind::None;
+  const fb::QkvEpilogueParams* qkv = lp != nullptr ? lp->qkv() : nullptr;
   MatMulFusion f;
-  if (!FusionOf(c, norm, lp != nullptr ? lp->norm_epsilon() : 0.0f, &f) || !MatIn(c, c.weights[0].cols) ||
-      c.output.cols != c.weights[0].rows)
+  if (!FusionOf(c, norm, lp != nullptr ? lp->norm_epsilon() : 0.0f, &f, qkv == nullptr) ||
+      !MatIn(c, c.weights[0].cols) || c.output.cols != c.weights[0].rows)
     return Bad(c, "operands do not fit");
   if (lp != nullptr && lp->has_activation()) f.activation = static_cast<int32_t>(lp->activation());
   const bool has_bias = c.num_weights - NormWeights(norm) > 1;
-  return MatMul(c, 0, x.f32(), x.rows, x.cols, has_bias ? &c.weights[1] : nullptr, c.output.f32(), c.output.cols,
-                c.scratch, &f);
+  const int32_t* kv_rows = nullptr;
+  float* inv_freq = c.scratch + (c.scratch_floats - QkvEpilogueFloats(lp));
+  const int64_t heads = qkv != nullptr ? qkv->num_heads() : 0, kv_heads = qkv != nullptr ? qkv->num_kv_heads() : 0,
+                hd = qkv != nullptr ? qkv->head_dim() : 0;
+  if (qkv != nullptr) {
+    // Defence in depth behind the verifier.
+    if (c.num_inputs < 2 || c.inputs[1].rows < x.rows || c.output.cols != (heads + 2 * kv_heads) * hd ||
+        (qkv->rope() != nullptr && (qkv->rope()->num_heads() != heads + kv_heads || qkv->rope()->head_dim() != hd)))
+      return Bad(c, "a q|k|v epilogue's operands do not fit");
+    const int32_t* pos = c.inputs[1].i32();
+    if (qkv->cache_layer() >= 0)
+      if (kiln_status_t st = KvRows(c, pos, x.rows, &kv_rows); st != KILN_OK) return st;
+    if (const fb::RopeParams* rp = qkv->rope()) {
+      InverseFrequencies(rp, inv_freq);
+      f.rope_heads = heads + kv_heads;
+      f.head_dim = hd;
+      f.rope_positions = pos;
+      f.rope_inv_freq = inv_freq;
+    }
+  }
+  float* y = c.output.f32();
+  if (kiln_status_t st = MatMul(c, 0, x.f32(), x.rows, x.cols, has_bias ? &c.weights[1] : nullptr, y, c.output.cols,
+                                c.scratch, &f);
+      st != KILN_OK)
+    return st;
+  if (kv_rows != nullptr && x.rows > 0) {
+    KvCache::Exact exact;
+    c.kv->Append(qkv->cache_layer(), kv_rows[0], x.rows, y + heads * hd, y + (heads + kv_heads) * hd, c.output.cols,
+                 &exact);
+  }
+  return KILN_OK;
 }
 
 size_t ScratchLinear(const fb::Op* op, const WeightView* w, int, int64_t rows, int64_t, int threads) {
   const fb::LinearParams* lp = op->params_as_LinearParams();
   const bool norm = lp != nullptr && lp->norm() != fb::NormKind::None;
-  const bool residual = op->inputs() != nullptr && op->inputs()->size() > 1;
-  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads, norm, residual ? w[0].rows : 0);
+  const bool residual = op->inputs() != nullptr && op->inputs()->size() > 1 && (lp == nullptr || lp->qkv() == nullptr);
+  return MatMulScratch(FindKernel(op->kernel())->uk, rows, w[0].cols, threads, norm, residual ? w[0].rows : 0) +
+         QkvEpilogueFloats(lp);
 }
 
 kiln_status_t RunLmHead(const OpContext& c) {

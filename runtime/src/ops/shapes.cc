@@ -39,7 +39,9 @@ namespace {
 
 // The fusions of a matmul op (schema 1.5): a norm prologue whose weights are the op's
 // last `norm_weights` (each [K]), and a residual (input 1) of the output's shape.
-kiln_status_t ShapeFusions(const ShapeCheck &c, fb::NormKind norm, float epsilon, int *norm_weights) {
+// `input1_residual` false: input 1 is no residual (a q|k|v epilogue's positions).
+kiln_status_t ShapeFusions(const ShapeCheck &c, fb::NormKind norm, float epsilon, int *norm_weights,
+                           bool input1_residual = true) {
   *norm_weights = norm == fb::NormKind::Rms ? 1 : norm == fb::NormKind::Layer ? 2 : 0;
   if (norm > fb::NormKind::MAX) return c.OpBad("unknown norm kind");
   if (*norm_weights > 0) {
@@ -48,10 +50,13 @@ kiln_status_t ShapeFusions(const ShapeCheck &c, fb::NormKind norm, float epsilon
     for (int i = c.nw - *norm_weights; i < c.nw; ++i)
       if (c.w(i).rank != 1 || c.w(i).d[0] != c.in(0).d[1]) return c.ShapeBad("norm weight and bias must be [K]");
   }
-  if (c.ni > 1 && (!c.mat(c.in(1)) || !c.f32in(1) || !c.rows_eq(c.in(1), c.out) || c.in(1).d[1] != c.out.d[1]))
+  if (input1_residual && c.ni > 1 &&
+      (!c.mat(c.in(1)) || !c.f32in(1) || !c.rows_eq(c.in(1), c.out) || c.in(1).d[1] != c.out.d[1]))
     return c.ShapeBad("the residual must have the output's shape");
   return KILN_OK;
 }
+
+kiln_status_t QkvEpilogueBad(const ShapeCheck &c, const fb::QkvEpilogueParams *q);
 
 // A product of input [R, K] and weight 0 [N, K] into output [R, N].
 kiln_status_t ShapeProduct(const ShapeCheck &c) {
@@ -70,10 +75,19 @@ kiln_status_t ShapeLinear(const ShapeCheck &c) {
   const fb::LinearParams *lp = c.op->params_as_LinearParams();
   if (lp && lp->has_activation() && lp->activation() > fb::ActivationKind::MAX) return c.OpBad("unknown activation");
   int norm_weights = 0;
+  const fb::QkvEpilogueParams *qkv = lp ? lp->qkv() : nullptr;
   if (kiln_status_t st = ShapeFusions(c, lp ? lp->norm() : fb::NormKind::None, lp ? lp->norm_epsilon() : 0.0f,
-                                      &norm_weights);
+                                      &norm_weights, qkv == nullptr);
       st != KILN_OK)
     return st;
+  if (qkv != nullptr) {  // 1.15: input 1 the positions
+    if (kiln_status_t st = QkvEpilogueBad(c, qkv); st != KILN_OK) return st;
+    if (lp->has_activation()) return c.OpBad("a q|k|v epilogue takes no activation");
+    if (c.ni != 2 || c.in(1).rank != 1 || c.indt(1) != fb::DType::I32 || !c.rows_eq(c.in(1), c.in(0)))
+      return c.ShapeBad("a q|k|v epilogue needs positions [R] as input 1");
+    if (c.out.d[1] != static_cast<int64_t>(qkv->num_heads() + 2 * qkv->num_kv_heads()) * qkv->head_dim())
+      return c.ShapeBad("a q|k|v epilogue's output must be [R, (heads + 2 kv_heads) * head_dim]");
+  }
   const int own = c.nw - norm_weights;
   if (own < 1 || own > 2) return c.OpBad("expects a weight, an optional bias and the norm's weights");
   if (own == 2 && (c.w(1).rank != 1 || c.w(1).d[0] != wt.d[0])) return c.ShapeBad("bias must be [N]");
@@ -186,6 +200,21 @@ kiln_status_t AttentionParamsBad(const ShapeCheck &c, const fb::AttentionParams 
   return KILN_OK;
 }
 
+// The q|k|v epilogue of a Linear (1.15): heads, its KV-cache binding, its rope.
+kiln_status_t QkvEpilogueBad(const ShapeCheck &c, const fb::QkvEpilogueParams *q) {
+  const int64_t nh = q->num_heads(), nkv = q->num_kv_heads(), hd = q->head_dim();
+  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096) return c.OpBad("invalid q|k|v epilogue heads");
+  if (q->cache_layer() >= 0 && (q->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim))
+    return c.OpBad("KV-cache binding does not match the text config");
+  if (q->cache_layer() < 0 && q->rope() == nullptr) return c.OpBad("a q|k|v epilogue with neither rope nor KV cache");
+  if (const fb::RopeParams *r = q->rope()) {
+    if (r->num_heads() != nh + nkv || r->head_dim() != hd)
+      return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
+    if (kiln_status_t st = RopeParamsBad(c, r); st != KILN_OK) return st;
+  }
+  return KILN_OK;
+}
+
 }  // namespace
 
 kiln_status_t ShapeRope(const ShapeCheck &c) {
@@ -220,6 +249,8 @@ kiln_status_t ShapeQkvAttention(const ShapeCheck &c) {
   if (kiln_status_t st = AttentionParamsBad(c, p); st != KILN_OK) return st;
   const int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
   const bool cached = p->cache_layer() >= 0;
+  if (p->kv_written() && p->rope() != nullptr)
+    return c.OpBad("kv_written: the producing Linear rotates q and k, so the op has no rope");
   if (const fb::RopeParams *r = p->rope()) {
     if (r->num_heads() != nh + nkv || r->head_dim() != hd)
       return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");

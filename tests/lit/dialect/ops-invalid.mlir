@@ -470,3 +470,35 @@ func.func @f(%x: tensor<16x8xf32>) {
   %y = kiln.select_tokens %x {keep = 4 : i64, score = "norm"} : tensor<16x8xf32> -> tensor<6x8xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<1x16xf32>, %w: tensor<64x16xf32>, %pos: tensor<1xi32>) {
+  // expected-error @+1 {{'kiln.linear' op positions come with, and only with, a qkv epilogue}}
+  %y = kiln.linear %x, %w positions(%pos) : tensor<1x16xf32>, tensor<64x16xf32> positions tensor<1xi32> -> tensor<1x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<1x16xf32>, %w: tensor<48x16xf32>, %pos: tensor<1xi32>) {
+  // expected-error @+1 {{'kiln.linear' op out_features (48) does not match (num_heads + 2 num_kv_heads) * head_dim (64)}}
+  %y = kiln.linear %x, %w positions(%pos) {qkv = {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, cache_layer = 0 : i64}} : tensor<1x16xf32>, tensor<48x16xf32> positions tensor<1xi32> -> tensor<1x48xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<1x16xf32>, %w: tensor<64x16xf32>, %pos: tensor<1xi32>) {
+  // expected-error @+1 {{'kiln.linear' op a qkv epilogue rotates (rope), writes the KV cache (cache_layer), or both}}
+  %y = kiln.linear %x, %w positions(%pos) {qkv = {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64}} : tensor<1x16xf32>, tensor<64x16xf32> positions tensor<1xi32> -> tensor<1x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%qkv: tensor<1x64xf32>, %pos: tensor<1xi32>) {
+  // expected-error @+1 {{'kiln.qkv_attention' op kv_written needs its q|k|v from a kiln.linear whose qkv epilogue has its heads and cache_layer}}
+  %a = kiln.qkv_attention %qkv positions(%pos) {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35 : f64, causal, cache_layer = 0 : i64, kv_written} : tensor<1x64xf32>, tensor<1xi32> -> tensor<1x32xf32>
+  return
+}

@@ -411,6 +411,9 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
              } else if (auto* a = op->params.AsAttentionParams(); a && a->rope) {
                a->rope->head_dim += 1;  // fused into the attention (kiln-fuse-qkv)
                return;
+             } else if (auto* l = op->params.AsLinearParams(); l && l->qkv && l->qkv->rope) {
+               l->qkv->rope->head_dim += 1;  // in the q|k|v product's epilogue (kiln-fuse-rope)
+               return;
              }
        }},
       // Fusions (schema 1.5).
@@ -433,6 +436,7 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
          for (auto& s : m.stages)
            for (auto& op : s->ops)
              if ((op->kind == fb::OpKind::Linear || op->kind == fb::OpKind::GatedMlp) && op->inputs.size() == 2 &&
+                 !(op->params.AsLinearParams() && op->params.AsLinearParams()->qkv) &&
                  m.values[s->inputs[0]]->dtype == fb::DType::I32) {
                op->inputs[1] = s->inputs[0];  // the token ids
                return;
@@ -444,6 +448,43 @@ TEST_P(ArtifactTest, TargetedCorruptionsAreRejected) {
            for (auto& op : s->ops)
              if (auto* a = op->params.AsAttentionParams(); a && a->rope) {
                a->rope->num_heads += 1;
+               return;
+             } else if (auto* l = op->params.AsLinearParams(); l && l->qkv && l->qkv->rope) {
+               l->qkv->rope->num_heads += 1;
+               return;
+             }
+       }},
+      // RoPE and the KV write in the q|k|v product's epilogue (schema 1.15).
+      {"q|k|v epilogue dropped (its positions read as a residual)", KILN_ERROR_ARTIFACT_SHAPE,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* l = op->params.AsLinearParams(); l && l->qkv) {
+               l->qkv.reset();
+               return;
+             }
+       }},
+      {"attention reading keys another layer's epilogue wrote", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* l = op->params.AsLinearParams(); l && l->qkv && l->qkv->cache_layer == 0) {
+               l->qkv->cache_layer = 1;
+               return;
+             }
+       }},
+      {"kv_written attention after a plain product", KILN_ERROR_ARTIFACT_OP,
+       [](fb::ModelT& m) {
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* a = op->params.AsAttentionParams(); a && a->cache_layer < 0 && !a->kv_written) {
+               a->kv_written = true;  // a vision encoder's, or a decoder's with the epilogue elsewhere
+               return;
+             }
+         for (auto& s : m.stages)
+           for (auto& op : s->ops)
+             if (auto* l = op->params.AsLinearParams(); l && l->qkv) {
+               l->qkv->num_kv_heads *= 2;  // the epilogue no longer matches its attention
                return;
              }
        }},
