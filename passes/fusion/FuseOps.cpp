@@ -349,20 +349,18 @@ struct FuseRopePass : impl::KilnFuseRopeBase<FuseRopePass> {
       LinearOp fused = parts.build(b, linear);
       copyKilnAttrs(linear, fused);
       // The rotations' names move with them: kiln-fuse-qkv records the attention's own
-      // name first, then its two ropes'.
-      llvm::SmallVector<mlir::Attribute> linearNames, attNames;
+      // name first, then its two ropes'; the attention keeps its own only (no list).
+      llvm::SmallVector<mlir::Attribute> linearNames;
       if (auto names = linear->getAttrOfType<mlir::ArrayAttr>(kFusedAttr))
         linearNames.append(names.begin(), names.end());
       else
         linearNames.push_back(b.getStringAttr(nameOf(linear)));
       if (auto names = att->getAttrOfType<mlir::ArrayAttr>(kFusedAttr); names && att.getRope() && names.size() == 3) {
-        attNames = {names[0]};
         linearNames.append({names[1], names[2]});
+        att->removeAttr(kFusedAttr);
       }
       if (linearNames.size() > 1)
         fused->setAttr(kFusedAttr, b.getArrayAttr(linearNames));
-      if (!attNames.empty())
-        att->removeAttr(kFusedAttr);
       fused.emitRemark() << "kiln-fuse-rope: " << nameOf(att) << "'s "
                          << (att.getRope() ? (att.getCacheLayer() ? "rotation and KV-cache write" : "rotation")
                                            : "KV-cache write")
