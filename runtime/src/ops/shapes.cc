@@ -189,30 +189,38 @@ kiln_status_t RopeParamsBad(const ShapeCheck &c, const fb::RopeParams *p) {
   return KILN_OK;
 }
 
+// Whether nh query heads sharing nkv key/value heads of hd channels are valid.
+bool HeadsValid(int64_t nh, int64_t nkv, int64_t hd) { return nh >= 1 && nkv >= 1 && nh % nkv == 0 && hd >= 1 && hd <= 4096; }
+
+// A KV-cache binding (cache_layer >= 0) of nkv heads of hd channels, against the text config.
+kiln_status_t CacheBindingBad(const ShapeCheck &c, int32_t cache_layer, int64_t nkv, int64_t hd, bool causal) {
+  if (cache_layer >= 0 && (cache_layer >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !causal))
+    return c.OpBad("KV-cache binding does not match the text config");
+  return KILN_OK;
+}
+
+// A fused rope (a QkvAttention's, 1.5, or a q|k|v epilogue's, 1.15): q and k side by side.
+kiln_status_t FusedRopeBad(const ShapeCheck &c, const fb::RopeParams *r, int64_t nh, int64_t nkv, int64_t hd) {
+  if (r->num_heads() != nh + nkv || r->head_dim() != hd)
+    return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
+  return RopeParamsBad(c, r);
+}
+
 // The heads, scale and KV-cache binding of an Attention or QkvAttention op.
 kiln_status_t AttentionParamsBad(const ShapeCheck &c, const fb::AttentionParams *p) {
   const int64_t nh = p->num_heads(), nkv = p->num_kv_heads(), hd = p->head_dim();
-  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096 || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
+  if (!HeadsValid(nh, nkv, hd) || !(p->scale() > 0.0f) || !std::isfinite(p->scale()))
     return c.OpBad("invalid attention parameters");
-  if (p->cache_layer() >= 0 &&
-      (p->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim || !p->causal()))
-    return c.OpBad("KV-cache binding does not match the text config");
-  return KILN_OK;
+  return CacheBindingBad(c, p->cache_layer(), nkv, hd, p->causal());
 }
 
 // The q|k|v epilogue of a Linear (1.15): heads, its KV-cache binding, its rope.
 kiln_status_t QkvEpilogueBad(const ShapeCheck &c, const fb::QkvEpilogueParams *q) {
   const int64_t nh = q->num_heads(), nkv = q->num_kv_heads(), hd = q->head_dim();
-  if (nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || hd > 4096) return c.OpBad("invalid q|k|v epilogue heads");
-  if (q->cache_layer() >= 0 && (q->cache_layer() >= c.layers || nkv != c.kv_heads || hd != c.head_dim))
-    return c.OpBad("KV-cache binding does not match the text config");
+  if (!HeadsValid(nh, nkv, hd)) return c.OpBad("invalid q|k|v epilogue heads");
+  if (kiln_status_t st = CacheBindingBad(c, q->cache_layer(), nkv, hd, /*causal=*/true); st != KILN_OK) return st;
   if (q->cache_layer() < 0 && q->rope() == nullptr) return c.OpBad("a q|k|v epilogue with neither rope nor KV cache");
-  if (const fb::RopeParams *r = q->rope()) {
-    if (r->num_heads() != nh + nkv || r->head_dim() != hd)
-      return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
-    if (kiln_status_t st = RopeParamsBad(c, r); st != KILN_OK) return st;
-  }
-  return KILN_OK;
+  return q->rope() != nullptr ? FusedRopeBad(c, q->rope(), nh, nkv, hd) : KILN_OK;
 }
 
 }  // namespace
@@ -251,11 +259,8 @@ kiln_status_t ShapeQkvAttention(const ShapeCheck &c) {
   const bool cached = p->cache_layer() >= 0;
   if (p->kv_written() && p->rope() != nullptr)
     return c.OpBad("kv_written: the producing Linear rotates q and k, so the op has no rope");
-  if (const fb::RopeParams *r = p->rope()) {
-    if (r->num_heads() != nh + nkv || r->head_dim() != hd)
-      return c.OpBad("invalid rotary parameters (they rotate q and k: num_heads + num_kv_heads heads)");
-    if (kiln_status_t st = RopeParamsBad(c, r); st != KILN_OK) return st;
-  }
+  if (const fb::RopeParams *r = p->rope())
+    if (kiln_status_t st = FusedRopeBad(c, r, nh, nkv, hd); st != KILN_OK) return st;
   if (c.ni != ((cached || p->rope() != nullptr) ? 2 : 1)) return c.OpBad("positions needed by, and only by, a KV cache or a rope");
   if (!c.mat(c.in(0)) || !c.f32in(0) || c.in(0).d[1] != (nh + 2 * nkv) * hd || !c.mat(c.out) ||
       !c.rows_eq(c.out, c.in(0)) || c.out.d[1] != nh * hd)
@@ -278,6 +283,11 @@ kiln_status_t ShapePatchEmbed(const ShapeCheck &c) {
   // Then an optional bias [D], an optional position table [>= rows, D] (1.9) and, with
   // a class token, its embedding [D] after the table (1.14), in that order.
   const int last_table = cls ? c.nw - 2 : c.nw - 1;
+  // The epilogue decodes the tables it adds as floats.
+  auto float_weight = [&](int i) {
+    const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(i))->encoding();
+    return e == fb::Encoding::F32 || e == fb::Encoding::F16 || e == fb::Encoding::BF16;
+  };
   if (cls && (c.nw < 3 || c.w(c.nw - 2).rank != 2 || c.w(c.nw - 1).rank != 1 || c.w(c.nw - 1).d[0] != wt.d[0]))
     return c.ShapeBad("a class token needs a position table [>= 1 + patches, D] and then its embedding [D]");
   for (int i = 1; i < (cls ? c.nw - 1 : c.nw); ++i) {
@@ -286,18 +296,12 @@ kiln_status_t ShapePatchEmbed(const ShapeCheck &c) {
       if (w.d[0] != wt.d[0]) return c.ShapeBad("bias must be [D]");
     } else if (w.rank == 2 && i == last_table) {
       if (w.d[1] != wt.d[0] || w.d[0] < c.out.d[0]) return c.ShapeBad("the position table must be [>= rows, D]");
-      const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(i))->encoding();
-      if (e != fb::Encoding::F32 && e != fb::Encoding::F16 && e != fb::Encoding::BF16)
-        return c.ShapeBad("the position table must be f32, f16 or bf16");
+      if (!float_weight(i)) return c.ShapeBad("the position table must be f32, f16 or bf16");
     } else {
       return c.ShapeBad("expects the kernel, an optional bias [D] and an optional position table [>= patches, D]");
     }
   }
-  if (cls) {
-    const fb::Encoding e = c.model->tensors()->Get(c.op->weights()->Get(c.nw - 1))->encoding();
-    if (e != fb::Encoding::F32 && e != fb::Encoding::F16 && e != fb::Encoding::BF16)
-      return c.ShapeBad("the class embedding must be f32, f16 or bf16");
-  }
+  if (cls && !float_weight(c.nw - 1)) return c.ShapeBad("the class embedding must be f32, f16 or bf16");
   return KILN_OK;
 }
 
