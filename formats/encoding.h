@@ -239,6 +239,18 @@ struct Int4View {
 //   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
 //   no zero points (symmetric only). Needs the group a multiple of 8.
 //
+// kLayoutInt4P128K4: a symmetric int4 weight for the generated SME2 matmuls with
+// int8 activations, whose codes a table lookup (LUTI4 from ZT0) expands to the signed
+// values c - 8 of two vectors at a time, whatever the vector length. Same bytes as row
+// major:
+//   codes   rows in panels of 128 (the last panel holds the rows left over); a panel
+//           is, for each step of 4 columns in order, each of its rows' 4 codes, two a
+//           byte, the first in the low nibble: byte 2 i + j of row r of a panel step
+//           holds columns 4s + 2j (low) and 4s + 2j + 1 (high), so that a panel
+//           step's nibbles in order are its rows' 4-column dot-product operands;
+//   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
+//   no zero points (symmetric only). Needs the group a multiple of 4.
+//
 // kLayoutInt8P16K4: an int8 weight for the same kernels (int8 or float activations).
 // Same bytes as row major:
 //   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
@@ -250,8 +262,10 @@ enum LayoutId : uint8_t {
   kLayoutPanel16 = 2,
   kLayoutInt4P16K8 = 3,
   kLayoutInt8P16K4 = 4,
+  kLayoutInt4P128K4 = 5,
 };
 constexpr uint64_t kPanel16Rows = 16, kP16K8Rows = 16, kP16K8Step = 8, kP16K4Step = 4;
+constexpr uint64_t kP128K4Rows = 128, kP128K4Step = 4;
 
 inline const char* LayoutName(uint8_t id) {
   switch (id) {
@@ -259,6 +273,7 @@ inline const char* LayoutName(uint8_t id) {
     case kLayoutPanel16: return "panel16";
     case kLayoutInt4P16K8: return "int4_p16k8";
     case kLayoutInt8P16K4: return "int8_p16k4";
+    case kLayoutInt4P128K4: return "int4_p128k4";
     default: return nullptr;
   }
 }
@@ -275,6 +290,9 @@ inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uin
       return e.id == kEncINT4 && e.symmetric && rows > 0 && cols > 0 && e.group != 0 && e.group % kP16K8Step == 0 &&
              cols % e.group == 0;
     case kLayoutInt8P16K4: return e.id == kEncINT8 && rows > 0 && cols > 0 && cols % kP16K4Step == 0;
+    case kLayoutInt4P128K4:
+      return e.id == kEncINT4 && e.symmetric && rows > 0 && cols > 0 && e.group != 0 && e.group % kP128K4Step == 0 &&
+             cols % e.group == 0;
     default: return false;
   }
 }
@@ -327,6 +345,31 @@ inline void RepackInt4P16K8(bool pack, const EncodingSpec& e, const uint8_t* in,
   }
 }
 
+// Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p128k4
+// (`pack`) or back (`!pack`). `out` must not overlap `in`; both hold
+// StorageBytes(e, rows, cols).
+inline void RepackInt4P128K4(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
+                             uint8_t* out) {
+  const uint64_t steps = cols / kP128K4Step, groups = cols / e.group;
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t s = 0; s < steps; ++s) {
+      const uint64_t at = kP128K4Step * PanelOffset(kP128K4Rows, rows, steps, r, s);  // in codes
+      for (uint64_t i = 0; i < kP128K4Step; ++i) {
+        const uint64_t plain = r * cols + s * kP128K4Step + i;
+        if (pack)
+          Int4View::SetCode(out, at + i, Int4View::Code(in, plain));
+        else
+          Int4View::SetCode(out, plain, Int4View::Code(in, at + i));
+      }
+    }
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP128K4Rows, rows, groups, r, g);
+      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
+      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
+    }
+  }
+}
+
 // Rearranges a row-major int8 weight (LayoutFits) into int8_p16k4 (`pack`) or back
 // (`!pack`). `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
 inline void RepackInt8P16K4(bool pack, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
@@ -347,6 +390,7 @@ inline void RepackLayout(bool pack, uint8_t layout, const EncodingSpec& e, const
   switch (layout) {
     case kLayoutInt4P16K8: RepackInt4P16K8(pack, e, in, rows, cols, out); return;
     case kLayoutInt8P16K4: RepackInt8P16K4(pack, in, rows, cols, out); return;
+    case kLayoutInt4P128K4: RepackInt4P128K4(pack, e, in, rows, cols, out); return;
     case kLayoutPanel16:
       if (e.id == kEncFP8_E4M3 || e.id == kEncFP8_E5M2) {
         RepackPanel16(pack, 1, in, rows, cols, out);

@@ -36,8 +36,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // and position embedding in its epilogue (PatchEmbedParams.class_token), which older
 // runtimes refuse by its weights and output rows; 15: RoPE and the KV-cache write in
 // the q|k|v product's epilogue (LinearParams.qkv, its positions as input 1;
-// AttentionParams.kv_written), which older runtimes refuse (input 1 as a residual)
-constexpr uint32_t kSchemaMinor = 15;
+// AttentionParams.kv_written), which older runtimes refuse (input 1 as a residual);
+// 16: the layout int4_p128k4 for the generated SME2 W4A8 matmuls, which older
+// runtimes refuse as an unknown layout
+constexpr uint32_t kSchemaMinor = 16;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
@@ -181,9 +183,11 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
 // row major always; int4_p16k8 and int8_p16k4 only the generated matmuls, for a slot
 // the op multiplies with int8 per-token activations or, with float activations, a
 // matmul weight slot (int4_p16k8 also the generated embedding gather's table);
-// panel16 only the generated matmuls with float activations, for a matmul weight slot.
+// panel16 only the generated matmuls with float activations, for a matmul weight slot;
+// int4_p128k4 only the generated matmuls of code that assumes SME2 (`cpu_features`),
+// for a slot the op multiplies with int8 per-token activations.
 inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
-                              uint32_t slot, bool int8_activations) {
+                              uint32_t slot, bool int8_activations, uint64_t cpu_features) {
   if (layout == kLayoutRowMajor) return true;
   const OpInfo* op = FindOp(op_kind);
   if (!generated || op == nullptr) return false;
@@ -200,6 +204,9 @@ inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_en
     return slot_reads && (kernel_encodings & EncodingBit(kEncINT4)) != 0;
   }
   if (layout == kLayoutInt8P16K4) return slot_reads && (kernel_encodings & EncodingBit(kEncINT8)) != 0;
+  if (layout == kLayoutInt4P128K4)
+    return int8_activations && slot_reads && (kernel_encodings & EncodingBit(kEncINT4)) != 0 &&
+           (cpu_features & kCpuArmSme2) != 0;
   // panel16: float and fp8 weights multiplied with float activations.
   return layout == kLayoutPanel16 && matmul && !int8_activations && HasSlot(op->quantizable_weights, slot) &&
          (kernel_encodings & (EncodingBit(kEncF32) | EncodingBit(kEncF16) | EncodingBit(kEncBF16) |

@@ -1,10 +1,11 @@
 // The program bench/arm_cost.py runs under qemu-aarch64 to count the instructions of
-// one generated int8-activation matmul (W4A8 int4 g32 or W8A8 int8, panel-packed as
-// kiln-compile stores them), with the activations' dynamic quantisation beside it.
+// one generated int8-activation matmul (W4A8 int4 g32 or W8A8 int8, packed as
+// kiln-compile stores them: int4_p128k4 on SME2, else int4_p16k8 or int8_p16k4), with the activations' dynamic quantisation beside it.
 //
-//   harness quant|matmul|check|none M N K int4|int8 [calls]
+//   harness quant|matmul|check|none M N K int4|int8 [calls [group]]
 //
-// Builds seeded random weights and activations for [M, K] x [N, K]^T, packs the
+// Builds seeded random weights (int4: groups of `group` columns, default 32) and
+// activations for [M, K] x [N, K]^T, packs the
 // weight into the layout the generated kernel reads (formats/encoding.h), and then
 // calls, `calls` times (default 1), one thread, the whole range of output channels:
 //   quant  - the runtime's row quantiser beside generated kernels on Arm
@@ -41,7 +42,7 @@ namespace {
 namespace fmt = kiln::format;
 
 int Usage() {
-  std::fprintf(stderr, "usage: harness quant|matmul|check|none M N K int4|int8 [calls]\n");
+  std::fprintf(stderr, "usage: harness quant|matmul|check|none M N K int4|int8 [calls [group]]\n");
   return 2;
 }
 
@@ -52,32 +53,40 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1], enc = argv[5];
   const int64_t M = std::atoll(argv[2]), N = std::atoll(argv[3]), K = std::atoll(argv[4]);
   const int calls = argc > 6 ? std::atoi(argv[6]) : 1;
+  const int64_t group = argc > 7 ? std::atoll(argv[7]) : 32;  // int4's group
   const bool int4 = enc == "int4";
-  if ((!int4 && enc != "int8") || M <= 0 || N <= 0 || K <= 0 || K % 32 != 0 || calls < 0) return Usage();
+  if ((!int4 && enc != "int8") || M <= 0 || N <= 0 || K <= 0 || K % 32 != 0 || calls < 0 || group <= 0 ||
+      group % 4 != 0 || K % group != 0)
+    return Usage();
 
   // The generated kernel for this encoding's packed layout: the shortest name that
-  // reads it (a model with both layouts also has a dispatcher reading either).
-  const char* layout = int4 ? "_p16k8" : "_p16k4";
+  // reads it (a model with both layouts also has a dispatcher reading either). int4:
+  // int4_p128k4 where the library has it (SME2 targets), else int4_p16k8.
   kiln_uk_matmul_fn kernel = nullptr;
   std::string chosen;
-  for (uint32_t i = 0; i < KILN_KERNELS.count; ++i) {
-    std::string name = KILN_KERNELS.names[i];
-    if (name.rfind("kiln_uk_matmul_", 0) == 0 && name.find(layout) != std::string::npos &&
-        (chosen.empty() || name.size() < chosen.size())) {
-      kernel = reinterpret_cast<kiln_uk_matmul_fn>(KILN_KERNELS.functions[i]);
-      chosen = name;
+  auto find = [&](const char* layout) {
+    for (uint32_t i = 0; i < KILN_KERNELS.count; ++i) {
+      std::string name = KILN_KERNELS.names[i];
+      if (name.rfind("kiln_uk_matmul_", 0) == 0 && name.find(layout) != std::string::npos &&
+          (chosen.empty() || name.size() < chosen.size())) {
+        kernel = reinterpret_cast<kiln_uk_matmul_fn>(KILN_KERNELS.functions[i]);
+        chosen = name;
+      }
     }
-  }
+  };
+  const bool lut = int4 && (find("_p128k4"), kernel != nullptr);
+  const char* layout = !int4 ? "_p16k4" : lut ? "_p128k4" : "_p16k8";
+  if (!kernel) find(layout);
   if (!kernel) {
     std::fprintf(stderr, "harness: the kernel library has no matmul reading %s\n", layout + 1);
     return 1;
   }
   if (mode == "check") std::printf("kernel %s\n", chosen.c_str());
 
-  // Weight: codes, then scales (int4: f16 per row and group of 32; int8: f32 per row).
+  // Weight: codes, then scales (int4: f16 per row and group; int8: f32 per row).
   fmt::EncodingSpec spec;
   spec.id = int4 ? fmt::kEncINT4 : fmt::kEncINT8;
-  spec.group = int4 ? 32 : 0;
+  spec.group = int4 ? static_cast<uint32_t>(group) : 0;
   const uint64_t bytes = fmt::StorageBytes(spec, N, K);
   std::vector<uint8_t> plain(bytes), packed(bytes);
   // A cheap generator (xorshift64): the set-up's instructions are counted too and
@@ -98,11 +107,14 @@ int main(int argc, char** argv) {
     for (uint64_t i = 0; i < codes; ++i)
       if (plain[i] == 0x80) plain[i] = 0x81;
   if (int4) {
-    for (int64_t i = 0; i < N * (K / 32); ++i) {
+    for (int64_t i = 0; i < N * (K / group); ++i) {
       uint16_t h = kiln::numeric::F32ToF16(0.01f + 0.001f * (i % 7));
       std::memcpy(plain.data() + codes + 2 * i, &h, 2);
     }
-    fmt::RepackInt4P16K8(true, spec, plain.data(), N, K, packed.data());
+    if (lut)
+      fmt::RepackInt4P128K4(true, spec, plain.data(), N, K, packed.data());
+    else
+      fmt::RepackInt4P16K8(true, spec, plain.data(), N, K, packed.data());
   } else {
     for (int64_t i = 0; i < N; ++i) {
       float s = 0.01f + 0.001f * (i % 7);
@@ -129,7 +141,7 @@ int main(int argc, char** argv) {
   p.w.encoding = spec.id;
   p.w.symmetric = 1;
   p.w.int8_activations = 1;
-  p.w.layout = int4 ? fmt::kLayoutInt4P16K8 : fmt::kLayoutInt8P16K4;
+  p.w.layout = lut ? fmt::kLayoutInt4P128K4 : int4 ? fmt::kLayoutInt4P16K8 : fmt::kLayoutInt8P16K4;
   p.w.group = spec.group;
   p.y = y.data();
   p.ldy = N;

@@ -1892,6 +1892,9 @@ constexpr int64_t kSmeBlockRows = 32, kSmeMinRows = 8;
 // A generated function that runs in streaming mode with a new ZA state
 // (compileKernels gives it LLVM's aarch64_pstate_sm_body and aarch64_new_za).
 constexpr llvm::StringLiteral kSmeZaAttrName = "sme_streaming_new_za";
+// An SME2 function that also has a new ZT0 (the lookup table of LUTI4; compileKernels
+// gives it LLVM's aarch64_new_zt0).
+constexpr llvm::StringLiteral kSmeZt0AttrName = "sme_new_zt0";
 
 // A generated SME2 function (the params, begin, end, scratch kernel signature; in
 // streaming mode with new ZA, see kSmeZaAttrName) and the helpers its body builds with.
@@ -1930,9 +1933,11 @@ struct SmeKernel {
   Value minI(Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c); }
   Value maxI(Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c); }
   Value andP(Value a, Value c) { return b.create<mlir::arith::AndIOp>(loc, a, c); }
-  // Lanes i of predicate type t with base + i < n.
+  // Lanes i of predicate type t with base + i < n (base, n >= 0): WHILELO. (LLVM 19
+  // expands llvm.get.active.lane.mask without +sve into compares of index vectors,
+  // which gave empty byte predicates in the int4_p128k4 GEMV.)
   Value lanesBelow(mlir::VectorType t, Value base, Value n) {
-    return b.create<mlir::LLVM::GetActiveLaneMaskOp>(loc, t, base, n);
+    return intr("llvm.aarch64.sve.whilelo", {t}, {base, n})->getResult(0);
   }
   Value load(mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); }
   // The whole panels of 16 of the N channels that overlap [begin, end), as channels.
@@ -2423,6 +2428,431 @@ void buildMatmulInt4SmeGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
       block(vecs(false));
     });
   });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// ---- int4_p128k4: SME2 W4A8 whose codes a table lookup expands ----
+//
+// LUTI4 (SME2) expands one vector of 4-bit codes into two vectors of bytes, each code
+// looked up in ZT0; with ZT0 holding c - 8 for c = 0..15 a panel step's nibbles in
+// order (formats/encoding.h int4_p128k4) become, at any vector length, two vectors
+// of S channels' signed 4-column dot-product operands: no masks, shifts or offset
+// shares. The sums are the NEON `sdot` path's exactly (sum x (c - 8)), converted and
+// multiply-added with the group scales in the same order, so the outputs equal it bit
+// for bit.
+
+// ZT0 <- the values c - 8 of the codes c = 0..15 (LUTI4 on bytes takes the low byte
+// of each 32-bit entry), from a table on the stack. Call it first in a kernel.
+void loadInt4Table(SmeKernel& sk) {
+  FnBuilder& f = sk.f;
+  auto table = mlir::LLVM::LLVMArrayType::get(f.i32, 16);
+  Value at = sk.b.create<mlir::LLVM::AllocaOp>(sk.loc, f.ptr, table, f.cI64(1), 16);
+  for (int64_t c = 0; c < 16; ++c)
+    f.store(sk.c32((c - 8) & 0xFF), at, f.i32, f.cI64(c));
+  sk.intr("llvm.aarch64.sme.ldr.zt", {}, {sk.c32(0), at});
+}
+
+// The two vectors LUTI4 expands one vector of codes to.
+std::pair<Value, Value> lookUpInt4(SmeKernel& sk, Value codes) {
+  auto pair = mlir::LLVM::LLVMStructType::getLiteral(sk.b.getContext(), {sk.nxi8, sk.nxi8});
+  Value both = sk.intr("llvm.aarch64.sme.luti4.lane.zt.x2", {pair}, {sk.c32(0), codes, sk.c32(0)})->getResult(0);
+  return {sk.b.create<mlir::LLVM::ExtractValueOp>(sk.loc, both, 0), sk.b.create<mlir::LLVM::ExtractValueOp>(sk.loc, both, 1)};
+}
+
+// A run of `span` output channels from c (a multiple of span, which divides 128) of an
+// int4_p128k4 weight: its codes at step 0, the bytes from a step to the next, how
+// many of its channels the weight has (0 past its end), its f16 scales of group 0 and
+// the scales from a group to the next (the panel's height).
+struct LutRun {
+  Value codes, stride, channels, scales, height;
+};
+LutRun lutRun(SmeKernel& sk, Value w, Value scales, Value N, Value K, Value groups, Value c, Value span) {
+  FnBuilder& f = sk.f;
+  Value p = f.cI64(format::kP128K4Rows), zero = f.cI64(0), two = f.cI64(2);
+  Value first = f.muli(sk.divs(c, p), p);
+  LutRun r;
+  r.height = sk.maxI(sk.minI(p, sk.sub(N, first)), zero);
+  Value off = sk.sub(c, first);
+  r.channels = sk.maxI(sk.minI(span, sk.sub(r.height, off)), zero);
+  r.codes = f.gep(w, sk.i8, f.addi(sk.divs(f.muli(first, K), two), f.muli(off, two)));
+  r.stride = f.muli(r.height, two);
+  r.scales = f.gep(scales, sk.i16, f.addi(f.muli(first, groups), off));
+  return r;
+}
+
+// Few rows (decode): a row at a time, chunks of 8 S channels (two blocks of 4 vectors,
+// S channels a vector), per group and step of 4 columns each block's 2 vectors of
+// codes (2 S channels' steps each) expanded by LUTI4 into its 4 vectors and dotted
+// with the step's 4-byte activation word (SDOT vgx4 by index, the row's 16 bytes of 4
+// steps replicated per 128-bit segment by one LD1RQB) into ZA. After the group each
+// block's sums are read out (MOVA vgx4), converted (SCVTF x4) and multiply-added with
+// their channels' f16 scales into f32 totals (FMLA vgx4); y = total x s_x (+ bias).
+// Chunks start at a multiple of min(8 S, 128) channels at or below `begin`: a run of
+// 2 S channels never straddles a panel, and a chunk of whole panels (8 S <= 128) is
+// one run of codes 256 bytes a step (constant offsets). Outputs outside [begin, end)
+// are computed and not stored. Needs no scratch but S floats (the biases of a vector).
+void buildMatmulInt4LutGemv(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
+  SmeKernel sk(kernels, name, loc);
+  mlir::func::FuncOp fn = sk.fn;
+  fn->setAttr(kSmeZt0AttrName, sk.b.getUnitAttr());
+  mlir::OpBuilder& b = sk.b;
+  FnBuilder& f = sk.f;
+  mlir::Type i8 = sk.i8, i16 = sk.i16;
+  mlir::VectorType nxi8 = sk.nxi8, nxi32 = sk.nxi32, nxf32 = sk.nxf32, nxf16 = sk.nxf16, pb = sk.pb, ps = sk.ps;
+  loadInt4Table(sk);
+
+  Value biasBuf = fn.getArgument(3);
+  const MatmulArgs args(f, fn, /*f16Bias=*/true);
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value zero = f.cI64(0), one = f.cI64(1), two = f.cI64(2), four = f.cI64(4), p128 = f.cI64(format::kP128K4Rows);
+  // S from vscale (not CNTW): offsets that are multiples of it become immediates.
+  Value S = f.muli(b.create<mlir::arith::IndexCastOp>(loc, f.i64, b.create<mlir::vector::VectorScaleOp>(loc)), four);
+  Value run = f.muli(S, two), chunk = f.muli(S, f.cI64(8));
+  // The 4 vectors of codes of a step of a whole chunk: one multi-vector load.
+  mlir::Type svcount = mlir::LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {});
+  Value allCount = sk.intr("llvm.aarch64.sve.ptrue.c8", {svcount}, {})->getResult(0);
+  Value allHalves = sk.intr("llvm.aarch64.sve.ptrue.c16", {svcount}, {})->getResult(0);
+  mlir::VectorType nxi16 = mlir::VectorType::get({8}, i16, {true});
+  mlir::VectorType nxf16x8 = mlir::VectorType::get({8}, sk.f16, {true});
+  // ZA slices from a base LLVM cannot fold (CNTW >> 16 is 0 at every vector length)
+  // plus constant offsets: the SME instructions take the offsets as immediates instead
+  // of a register per slice.
+  Value sliceBase = sk.i32Of(b.create<mlir::arith::ShRUIOp>(
+      loc, sk.intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0), f.cI64(16)));
+  Value group = b.create<mlir::arith::ExtUIOp>(
+      loc, f.i64,
+      f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
+  Value groups = sk.divs(K, group), stepsPerGroup = sk.divs(group, four);
+  Value scales = f.gep(w, i8, sk.divs(f.muli(N, K), two));
+  Value align = sk.minI(chunk, p128);
+  Value cBegin = f.muli(sk.divs(args.nBegin, align), align);
+  Value wholeEnd = f.muli(sk.divs(N, p128), p128);
+  Value smallChunk = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle, chunk, p128);
+  Value allTrue = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(ps, true));
+  Value allBytes = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(pb, true));
+  Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
+  Value quads = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, sk.rems(group, f.cI64(16)), zero);
+
+  f.loop(zero, M, one, [&](Value r) {
+    Value xRow = f.gep(xq, i8, f.muli(r, K));
+    Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, r));
+    f.loop(cBegin, args.nEnd, chunk, [&](Value c0) {
+      // Runs q = 0..3 of 2 S channels (block j: runs 2 j and 2 j + 1); vector k = 2 q + h
+      // is run q's h-th S channels.
+      struct Run {
+        Value codes, stride, bytes, scales, height, channels;
+      };
+      auto runs = [&](bool whole) {
+        std::array<Run, 4> rs;
+        LutRun first = lutRun(sk, w, scales, N, K, groups, c0, run);
+        for (int64_t q = 0; q < 4; ++q) {
+          Run& rq = rs[q];
+          if (whole) {  // one whole panel: constant strides
+            rq.codes = f.gep(first.codes, i8, f.muli(run, f.cI64(2 * q)));
+            rq.stride = f.cI64(2 * format::kP128K4Rows);
+            rq.bytes = allBytes;
+            rq.scales = f.gep(first.scales, i16, f.muli(run, f.cI64(q)));
+            rq.height = p128;
+            rq.channels = run;
+          } else {
+            LutRun l = q == 0 ? first : lutRun(sk, w, scales, N, K, groups, f.addi(c0, f.muli(run, f.cI64(q))), run);
+            rq = {l.codes, l.stride, sk.lanesBelow(pb, zero, f.muli(l.channels, two)), l.scales, l.height, l.channels};
+          }
+        }
+        return rs;
+      };
+      auto intSlice = [&](int64_t j) { return b.create<mlir::arith::AddIOp>(loc, sliceBase, sk.c32(j)).getResult(); };
+      auto f32Slice = [&](int64_t j) { return b.create<mlir::arith::AddIOp>(loc, sliceBase, sk.c32(j + 2)).getResult(); };
+      auto block = [&](const std::array<Run, 4>& rs, bool whole) {
+        std::array<Value, 8> lanes;
+        for (int64_t k = 0; k < 8; ++k)
+          lanes[k] = sk.lanesBelow(ps, f.muli(S, f.cI64(k % 2)), rs[k / 2].channels);
+        sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(0xCC)});  // f32 tiles 2 and 3
+        // Step t (of the whole row) dotted with word `i` of `xw`.
+        auto step = [&](Value t, Value xw, int64_t i) {
+          std::array<Value, 4> raws;
+          if (whole) {
+            Value all = sk.intr("llvm.aarch64.sve.ld1.pn.x4", {sk.x4(nxi8)},
+                                {allCount, f.gep(rs[0].codes, i8, f.muli(t, rs[0].stride))})
+                            ->getResult(0);
+            llvm::SmallVector<Value> ps4 = sk.parts(all);
+            std::copy(ps4.begin(), ps4.end(), raws.begin());
+          } else {
+            for (int64_t q = 0; q < 4; ++q)
+              raws[q] = sk.load(nxi8, f.gep(rs[q].codes, i8, f.muli(t, rs[q].stride)), rs[q].bytes);
+          }
+          // Every lookup of the step before its SDOTs: LLVM 19 drops an SDOT (ZA) that
+          // a LUTI4 (ZT0) follows in the same block when the step's loads come first.
+          std::array<Value, 8> ws;
+          for (int64_t q = 0; q < 4; ++q)
+            std::tie(ws[2 * q], ws[2 * q + 1]) = lookUpInt4(sk, raws[q]);
+          for (int64_t j = 0; j < 2; ++j) {
+            llvm::SmallVector<Value> ops = {intSlice(j)};
+            ops.append(ws.begin() + 4 * j, ws.begin() + 4 * j + 4);
+            ops.push_back(xw);
+            ops.push_back(sk.c32(i));
+            sk.intr("llvm.aarch64.sme.sdot.lane.za32.vg1x4", {}, ops);
+          }
+        };
+        // Four steps from t0 against the row's 16 bytes from column 4 t0.
+        auto quad = [&](Value t0) {
+          Value xw = sk.intr("llvm.aarch64.sve.ld1rq", {nxi8}, {allBytes, f.gep(xRow, i8, f.muli(t0, four))})->getResult(0);
+          for (int64_t i = 0; i < 4; ++i)
+            step(f.addi(t0, f.cI64(i)), xw, i);
+        };
+        f.loop(zero, groups, one, [&](Value gi) {
+          sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(0x33)});  // integer tiles 0 and 1
+          Value t0 = f.muli(gi, stepsPerGroup);
+          // Group 32 unrolled; a multiple of 16 four steps at a time; others one step
+          // at a time (the activation word alone, so nothing past the row is read).
+          auto g32 = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(g32.thenBlock());
+            quad(t0);
+            quad(f.addi(t0, four));
+            b.setInsertionPointToStart(g32.elseBlock());
+            auto g16 = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, quads, true);
+            b.setInsertionPointToStart(g16.thenBlock());
+            f.loop(t0, f.addi(t0, stepsPerGroup), four, quad);
+            b.setInsertionPointToStart(g16.elseBlock());
+            f.loop(t0, f.addi(t0, stepsPerGroup), one, [&](Value t) {
+              Value word = sk.lanesBelow(pb, zero, four);
+              Value xw = sk.intr("llvm.aarch64.sve.ld1rq", {nxi8}, {word, f.gep(xRow, i8, f.muli(t, four))})->getResult(0);
+              step(t, xw, 0);
+            });
+          }
+          // The group's scales of the 8 vectors as f32: a whole chunk's are 8 S
+          // consecutive f16 (one multi-vector load, unpacked to 32-bit lanes four
+          // vectors at a time, converted in place); otherwise one load per vector.
+          std::array<Value, 8> sc;
+          if (whole) {
+            Value all = sk.intr("llvm.aarch64.sve.ld1.pn.x4", {sk.x4(nxi16)},
+                                {allHalves, f.gep(rs[0].scales, i16, f.muli(gi, p128))})
+                            ->getResult(0);
+            llvm::SmallVector<Value> h = sk.parts(all);
+            for (int64_t u = 0; u < 2; ++u) {
+              Value wide = sk.intr("llvm.aarch64.sve.uunpk.x4", {sk.x4(nxi32)}, {h[2 * u], h[2 * u + 1]})->getResult(0);
+              llvm::SmallVector<Value> w4 = sk.parts(wide);
+              for (int64_t v = 0; v < 4; ++v) {
+                Value bits = b.create<mlir::LLVM::BitcastOp>(loc, nxf16x8, w4[v]);
+                Value same = b.create<mlir::LLVM::BitcastOp>(loc, nxf32, w4[v]);
+                sc[4 * u + v] = sk.intr("llvm.aarch64.sve.fcvt.f32f16", {nxf32}, {same, allTrue, bits})->getResult(0);
+              }
+            }
+          } else {
+            for (int64_t k = 0; k < 8; ++k) {
+              const Run& rq = rs[k / 2];
+              Value at = f.gep(rq.scales, i16, f.addi(f.muli(gi, rq.height), f.muli(S, f.cI64(k % 2))));
+              sc[k] = b.create<mlir::arith::ExtFOp>(loc, nxf32, sk.load(nxf16, at, lanes[k]));
+            }
+          }
+          for (int64_t j = 0; j < 2; ++j) {
+            Value sums = sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxi32)}, {intSlice(j)})->getResult(0);
+            Value conv = sk.intr("llvm.aarch64.sve.scvtf.x4", {sk.x4(nxf32)}, sk.parts(sums))->getResult(0);
+            llvm::SmallVector<Value> ops = {f32Slice(j)};
+            ops.append(sk.parts(conv));
+            ops.append(sc.begin() + 4 * j, sc.begin() + 4 * j + 4);
+            sk.intr("llvm.aarch64.sme.fmla.vg1x4", {}, ops);
+          }
+        });
+        // Store: y = total x s_x + bias.
+        llvm::SmallVector<Value> t;
+        for (int64_t j = 0; j < 2; ++j)
+          t.append(sk.parts(sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxf32)}, {f32Slice(j)})->getResult(0)));
+        for (int64_t k = 0; k < 8; ++k) {
+          Value first = f.addi(c0, f.muli(S, f.cI64(k)));
+          auto withBias = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, args.hasBias, false);
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(withBias.thenBlock());
+            f.loop(zero, S, one, [&](Value l) {
+              f.store(args.bias(f, sk.minI(f.addi(first, l), sk.sub(N, one))), biasBuf, f.f32, l);
+            });
+          }
+          Value bias = b.create<mlir::arith::SelectOp>(loc, args.hasBias, sk.load(nxf32, biasBuf, lanes[k]),
+                                                       f.splat(nxf32, 0.0));
+          Value inRange = sk.lanesBelow(ps, first, args.nEnd);
+          Value before = sk.lanesBelow(ps, first, args.nBegin);
+          Value mask = sk.andP(sk.andP(lanes[k], inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+          Value val = f.add(f.mul(t[k], sx), bias);
+          b.create<mlir::LLVM::MaskedStoreOp>(loc, val, f.gep(y, f.f32, f.addi(f.muli(r, ldy), first)), mask, 4);
+        }
+      };
+      Value whole = sk.andP(smallChunk, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sle,
+                                                                      f.addi(c0, chunk), wholeEnd));
+      auto wholeIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, whole, true);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(wholeIf.thenBlock());
+      block(runs(true), true);
+      b.setInsertionPointToStart(wholeIf.elseBlock());
+      block(runs(false), false);
+    });
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// Blocks of many rows (prefill): buildMatmulIntSme's outer products over an
+// int4_p128k4 weight. Per block of R = min(S, kSmeBlockRows) activation rows packed
+// through a ZA transpose as there, and per run of 2 S channels (tiles 0 and 1, S
+// channels each): per step of 4 columns one vector of codes, LUTI4 into the tiles' two
+// operands and one 4-way widening SMOPA per tile; per group the sums read out four
+// array vectors at a time (MOVA), converted (SCVTF x4) and multiply-added with the
+// channel scales into f32 tiles 2 and 3 (FMLA vgx4). Runs start at a multiple of 2 S
+// at or below `begin` and cover every channel of the range, the last panel's too.
+// Scratch: 2 S <= 128 biases, then the packed rows (R x K bytes): at most 64 K bytes
+// from K = 16 up (kiln_uk_matmul_scratch_ref(K) = 64 K bytes).
+void buildMatmulInt4LutMopa(mlir::ModuleOp kernels, llvm::StringRef name, mlir::Location loc) {
+  SmeKernel sk(kernels, name, loc);
+  mlir::func::FuncOp fn = sk.fn;
+  fn->setAttr(kSmeZt0AttrName, sk.b.getUnitAttr());
+  mlir::OpBuilder& b = sk.b;
+  FnBuilder& f = sk.f;
+  mlir::Type i8 = sk.i8, i16 = sk.i16;
+  mlir::VectorType nxi8 = sk.nxi8, nxi32 = sk.nxi32, nxf32 = sk.nxf32, nxf16 = sk.nxf16, pb = sk.pb, ps = sk.ps;
+  auto zeroTiles = [&](int64_t mask) { sk.intr("llvm.aarch64.sme.zero", {}, {sk.c32(mask)}); };
+  loadInt4Table(sk);
+
+  Value scratch = fn.getArgument(3);
+  const MatmulArgs args(f, fn, /*f16Bias=*/true);
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value zero = f.cI64(0), one = f.cI64(1), two = f.cI64(2), four = f.cI64(4);
+  Value S = sk.intr("llvm.aarch64.sme.cntsw", {f.i64}, {})->getResult(0);
+  Value R = sk.minI(S, f.cI64(kSmeBlockRows)), run = f.muli(S, two);
+  Value group = b.create<mlir::arith::ExtUIOp>(
+      loc, f.i64,
+      f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
+  Value groups = sk.divs(K, group), stepsPerGroup = sk.divs(group, four);
+  Value scales = f.gep(w, i8, sk.divs(f.muli(N, K), two));
+  Value cBegin = f.muli(sk.divs(args.nBegin, run), run);
+  Value biasBuf = scratch;
+  Value packed = f.gep(scratch, f.f32, f.cI64(128));
+  Value allTrue = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(ps, true));
+  Value stepBytes = f.muli(R, four);  // a step's packed activations (4 columns of R rows)
+  Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, group, f.cI64(32));
+
+  f.loop(zero, M, R, [&](Value mb0) {
+    Value rows = sk.minI(R, sk.sub(M, mb0));
+    Value rowMask = sk.lanesBelow(ps, zero, rows), rowBytes = sk.lanesBelow(pb, zero, f.muli(rows, four));
+    // Pack the block's rows, word j of row r (columns 4j..4j+3) to [j][r], through
+    // ZA tile 0 (horizontal slices in, vertical ones out).
+    Value words = sk.divs(K, four);
+    f.loop(zero, words, S, [&](Value j0) {
+      Value cols = sk.minI(S, sk.sub(words, j0));
+      Value colMask = sk.lanesBelow(ps, zero, cols);
+      f.loop(zero, rows, one, [&](Value r) {
+        Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
+        sk.intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, sk.c32(0), sk.i32Of(r)});
+      });
+      f.loop(zero, cols, one, [&](Value j) {
+        Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
+        sk.intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, sk.c32(0), sk.i32Of(j)});
+      });
+    });
+
+    f.loop(cBegin, args.nEnd, run, [&](Value c0) {
+      LutRun lr = lutRun(sk, w, scales, N, K, groups, c0, run);
+      Value codeBytes = sk.lanesBelow(pb, zero, f.muli(lr.channels, two));
+      Value lanes[2], bytes[2];
+      for (int64_t t = 0; t < 2; ++t) {
+        Value width = sk.maxI(sk.minI(S, sk.sub(lr.channels, f.muli(S, f.cI64(t)))), zero);
+        lanes[t] = sk.lanesBelow(ps, zero, width);
+        bytes[t] = sk.lanesBelow(pb, zero, f.muli(width, four));
+      }
+      // The biases of the run's channels (a channel past the weight's end reads the last).
+      f.loop(zero, run, one, [&](Value j) {
+        f.store(args.bias(f, sk.minI(f.addi(c0, j), sk.sub(N, one))), biasBuf, f.f32, j);
+      });
+      // Step t: its packed activations and codes, one SMOPA per tile.
+      auto step = [&](Value t) {
+        Value a = sk.load(nxi8, f.gep(packed, i8, f.muli(t, stepBytes)), rowBytes);
+        Value raw = sk.load(nxi8, f.gep(lr.codes, i8, f.muli(t, lr.stride)), codeBytes);
+        auto [w0, w1] = lookUpInt4(sk, raw);
+        Value ws[2] = {w0, w1};
+        for (int64_t t2 = 0; t2 < 2; ++t2)
+          sk.intr("llvm.aarch64.sme.smopa.wide", {}, {sk.c32(t2), rowBytes, bytes[t2], a, ws[t2]});
+      };
+      zeroTiles(0xCC);  // f32 tiles 2 and 3
+      f.loop(zero, groups, one, [&](Value gi) {
+        zeroTiles(0x33);  // i32 tiles 0 and 1
+        Value t0 = f.muli(gi, stepsPerGroup);
+        auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+        {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          for (int64_t u = 0; u < 8; ++u)
+            step(f.addi(t0, f.cI64(u)));
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          f.loop(t0, f.addi(t0, stepsPerGroup), one, step);
+        }
+        Value sc[2];
+        for (int64_t t = 0; t < 2; ++t) {
+          Value at = f.gep(lr.scales, i16, f.addi(f.muli(gi, lr.height), f.muli(S, f.cI64(t))));
+          sc[t] = b.create<mlir::arith::ExtFOp>(loc, nxf32, sk.load(nxf16, at, lanes[t]));
+        }
+        // Array vectors 4i + t (i < S / 4) are tile t's rows i, i + S/4, i + S/2,
+        // i + 3S/4; 4i + t + 2 the same rows of tile t + 2.
+        f.loop(zero, sk.divs(S, four), one, [&](Value i) {
+          for (int64_t t = 0; t < 2; ++t) {
+            Value slice = sk.i32Of(f.addi(f.muli(i, four), f.cI64(t)));
+            Value sums = sk.intr("llvm.aarch64.sme.read.vg1x4", {sk.x4(nxi32)}, {slice})->getResult(0);
+            Value conv = sk.intr("llvm.aarch64.sve.scvtf.x4", {sk.x4(nxf32)}, sk.parts(sums))->getResult(0);
+            llvm::SmallVector<Value> ops = {sk.i32Of(f.addi(f.muli(i, four), f.cI64(t + 2)))};
+            ops.append(sk.parts(conv));
+            ops.push_back(sc[t]);
+            sk.intr("llvm.aarch64.sme.fmla.single.vg1x4", {}, ops);
+          }
+        });
+      });
+      // Store the block's rows: y = total x s_x + bias, outside [begin, end) not.
+      Value bias[2], storeMask[2];
+      for (int64_t t = 0; t < 2; ++t) {
+        Value first = f.addi(c0, f.muli(S, f.cI64(t)));
+        bias[t] = sk.load(nxf32, f.gep(biasBuf, f.f32, f.muli(S, f.cI64(t))), lanes[t]);
+        Value inRange = sk.lanesBelow(ps, first, args.nEnd);
+        Value before = sk.lanesBelow(ps, first, args.nBegin);
+        storeMask[t] = sk.andP(sk.andP(lanes[t], inRange), b.create<mlir::arith::XOrIOp>(loc, before, allTrue));
+      }
+      f.loop(zero, rows, one, [&](Value r) {
+        Value row = f.addi(mb0, r);
+        Value sx = b.create<mlir::vector::SplatOp>(loc, nxf32, f.load(f.f32, xsc, f.f32, row));
+        for (int64_t t = 0; t < 2; ++t) {
+          Value val = sk.intr("llvm.aarch64.sme.read.horiz", {nxf32},
+                              {f.splat(nxf32, 0.0), allTrue, sk.c32(t + 2), sk.i32Of(r)})
+                          ->getResult(0);
+          val = f.add(f.mul(val, sx), bias[t]);
+          Value at = f.gep(y, f.f32, f.addi(f.muli(row, ldy), f.addi(c0, f.muli(S, f.cI64(t)))));
+          b.create<mlir::LLVM::MaskedStoreOp>(loc, val, at, storeMask[t], 4);
+        }
+      });
+    });
+  });
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
+// The W4A8 matmul over an int4_p128k4 weight (SME2): blocks of kSmeMinRows rows or
+// more as outer products (from K = 16 up: their scratch), fewer as dot products.
+void buildMatmulInt4Lut(mlir::ModuleOp kernels, llvm::StringRef name, bool isPublic, mlir::Location loc) {
+  const std::string mopa = (name + "_mopa").str(), gemv = (name + "_gemv").str();
+  buildMatmulInt4LutMopa(kernels, mopa, loc);
+  buildMatmulInt4LutGemv(kernels, gemv, loc);
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  Value M = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, M), f.i64);
+  Value K = f.field(fn.getArgument(0), offsetof(kiln_uk_matmul_params_t, K), f.i64);
+  Value many = b.create<mlir::arith::AndIOp>(
+      loc, b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, M, f.cI64(kSmeMinRows)),
+      b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, K, f.cI64(16)));
+  auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, many, /*withElse=*/true);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  b.create<mlir::func::CallOp>(loc, mopa, mlir::TypeRange{}, fn.getArguments());
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  b.create<mlir::func::CallOp>(loc, gemv, mlir::TypeRange{}, fn.getArguments());
   b.setInsertionPointToEnd(&fn.getBody().front());
   b.create<mlir::func::ReturnOp>(loc);
 }
@@ -3377,7 +3807,7 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   for (uint8_t e : {format::kEncINT8, format::kEncINT4})
     if (intEncodings & format::EncodingBit(e))
       variants.push_back({e, true});
-  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
+  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4})
     if (packedLayouts & (1u << layout))
       variants.push_back({layout == format::kLayoutInt8P16K4 ? format::kEncINT8 : format::kEncINT4, true, layout});
   for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
@@ -3389,6 +3819,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   auto build = [&](const Variant& v, llvm::StringRef fnName, bool isPublic) {
     if (v.layout != format::kLayoutRowMajor && !v.a8)
       buildMatmulPanels(kernels, fnName, v.encoding, v.layout, target, isPublic, loc);
+    else if (v.layout == format::kLayoutInt4P128K4)
+      buildMatmulInt4Lut(kernels, fnName, isPublic, loc);
     else if (v.layout == format::kLayoutInt4P16K8 || v.layout == format::kLayoutInt8P16K4)
       buildMatmulIntPanels(kernels, fnName, v.encoding, target, isPublic, loc);
     else if (v.a8)
@@ -3783,7 +4215,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
       for (const MatmulWeight& w : matmulWeights(op)) {
         if (w.bias)
           continue;
-        if (w.layout == format::kLayoutInt4P16K8 || w.layout == format::kLayoutInt8P16K4)
+        if (w.layout == format::kLayoutInt4P16K8 || w.layout == format::kLayoutInt8P16K4 ||
+            w.layout == format::kLayoutInt4P128K4)
           (w.a8 ? packedLayouts : a16Layouts) |= 1u << w.layout;
         else if (w.layout == format::kLayoutPanel16)
           panels |= format::EncodingBit(w.spec.id);
@@ -3801,7 +4234,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         if (ints & format::EncodingBit(e))
           add(encodingTag(e));
       }
-      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4}) {
+      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4}) {
         if (packedLayouts & (1u << layout))
           add(format::LayoutName(layout));
         if (a16Layouts & (1u << layout))
@@ -3977,6 +4410,8 @@ mlir::LogicalResult compileKernels(mlir::ModuleOp kernels, const Target& target,
       attrs.push_back(b.getStringAttr("aarch64_new_za"));
       usesSme = true;
     }
+    if (fn->removeAttr(kSmeZt0AttrName))
+      attrs.push_back(b.getStringAttr("aarch64_new_zt0"));
     fn->setAttr("passthrough", b.getArrayAttr(attrs));
   });
 

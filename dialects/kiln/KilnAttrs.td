@@ -61,7 +61,8 @@ def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
     I32EnumAttrCase<"row_major", 0>,
     I32EnumAttrCase<"panel16", 2>,
     I32EnumAttrCase<"int4_p16k8", 3>,
-    I32EnumAttrCase<"int8_p16k4", 4>]> {
+    I32EnumAttrCase<"int8_p16k4", 4>,
+    I32EnumAttrCase<"int4_p128k4", 5>]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
 }
@@ -77,14 +78,19 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
     time: rows in panels of 16, columns in steps of 8 whose two halves share bytes
     (codes 0..15, the low nibble the first 4 columns), scales interleaved by
     panel. `int8_p16k4` is an int8 weight for the same kernels (W8A8 and W8A16):
-    rows in panels of 16, columns in steps of 4 (formats/encoding.h gives the
-    bytes of all three).
+    rows in panels of 16, columns in steps of 4. `int4_p128k4` is a symmetric
+    int4 weight packed for the generated SME2 matmuls with int8 activations
+    (W4A8), which expand the codes with a table lookup (LUTI4): rows in panels of
+    128, columns in steps of 4, each row's 4 codes of a step in two bytes, the
+    first column in the low nibble, scales interleaved by panel
+    (formats/encoding.h gives the bytes of all four).
 
     ```mlir
     #kiln.layout<row_major>
     #kiln.layout<panel16>
     #kiln.layout<int4_p16k8>
     #kiln.layout<int8_p16k4>
+    #kiln.layout<int4_p128k4>
     ```
   }];
   let assemblyFormat = "`<` $value `>`";

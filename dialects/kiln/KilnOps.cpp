@@ -207,6 +207,17 @@ LogicalResult WeightOp::verify() {
                            << enc << " for " << type;
     break;
   }
+  case LayoutKind::int4_p128k4: {
+    EncodingAttr enc = getEncoding();
+    const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+    const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;
+    if (enc.getKind() != EncodingKind::int4 || !enc.getSymmetric() || enc.getGroupSize() <= 0 ||
+        enc.getGroupSize() % 4 != 0 || cols == 0 || cols % enc.getGroupSize() != 0)
+      return weightError() << "layout int4_p128k4 needs symmetric int4 with a group that is a multiple of 4 and "
+                              "divides the input dimension, got "
+                           << enc << " for " << type;
+    break;
+  }
   case LayoutKind::int8_p16k4: {
     const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
     const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;

@@ -738,7 +738,8 @@ kiln_status_t Verifier::Op(const fb::Stage* stage, const fb::Op* op, bool* defin
                  kernel->name, fb::EnumNameEncoding(e));
     if (!format::KernelReadsLayout(static_cast<uint8_t>(t->layout()), kernel->generated, kernel->encodings,
                                    static_cast<uint16_t>(op->kind()), static_cast<uint32_t>(i),
-                                   t->activation() == fb::ActivationMode::Int8PerToken))
+                                   t->activation() == fb::ActivationMode::Int8PerToken,
+                                   model_->required_cpu_features()))
       return Bad(KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "op '%s': kernel %s cannot read weight '%s' in layout %s",
                  OpName(op), kernel->name, t->name() ? t->name()->c_str() : "<unnamed>",
                  format::LayoutName(static_cast<uint8_t>(t->layout())));

@@ -139,7 +139,7 @@ kiln.weight @w : tensor<4x8xf32> from #kiln.encoding<f32> as #kiln.encoding<f32>
 // -----
 
 // An unknown layout.
-// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major, panel16, int4_p16k8, int8_p16k4}}
+// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major, panel16, int4_p16k8, int8_p16k4, int4_p128k4}}
 // expected-error @+1 {{failed to parse Kiln_LayoutAttr parameter 'value'}}
 kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32"> as #kiln.encoding<f32> layout #kiln.layout<tiled>
 
@@ -153,6 +153,17 @@ kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0,
 
 // expected-error @+1 {{layout int4_p16k8 needs symmetric int4}}
 kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym> layout #kiln.layout<int4_p16k8>
+
+// -----
+
+// int4_p128k4 holds symmetric int4 only, with a group that is a multiple of 4.
+// expected-error @+1 {{'kiln.weight' op weight 'w': layout int4_p128k4 needs symmetric int4 with a group that is a multiple of 4 and divides the input dimension, got #kiln.encoding<int8> for 'tensor<4x32xf32>'}}
+kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int8> layout #kiln.layout<int4_p128k4>
+
+// -----
+
+// expected-error @+1 {{layout int4_p128k4 needs symmetric int4}}
+kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym> layout #kiln.layout<int4_p128k4>
 
 // -----
 

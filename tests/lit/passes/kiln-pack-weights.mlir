@@ -1,6 +1,7 @@
 // RUN: kiln-opt %s --kiln-select-kernels="target=x86_64-linux-gnu cpu-features=+avx2,+fma,+f16c" --kiln-pack-weights | FileCheck %s
 // RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod" --kiln-pack-weights | FileCheck %s
 // RUN: kiln-opt %s --kiln-select-kernels=target=portable --kiln-pack-weights | FileCheck %s --check-prefix=PORTABLE
+// RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod,+i8mm,+sme,+sme2" --kiln-pack-weights | FileCheck %s --check-prefix=SME2
 
 // kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
 // are stored packed in panels of 16 rows (int4_p16k8), int8 ones likewise
@@ -27,6 +28,19 @@
 // CHECK-NOT: layout
 // CHECK-LABEL: func.func
 // PORTABLE-NOT: layout <
+//
+// With SME2, int4 weights that only W4A8 matmuls read are packed for the LUTI4 kernels
+// (int4_p128k4); the table that the embedding gather also reads keeps int4_p16k8.
+// SME2-LABEL: kiln.weight @gate
+// SME2-SAME: layout <int4_p128k4>
+// SME2-LABEL: kiln.weight @up
+// SME2-SAME: layout <int4_p128k4>
+// SME2-LABEL: kiln.weight @down
+// SME2-SAME: layout <int8_p16k4>
+// SME2-LABEL: kiln.weight @asym
+// SME2-NOT: layout
+// SME2-LABEL: kiln.weight @tied
+// SME2-SAME: layout <int4_p16k8>
 
 kiln.weight @gate : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
 kiln.weight @up : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 64, act = int8_per_token>

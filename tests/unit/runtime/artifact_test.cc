@@ -1825,7 +1825,8 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
 
 // Packed weight layouts (formats/encoding.h int4_p16k8): the generated W4A8 artifacts
 // store their int4 weights packed, and the verifier refuses a packed weight that the
-// bound kernel does not read or whose encoding and shape the layout cannot hold.
+// bound kernel does not read (int4_p128k4: only SME2 code) or whose encoding and
+// shape the layout cannot hold.
 TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   const std::string dir = ArtifactsDir();
   if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
@@ -1861,6 +1862,8 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
        [&](fb::ModelT& mt) { mt.stages[stage]->ops[op]->kernel = portable; }},
       {"packed f32 weight", KILN_ERROR_ARTIFACT_SHAPE, "layout int4_p16k8 ",
        [&](fb::ModelT& mt) { mt.tensors[f32Tensor]->layout = fb::Layout::Int4P16K8; }},
+      {"int4_p128k4 in code that does not assume SME2", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p128k4",
+       [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = fb::Layout::Int4P128K4; }},
       {"packed with zero points", KILN_ERROR_ARTIFACT_SHAPE, "",
        [&](fb::ModelT& mt) { mt.tensors[tensor]->symmetric = false; }},
       {"unknown layout", KILN_ERROR_UNSUPPORTED, "layout 9",

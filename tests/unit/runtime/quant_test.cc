@@ -189,6 +189,64 @@ TEST(Encodings, StorageBytes) {
 
 // KV-cache rows (formats/kv_codec.h): codes within half a step of the value, the int4
 // nibble layout, the sizes, and the encodings and groups a cache accepts.
+// int4_p128k4 (formats/encoding.h): panels of 128 rows (the last of 44 here), each
+// step of 4 columns its rows' codes as consecutive nibbles, the scales by panel; the
+// repacking is undone exactly and refuses what the layout cannot hold.
+TEST(Layouts, Int4P128K4PlacesEachCodeAndScale) {
+  namespace fmt = kiln::format;
+  fmt::EncodingSpec spec;
+  spec.id = fmt::kEncINT4;
+  spec.group = 32;
+  spec.symmetric = true;
+  const uint64_t rows = 300, cols = 64, steps = cols / 4, groups = cols / 32;
+  const uint64_t bytes = fmt::StorageBytes(spec, rows, cols);
+  std::vector<uint8_t> plain(bytes), packed(bytes), back(bytes);
+  uint32_t state = 12345;
+  for (uint8_t& b : plain) b = static_cast<uint8_t>((state = state * 1103515245u + 12345u) >> 16);
+  ASSERT_TRUE(fmt::LayoutFits(fmt::kLayoutInt4P128K4, spec, rows, cols));
+  fmt::RepackLayout(true, fmt::kLayoutInt4P128K4, spec, plain.data(), rows, cols, packed.data());
+  fmt::RepackLayout(false, fmt::kLayoutInt4P128K4, spec, packed.data(), rows, cols, back.data());
+  EXPECT_EQ(plain, back);
+  for (uint64_t r : {0ull, 1ull, 127ull, 128ull, 255ull, 256ull, 299ull})
+    for (uint64_t c = 0; c < cols; ++c) {
+      // Panel of r, its height, then step-major with the panel's rows 4 codes each.
+      const uint64_t first = r / 128 * 128, height = std::min<uint64_t>(128, rows - first);
+      const uint64_t nibble = first * cols + (c / 4) * height * 4 + (r - first) * 4 + c % 4;
+      ASSERT_EQ(fmt::Int4View::Code(packed.data(), nibble), fmt::Int4View::Code(plain.data(), r * cols + c))
+          << "row " << r << " column " << c;
+    }
+  const uint64_t scales = fmt::Int4ScalesOffset(rows, cols);
+  for (uint64_t r : {0ull, 130ull, 299ull})
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint64_t first = r / 128 * 128, height = std::min<uint64_t>(128, rows - first);
+      const uint64_t at = scales + 2 * (first * groups + g * height + (r - first));
+      EXPECT_EQ(0, std::memcmp(packed.data() + at, plain.data() + scales + 2 * (r * groups + g), 2));
+    }
+  EXPECT_EQ(steps, 16u);
+  // Asymmetric int4, a group that is not a multiple of 4, int8: not this layout.
+  fmt::EncodingSpec asym = spec;
+  asym.symmetric = false;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P128K4, asym, rows, cols));
+  fmt::EncodingSpec odd = spec;
+  odd.group = 6;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P128K4, odd, rows, 36));
+  fmt::EncodingSpec i8;
+  i8.id = fmt::kEncINT8;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P128K4, i8, rows, cols));
+  EXPECT_STREQ(fmt::LayoutName(fmt::kLayoutInt4P128K4), "int4_p128k4");
+}
+
+// Only the generated W4A8 matmuls of code that assumes SME2 read int4_p128k4.
+TEST(Layouts, Int4P128K4IsReadOnlyBySme2GeneratedW4A8) {
+  namespace fmt = kiln::format;
+  const uint32_t int4 = fmt::EncodingBit(fmt::kEncINT4);
+  EXPECT_TRUE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, true, int4, fmt::kOpLinear, 0, true, fmt::kCpuArmSme2));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, true, int4, fmt::kOpLinear, 0, true, 0));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, true, int4, fmt::kOpLinear, 0, false, fmt::kCpuArmSme2));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, false, int4, fmt::kOpLinear, 0, true, fmt::kCpuArmSme2));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, true, int4, fmt::kOpEmbedding, 0, true, fmt::kCpuArmSme2));
+}
+
 TEST(KvCodec, RoundTripAndLayout) {
   using namespace kiln::format;
   std::vector<float> x(128);
