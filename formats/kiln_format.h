@@ -38,8 +38,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // the q|k|v product's epilogue (LinearParams.qkv, its positions as input 1;
 // AttentionParams.kv_written), which older runtimes refuse (input 1 as a residual);
 // 16: the layout int4_p128k4 for the generated SME2 W4A8 matmuls, which older
-// runtimes refuse as an unknown layout
-constexpr uint32_t kSchemaMinor = 16;
+// runtimes refuse as an unknown layout; 17: generated float matmuls read a mixture's
+// tokens where they are (kiln_uk_matmul_params_t.x_rows; older artifacts' kernels get
+// the rows copied, as before)
+constexpr uint32_t kSchemaMinor = 17;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

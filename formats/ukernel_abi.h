@@ -48,7 +48,14 @@ typedef struct kiln_uk_matmul_params_t {
   const float* x;        /* [M, K], row stride ldx */
   int64_t ldx;
   const int8_t* xq;      /* [M, K] int8 activations (W8A8 / W4A8), else NULL */
-  const float* xs;       /* [M] their scales */
+  union {
+    const float* xs;     /* int8 activations: [M] their scales */
+    /* Float activations (xq NULL): row m of x is row x_rows[m] (a mixture's tokens,
+     * read where they are instead of copied), or row m when NULL. Read by the
+     * reference kernel and the generated ones of schema 1.17 and later
+     * (UkernelSet.matmul_reads_rows); older runtimes leave it NULL. */
+    const int32_t* x_rows;
+  };
   int64_t M, N, K;
   kiln_uk_weight_t w;    /* [N, K] */
   const kiln_uk_weight_t* bias; /* [N] float encoding, or NULL */

@@ -458,6 +458,7 @@ Value matmulBias(FnBuilder& f, Value hasBias, Value biasW, Value n, bool f16) {
 struct MatmulArgs {
   Value x, ldx, xq, xs, M, K, w, N, y, ldy, nBegin, nEnd;
   Value biasW, hasBias;
+  Value xRows, hasRows;  // gathered activation rows (x_rows), and whether there are
   bool f16Bias;
   MatmulArgs(FnBuilder& f, mlir::func::FuncOp fn, bool f16Bias) : f16Bias(f16Bias) {
     Value params = fn.getArgument(0);
@@ -477,8 +478,29 @@ struct MatmulArgs {
     nEnd = fn.getArgument(2);
     hasBias = f.b.create<mlir::LLVM::ICmpOp>(f.loc, mlir::LLVM::ICmpPredicate::ne, biasW,
                                              f.b.create<mlir::LLVM::ZeroOp>(f.loc, f.ptr));
+    // x_rows shares its place with xs: gathered rows only with float activations.
+    xRows = f.field(params, offsetof(kiln_uk_matmul_params_t, x_rows), f.ptr);
+    Value null = f.b.create<mlir::LLVM::ZeroOp>(f.loc, f.ptr);
+    hasRows = f.b.create<mlir::arith::AndIOp>(
+        f.loc, f.b.create<mlir::LLVM::ICmpOp>(f.loc, mlir::LLVM::ICmpPredicate::ne, xRows, null),
+        f.b.create<mlir::LLVM::ICmpOp>(f.loc, mlir::LLVM::ICmpPredicate::eq, xq, null));
   }
   Value bias(FnBuilder& f, Value n) const { return matmulBias(f, hasBias, biasW, n, f16Bias); }
+  // Where float activation row `row` starts in x, in elements: x_rows[row] x ldx when
+  // the caller passes the rows it gathers (a mixture's tokens), else row x ldx. Called
+  // outside the loops over K.
+  Value xRowOffset(FnBuilder& f, Value row) const {
+    auto ifOp = f.b.create<mlir::scf::IfOp>(f.loc, mlir::TypeRange{f.i64}, hasRows, true, true);
+    {
+      mlir::OpBuilder::InsertionGuard g(f.b);
+      f.b.setInsertionPointToStart(ifOp.thenBlock());
+      Value index = f.load(f.i32, xRows, f.i32, row);
+      f.b.create<mlir::scf::YieldOp>(f.loc, mlir::ValueRange{f.b.create<mlir::arith::ExtSIOp>(f.loc, f.i64, index)});
+      f.b.setInsertionPointToStart(ifOp.elseBlock());
+      f.b.create<mlir::scf::YieldOp>(f.loc, mlir::ValueRange{row});
+    }
+    return f.muli(ifOp.getResult(0), ldx);
+  }
 };
 
 // acc + a * c, allowed to fuse and reassociate.
@@ -577,9 +599,8 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
       return decodeW(row, k, mask);
     return widen(loadVector(f, vw, f.gep(w, welem, f.addi(f.muli(row, K), k)), mask, 2));
   };
-  auto loadX = [&](Value row, Value k, Value mask) {
-    return loadLanes(f, vf32, x, f.addi(f.muli(row, ldx), k), mask);
-  };
+  // Activations from element offset `rowAt` (MatmulArgs::xRowOffset) of x.
+  auto loadX = [&](Value rowAt, Value k, Value mask) { return loadLanes(f, vf32, x, f.addi(rowAt, k), mask); };
   auto fma = [&](Value a, Value c, Value acc) { return fmaContract(f, a, c, acc); };
   auto bias = [&](Value n) { return args.bias(f, n); };
 
@@ -587,10 +608,13 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
   auto tile = [&](Value m0, int64_t mr, Value n0, int64_t nr) {
     const int64_t count = mr * nr;
     llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
+    llvm::SmallVector<Value> rowAt;
+    for (int64_t i = 0; i < mr; ++i)
+      rowAt.push_back(args.xRowOffset(f, f.addi(m0, f.cI64(i))));
     auto step = [&](Value k, mlir::ValueRange acc, Value mask) {
       llvm::SmallVector<Value> xs, ws, out;
       for (int64_t i = 0; i < mr; ++i)
-        xs.push_back(loadX(f.addi(m0, f.cI64(i)), k, mask));
+        xs.push_back(loadX(rowAt[i], k, mask));
       for (int64_t r = 0; r < nr; ++r)
         ws.push_back(loadW(f.addi(n0, f.cI64(r)), k, mask));
       for (int64_t i = 0; i < mr; ++i)
@@ -3611,12 +3635,13 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     };
     f.loop(zero, M, one, [&](Value m) {
       Value zeroF = b.create<mlir::arith::ConstantOp>(loc, b.getF32FloatAttr(0));
+      Value rowAt = args.xRowOffset(f, m);
       auto sum = b.create<mlir::scf::ForOp>(loc, zero, K, one, mlir::ValueRange{zeroF});
       {
         mlir::OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(sum.getBody());
         Value k = sum.getInductionVar();
-        Value xv = f.load(f.f32, x, f.f32, f.addi(f.muli(m, ldx), k));
+        Value xv = f.load(f.f32, x, f.f32, f.addi(rowAt, k));
         b.create<mlir::scf::YieldOp>(loc, mlir::ValueRange{fma(xv, element(k), sum.getRegionIterArgs()[0])});
       }
       f.store(finish(sum.getResult(0), sn, bn), y, f.f32, f.addi(f.muli(m, ldy), n));
@@ -3682,13 +3707,16 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
     const int64_t cols = panels * vecs;
     const int64_t count = rows * cols;
     llvm::SmallVector<Value> init(count, f.splat(vf32, 0.0));
+    llvm::SmallVector<Value> rowAt;
+    for (int64_t i = 0; i < rows; ++i)
+      rowAt.push_back(args.xRowOffset(f, rowOf(i)));
     // One step of columns from k0 into the accumulators `acc`.
     auto stepBody = [&](Value k0, mlir::ValueRange acc, llvm::ArrayRef<std::pair<Value, Value>> groupScale) {
       llvm::SmallVector<llvm::SmallVector<Value>> ws = stepColumns(n0, panels, k0, groupScale);
       llvm::SmallVector<Value> out(acc.begin(), acc.end());
       for (int64_t j = 0; j < step; ++j)
         for (int64_t i = 0; i < rows; ++i) {
-          Value xs = f.load(f.f32, x, f.f32, f.addi(f.muli(rowOf(i), ldx), f.addi(k0, f.cI64(j))));
+          Value xs = f.load(f.f32, x, f.f32, f.addi(rowAt[i], f.addi(k0, f.cI64(j))));
           Value xb = b.create<mlir::vector::SplatOp>(loc, vf32, xs);
           for (int64_t c = 0; c < cols; ++c)
             out[i * cols + c] = fma(xb, ws[j][c], out[i * cols + c]);

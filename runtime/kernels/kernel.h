@@ -86,6 +86,9 @@ struct UkernelSet {
   // Whether a generated `attention` reads quantised caches with spans (kv_span > 0)
   // rather than without: those of schema 1.8 and later. The built-in kernels read both.
   bool attention_reads_spans = false;
+  // Whether `matmul_f32` reads gathered rows (kiln_uk_matmul_params_t.x_rows): the
+  // reference and the generated kernels of schema 1.17 and later.
+  bool matmul_reads_rows = true;
   void (*gather)(const kiln_uk_gather_params_t*, int64_t, int64_t, float*) = nullptr;
   void (*im2col)(const kiln_uk_im2col_params_t*, int64_t, int64_t) = nullptr;
 };

@@ -38,6 +38,7 @@ const UkernelSet kPortable = MakePortable();
 UkernelSet MakeX86Avx512() {
   UkernelSet u = MakePortable();
   u.matmul_f32 = kiln_uk_matmul_bias_f32_f32_wany_4x4_x86_avx512;
+  u.matmul_reads_rows = false;  // contiguous rows only
   u.matmul_a8 = kiln_uk_matmul_bias_f32_qai8dx_wq_4x4_x86_avx512vnni;
   u.matmul_scratch = kiln_uk_matmul_scratch_x86_avx512;
   u.quant_rows = kiln_uk_lhs_quant_qai8dx_f32_x86_avx512;

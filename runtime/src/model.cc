@@ -216,6 +216,7 @@ kiln_status_t BindCode(kiln_model_t* m, kiln_error_t* error) {
       // A generated attention reads KV caches of the artifact's encoding only.
       set.attention_reads_kv = static_cast<int>(f->text()->kv_cache_encoding());
       set.attention_reads_blocks = f->schema_version() >= 1007;
+      set.matmul_reads_rows = f->schema_version() >= 1017;
       const uint32_t kv_group = f->text()->kv_cache_group();
       set.attention_reads_spans = f->schema_version() >= 1008 && kv_group > 0 && (kv_group & (kv_group - 1)) == 0;
       if (op->symbols() != nullptr)

@@ -58,6 +58,11 @@ struct MatMulFusion {
   // embedding's position embedding). Not with another epilogue.
   const WeightView* add_rows = nullptr;
   int64_t add_rows_from = 0;
+  // Gathered float activations (a mixture's tokens): row m of x is row x_rows[m],
+  // read where it is (kiln_uk_matmul_params_t.x_rows). Float activations only, no norm
+  // prologue, no observer, and only for kernels that read them
+  // (UkernelSet::matmul_reads_rows); otherwise the caller copies the rows.
+  const int32_t* x_rows = nullptr;
 };
 
 // A gated product (MatMulFusion::gated_block) runs each thread's channels in chunks

@@ -109,11 +109,15 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
     x = normed;
     norm = false;
   }
+  const int32_t* x_rows = fusion != nullptr ? fusion->x_rows : nullptr;
+  if (x_rows != nullptr && (a8 || fusion->norm != fb::NormKind::None || c.observer != nullptr || !uk->matmul_reads_rows))
+    return Bad(c, "gathered rows need float activations and a kernel that reads them");
   if (c.observer != nullptr) c.observer(c.observer_user, c.op->weights()->Get(slot), x, rows, ldx, k);
   if (rows == 0) return KILN_OK;
   kiln_uk_matmul_params_t p = {};
   p.x = x;
   p.ldx = ldx;
+  p.x_rows = x_rows;
   p.M = rows;
   p.N = n;
   p.K = k;
@@ -400,9 +404,13 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm, gather);
     in.xq = xq;
     in.xs = xs;
+  } else if (gather != nullptr && !gate_a8 && !up_a8 && c.observer == nullptr && c.uk->matmul_reads_rows) {
+    // Float activations: the kernels read the chosen rows where they are.
+    in.x_rows = gather;
   } else if (gather != nullptr) {
-    // Float activations (or an observer, which sees what is multiplied): the kernels
-    // read contiguous rows, so the chosen ones are copied.
+    // An observer (which sees what is multiplied), a kernel that reads contiguous rows
+    // only (hand-written, or generated before schema 1.17), or int8 activations for
+    // one of gate and up only: the chosen rows are copied.
     c.pool->For(rows, 16, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r)
         std::memcpy(xn + r * hidden, x + static_cast<int64_t>(gather[r]) * ldx, static_cast<size_t>(hidden) * 4);

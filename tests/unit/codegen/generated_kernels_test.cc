@@ -271,6 +271,38 @@ TEST_F(GeneratedKernels, MatmulMatchesReference) {
             }
           // The same products summed in another order (f32): a few ulps of the sum's terms.
           EXPECT_LE(worst, 1e-5 * (s.k + 1)) << "max |generated - reference|, max |reference| " << scale;
+          // Gathered rows (x_rows, a mixture's tokens: here the rows reversed, the first
+          // twice): the same bits as the product of a copy of those rows, generated and
+          // reference alike.
+          std::vector<int32_t> pick(s.m);
+          for (int64_t m = 0; m < s.m; ++m) pick[m] = static_cast<int32_t>(m == 0 ? 0 : s.m - m);
+          std::vector<float> copied(s.m * ldx, 0.0f);
+          for (int64_t m = 0; m < s.m; ++m) std::copy_n(&x[pick[m] * ldx], ldx, &copied[m * ldx]);
+          for (const bool generated : {true, false}) {
+            std::vector<float> direct(s.m * ldy, 0.0f), fromCopy(s.m * ldy, 0.0f);
+            kiln_uk_matmul_params_t q = p;
+            if (!generated) {
+              q.w.data = wbytes.data();
+              q.w.layout = 0;
+            }
+            auto call = [&](kiln_uk_matmul_params_t& r) {
+              if (generated) {
+                fn(&r, 0, split, nullptr);
+                fn(&r, split, s.n, nullptr);
+              } else {
+                kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(&r, 0, s.n, scratch.data());
+              }
+            };
+            q.x_rows = pick.data();
+            q.y = direct.data();
+            call(q);
+            q.x_rows = nullptr;
+            q.x = copied.data();
+            q.y = fromCopy.data();
+            call(q);
+            EXPECT_EQ(0, std::memcmp(direct.data(), fromCopy.data(), direct.size() * 4))
+                << (generated ? "generated" : "reference") << ": gathered rows differ from their copy";
+          }
           ++compared;
         }
       }
@@ -588,6 +620,20 @@ TEST_F(GeneratedKernels, FloatActivationQuantisedMatmulMatchesReference) {
               ASSERT_EQ(alone[n], got[m * ldy + n]) << "row " << m << " alone changes channel " << n;
             }
           }
+        }
+        {
+          // Gathered rows (x_rows: the rows reversed): the bits of the rows in order.
+          std::vector<int32_t> pick(cs.m);
+          for (int64_t m = 0; m < cs.m; ++m) pick[m] = static_cast<int32_t>(cs.m - 1 - m);
+          std::vector<float> gathered(cs.m * ldy, 0.0f);
+          kiln_uk_matmul_params_t q = p;
+          q.x_rows = pick.data();
+          q.y = gathered.data();
+          fn(&q, 0, split, nullptr);
+          fn(&q, split, cs.n, nullptr);
+          for (int64_t m = 0; m < cs.m; ++m)
+            for (int64_t n = 0; n < cs.n; ++n)
+              ASSERT_EQ(gathered[m * ldy + n], got[pick[m] * ldy + n]) << "gathered row " << m << ", channel " << n;
         }
         // The largest dequantised weight bounds each product (|x| <= 1).
         std::vector<float> row(cs.k);

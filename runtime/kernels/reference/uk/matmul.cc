@@ -56,7 +56,7 @@ void kiln_uk_matmul_bias_f32_f32_wany_1x16_ref_portable(const kiln_uk_matmul_par
     for (int64_t j = n0; j < n1; ++j) wrow[j - n0] = WeightRow(p->w, j, scratch + (j - n0) * k);
     if (p->bias != nullptr) DecodeElements(*p->bias, n0, n1 - n0, bvals);
     for (int64_t r = 0; r < p->M; ++r) {
-      const float* xr = p->x + r * p->ldx;
+      const float* xr = p->x + (p->xq == nullptr && p->x_rows != nullptr ? p->x_rows[r] : r) * p->ldx;
       float* yr = p->y + r * p->ldy;
       for (int64_t j = n0; j < n1; ++j) {
         float v = Dot(xr, wrow[j - n0], k);
