@@ -152,9 +152,12 @@ kiln_status_t MatMul(const OpContext& c, int slot, const float* x, int64_t rows,
   if (rope_heads > 0 && (head_dim < 2 || head_dim % 2 != 0 || rope_heads * head_dim > n || residual != nullptr ||
                          scatter != nullptr || gated > 0 || add_rows != nullptr || act >= 0))
     return Bad(c, "a q|k|v product's rotation does not fit");
-  // Ranges of whole panels of 16 channels (the generated W4A8/W8A8 kernels' layouts),
-  // gated of whole pairs of gate and up blocks, rotated of whole heads too.
-  const int64_t grain = gated > 0 ? GatedGrain(gated) : rope_heads > 0 ? LeastCommonMultiple(16, head_dim) : 16;
+  // Ranges of whole panels (the generated W4A8/W8A8 kernels' layouts: 16 channels;
+  // int4_p128k4's SME2 kernels step through 128 and would compute a cut panel twice),
+  // gated of whole pairs of gate and up blocks (256 channels for the default block: the
+  // scratch is sized for that grain), rotated of whole heads too.
+  const int64_t panel = w.layout == format::kLayoutInt4P128K4 ? 128 : 16;
+  const int64_t grain = gated > 0 ? GatedGrain(gated) : rope_heads > 0 ? LeastCommonMultiple(panel, head_dim) : panel;
   const int64_t chunk = gated > 0 ? GatedChunk(rows, n, grain) : 0;
   // Ranges per thread: with many rows (prefill, a vision encoder) one range of whole
   // grains per thread, since every call of the micro-kernel reads all the rows'
