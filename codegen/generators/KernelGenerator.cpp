@@ -1964,6 +1964,26 @@ struct SmeKernel {
     return intr("llvm.aarch64.sve.whilelo", {t}, {base, n})->getResult(0);
   }
   Value load(mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); }
+  // Packs `rows` int8 activation rows from row mb0 of xq ([M, K]) into `packed` as
+  // [K / 4][rows][4 bytes] (a step's `stepBytes` apart): word j of row r (columns
+  // 4j..4j+3) to [j][r], S words of each row at a time loaded into the horizontal
+  // slices of ZA tile 0 and stored from its vertical ones (a transpose through ZA).
+  void packRows(Value xq, Value K, Value S, Value mb0, Value rows, Value rowMask, Value packed, Value stepBytes) {
+    Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4);
+    Value words = divs(K, four);
+    f.loop(zero, words, S, [&](Value j0) {
+      Value cols = minI(S, sub(words, j0));
+      Value colMask = lanesBelow(ps, zero, cols);
+      f.loop(zero, rows, one, [&](Value r) {
+        Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
+        intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, c32(0), i32Of(r)});
+      });
+      f.loop(zero, cols, one, [&](Value j) {
+        Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
+        intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, c32(0), i32Of(j)});
+      });
+    });
+  }
   // The whole panels of 16 of the N channels that overlap [begin, end), as channels.
   std::pair<Value, Value> wholePanels(Value begin, Value end, Value N) {
     Value p16 = f.cI64(format::kP16K8Rows);
@@ -2039,22 +2059,7 @@ void buildMatmulIntSme(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   f.loop(zero, M, R, [&](Value mb0) {
     Value rows = sk.minI(R, sk.sub(M, mb0));
     Value rowMask = sk.lanesBelow(ps, zero, rows), rowBytes = sk.lanesBelow(pb, zero, f.muli(rows, four));
-    // Pack the block's rows, word j of row r (columns 4j..4j+3) to [j][r]: S words of
-    // each row at a time loaded into the horizontal slices of ZA tile 0 and stored
-    // from its vertical ones (a transpose through ZA).
-    Value words = sk.divs(K, four);
-    f.loop(zero, words, S, [&](Value j0) {
-      Value cols = sk.minI(S, sk.sub(words, j0));
-      Value colMask = sk.lanesBelow(ps, zero, cols);
-      f.loop(zero, rows, one, [&](Value r) {
-        Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
-        sk.intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, sk.c32(0), sk.i32Of(r)});
-      });
-      f.loop(zero, cols, one, [&](Value j) {
-        Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
-        sk.intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, sk.c32(0), sk.i32Of(j)});
-      });
-    });
+    sk.packRows(xq, K, S, mb0, rows, rowMask, packed, stepBytes);
     if (int4) {
       // Each (group, row)'s offset share: -8 x 16 x the sum of its activations.
       Value ones = f.splatInt(nxi8, 1);
@@ -2760,21 +2765,7 @@ void buildMatmulInt4LutMopa(mlir::ModuleOp kernels, llvm::StringRef name, mlir::
   f.loop(zero, M, R, [&](Value mb0) {
     Value rows = sk.minI(R, sk.sub(M, mb0));
     Value rowMask = sk.lanesBelow(ps, zero, rows), rowBytes = sk.lanesBelow(pb, zero, f.muli(rows, four));
-    // Pack the block's rows, word j of row r (columns 4j..4j+3) to [j][r], through
-    // ZA tile 0 (horizontal slices in, vertical ones out).
-    Value words = sk.divs(K, four);
-    f.loop(zero, words, S, [&](Value j0) {
-      Value cols = sk.minI(S, sk.sub(words, j0));
-      Value colMask = sk.lanesBelow(ps, zero, cols);
-      f.loop(zero, rows, one, [&](Value r) {
-        Value from = f.gep(xq, i8, f.addi(f.muli(f.addi(mb0, r), K), f.muli(j0, four)));
-        sk.intr("llvm.aarch64.sme.ld1w.horiz", {}, {colMask, from, sk.c32(0), sk.i32Of(r)});
-      });
-      f.loop(zero, cols, one, [&](Value j) {
-        Value to = f.gep(packed, i8, f.muli(f.addi(j0, j), stepBytes));
-        sk.intr("llvm.aarch64.sme.st1w.vert", {}, {rowMask, to, sk.c32(0), sk.i32Of(j)});
-      });
-    });
+    sk.packRows(xq, K, S, mb0, rows, rowMask, packed, stepBytes);
 
     f.loop(cBegin, args.nEnd, run, [&](Value c0) {
       LutRun lr = lutRun(sk, w, scales, N, K, groups, c0, run);
