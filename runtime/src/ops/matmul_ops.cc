@@ -1,6 +1,7 @@
 // Runners of the ops built on a matrix product with a stored weight: linear, the LM
 // head, the gated MLP, mixture of experts, patch embedding and embedding lookup.
 #include <cmath>
+#include <cstdlib>
 
 #include "kv_cache.h"
 #include "ops/common.h"
@@ -73,11 +74,20 @@ void NormalizeRows(const OpContext& c, const MatMulFusion& f, const float* x, in
   c.pool->For(rows, 1, [&](int64_t b, int64_t e, int t) { fn(&np, b, e, per_thread + t * 2 * k); });
 }
 
-// Whether the product with weight `slot` takes int8 per-token activations.
-bool Int8Activations(const OpContext& c, int slot) {
-  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(c.op->kind()));
-  return c.weights[slot].int8_activations && info != nullptr &&
-         format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+// Whether the product with weight `slot` of `op` takes int8 per-token activations.
+bool Int8Activations(const fb::Op* op, const WeightView* w, int slot) {
+  const format::OpInfo* info = format::FindOp(static_cast<uint32_t>(op->kind()));
+  return w[slot].int8_activations && info != nullptr && format::HasSlot(info->int8_act_weights, static_cast<uint32_t>(slot));
+}
+bool Int8Activations(const OpContext& c, int slot) { return Int8Activations(c.op, c.weights, slot); }
+
+// Whether a gated MLP over gathered rows (a mixture's tokens) copies them, without an
+// observer: int8 activations for both gate and up gather as they quantise, float ones
+// are read in place by kernels that read rows; the rest (int8 for one of the two, or a
+// kernel that reads contiguous rows only) copies. The scratch holds the copy only then;
+// an observer's copy (calibration) goes to the heap.
+bool GatherCopies(const UkernelSet* uk, bool gate_a8, bool up_a8) {
+  return !(gate_a8 && up_a8) && !(!gate_a8 && !up_a8 && uk->matmul_reads_rows);
 }
 
 }  // namespace
@@ -383,8 +393,11 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
   const int64_t hidden = c.weights[gate].cols;
   const bool norm = fusion != nullptr && fusion->norm != fb::NormKind::None;
   if (norm && gather != nullptr) return Bad(c, "gathered rows take no norm prologue");
+  // Gate and up read the same rows: normalise (and quantise) them once.
+  const bool gate_a8 = Int8Activations(c, gate), up_a8 = gate_up_block > 0 ? gate_a8 : Int8Activations(c, gate + stride);
+  const bool copies = gather != nullptr && GatherCopies(c.uk, gate_a8, up_a8);
   float* xn = scratch;  // the normalised rows (float activations), or the gathered ones
-  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm || gather != nullptr ? rows * hidden : 0));
+  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm || copies ? rows * hidden : 0));
   float* xs = reinterpret_cast<float*>(xq + ((rows * hidden + 63) / 64) * 64);
   float* g = reinterpret_cast<float*>(xq) + QuantAreaFloats(rows, hidden);
   float* u = g + rows * inter;
@@ -400,8 +413,11 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     out.scatter_rows = fusion->scatter_rows;
     out.scatter_weights = fusion->scatter_weights;
   }
-  // Gate and up read the same rows: normalise (and quantise) them once.
-  const bool gate_a8 = Int8Activations(c, gate), up_a8 = gate_up_block > 0 ? gate_a8 : Int8Activations(c, gate + stride);
+  // An observer's copy of gathered rows that the scratch has no room for (calibration).
+  struct Heap {
+    float* p = nullptr;
+    ~Heap() { std::free(p); }
+  } observed;
   if (gate_a8 && up_a8 && c.observer == nullptr) {
     // Gathered (a mixture's tokens) as they are quantised: no copy of the rows.
     Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm, gather);
@@ -414,6 +430,13 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     // An observer (which sees what is multiplied), a kernel that reads contiguous rows
     // only (hand-written, or generated before schema 1.17), or int8 activations for
     // one of gate and up only: the chosen rows are copied.
+    if (!copies) {
+      observed.p = static_cast<float*>(std::malloc(static_cast<size_t>(rows * hidden) * sizeof(float)));
+      if (observed.p == nullptr)
+        return Fail(c.error, KILN_ERROR_OUT_OF_MEMORY, "op '%s': no memory for the observer's copy of %lld gathered rows",
+                    OpName(c.op), static_cast<long long>(rows));
+      xn = observed.p;
+    }
     c.pool->For(rows, 16, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r)
         std::memcpy(xn + r * hidden, x + static_cast<int64_t>(gather[r]) * ldx, static_cast<size_t>(hidden) * 4);
@@ -559,9 +582,14 @@ size_t ScratchMoe(const fb::Op* op, const WeightView* w, int, int64_t rows, int6
   const UkernelSet* uk = FindKernel(op->kernel())->uk;
   int64_t experts = static_cast<int64_t>(p->expert_ids()->size()), k = p->top_k();
   int64_t hidden = w[0].cols, inter = w[1].rows;
+  // Expert e's gate, up and down are weights 1 + e, 1 + e + experts, 1 + e + 2 experts.
+  bool copies = false;
+  for (int64_t e = 0; e < experts; ++e)
+    copies |= GatherCopies(uk, Int8Activations(op, w, static_cast<int>(1 + e)),
+                           Int8Activations(op, w, static_cast<int>(1 + e + experts)));
   return static_cast<size_t>(rows * experts + 2 * rows * k + 2 * rows) +
          std::max(GatedMlpScratchFloats(uk, rows, hidden, inter, threads, false, /*residual (scatter)=*/true, 0,
-                                        /*gather=*/true),
+                                        copies),
                   MatMulScratch(uk, rows, hidden, threads));
 }
 
