@@ -84,8 +84,10 @@ bool Int8Activations(const OpContext& c, int slot) { return Int8Activations(c.op
 // Whether a gated MLP over gathered rows (a mixture's tokens) copies them, without an
 // observer: int8 activations for both gate and up gather as they quantise, float ones
 // are read in place by kernels that read rows; the rest (int8 for one of the two, or a
-// kernel that reads contiguous rows only) copies. The scratch holds the copy only then;
-// an observer's copy (calibration) goes to the heap.
+// kernel that reads contiguous rows only) copies. ScratchMoe reserves room for the copy
+// only where this holds for some expert when the session is made; a copy that finds no
+// room (an observer's, a calibration override's, an older artifact's generated kernel
+// that reads contiguous rows only) goes to the heap (GatedMlpRows).
 bool GatherCopies(const UkernelSet* uk, bool gate_a8, bool up_a8) {
   return !(gate_a8 && up_a8) && !(!gate_a8 && !up_a8 && uk->matmul_reads_rows);
 }
@@ -381,6 +383,10 @@ fb::ActivationKind ActivationOf(const fb::Op* op) {
   return op->params_as_MoeParams()->activation();
 }
 
+size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
+                             bool norm = false, bool residual = false, int64_t gate_up_block = 0,
+                             bool gather = false);
+
 // down(act(gate(x)) * up(x)) for `rows` rows of x into y, the weights in slots
 // gate, gate + stride, gate + 2 * stride; with `fusion`, x normalised first (once,
 // for gate and up) and the residual added by the down projection. Scratch: the
@@ -395,9 +401,8 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
   if (norm && gather != nullptr) return Bad(c, "gathered rows take no norm prologue");
   // Gate and up read the same rows: normalise (and quantise) them once.
   const bool gate_a8 = Int8Activations(c, gate), up_a8 = gate_up_block > 0 ? gate_a8 : Int8Activations(c, gate + stride);
-  const bool copies = gather != nullptr && GatherCopies(c.uk, gate_a8, up_a8);
-  float* xn = scratch;  // the normalised rows (float activations), or the gathered ones
-  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm || copies ? rows * hidden : 0));
+  float* xn = scratch;  // the normalised rows (float activations); gathered ones: below
+  int8_t* xq = reinterpret_cast<int8_t*>(xn + (norm ? rows * hidden : 0));
   float* xs = reinterpret_cast<float*>(xq + ((rows * hidden + 63) / 64) * 64);
   float* g = reinterpret_cast<float*>(xq) + QuantAreaFloats(rows, hidden);
   float* u = g + rows * inter;
@@ -413,11 +418,11 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
     out.scatter_rows = fusion->scatter_rows;
     out.scatter_weights = fusion->scatter_weights;
   }
-  // An observer's copy of gathered rows that the scratch has no room for (calibration).
+  // A copy of gathered rows that the scratch has no room for.
   struct Heap {
     float* p = nullptr;
     ~Heap() { std::free(p); }
-  } observed;
+  } heap;
   if (gate_a8 && up_a8 && c.observer == nullptr) {
     // Gathered (a mixture's tokens) as they are quantised: no copy of the rows.
     Quantize(c, x, rows, ldx, hidden, norm ? &in : nullptr, xq, xs, mm, gather);
@@ -429,13 +434,21 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
   } else if (gather != nullptr) {
     // An observer (which sees what is multiplied), a kernel that reads contiguous rows
     // only (hand-written, or generated before schema 1.17), or int8 activations for
-    // one of gate and up only: the chosen rows are copied.
-    if (!copies) {
-      observed.p = static_cast<float*>(std::malloc(static_cast<size_t>(rows * hidden) * sizeof(float)));
-      if (observed.p == nullptr)
-        return Fail(c.error, KILN_ERROR_OUT_OF_MEMORY, "op '%s': no memory for the observer's copy of %lld gathered rows",
-                    OpName(c.op), static_cast<long long>(rows));
-      xn = observed.p;
+    // one of gate and up only: the chosen rows are copied, to the end of the session's
+    // scratch when it has room past what this product uses (ScratchMoe reserved it),
+    // else to the heap.
+    const size_t used = static_cast<size_t>(scratch - c.scratch) +
+                        GatedMlpScratchFloats(c.uk, rows, hidden, inter, c.pool->num_threads(), false,
+                                              /*residual (scatter)=*/true);
+    const size_t copy = static_cast<size_t>(rows * hidden);
+    if (used <= c.scratch_floats && c.scratch_floats - used >= copy) {
+      xn = c.scratch + (c.scratch_floats - copy);
+    } else {
+      heap.p = static_cast<float*>(std::malloc(copy * sizeof(float)));
+      if (heap.p == nullptr)
+        return Fail(c.error, KILN_ERROR_OUT_OF_MEMORY, "op '%s': no memory to copy %lld gathered rows", OpName(c.op),
+                    static_cast<long long>(rows));
+      xn = heap.p;
     }
     c.pool->For(rows, 16, [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r)
@@ -467,8 +480,7 @@ kiln_status_t GatedMlpRows(const OpContext& c, int gate, int stride, const float
 }
 
 size_t GatedMlpScratchFloats(const UkernelSet* uk, int64_t rows, int64_t hidden, int64_t inter, int threads,
-                             bool norm = false, bool residual = false, int64_t gate_up_block = 0,
-                             bool gather = false) {
+                             bool norm, bool residual, int64_t gate_up_block, bool gather) {
   // Fused: no up products; the gate/up product's chunks per thread instead.
   const bool fused = gate_up_block > 0;
   return static_cast<size_t>((norm || gather ? rows * hidden : 0) + (fused ? 1 : 2) * rows * inter) +

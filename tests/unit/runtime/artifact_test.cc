@@ -1823,6 +1823,88 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
   EXPECT_GT(worst(plain, got), 1e-3);  // the override did change the outputs
 }
 
+// A mixture's experts gather the tokens routed to them. Float activations read them
+// where they are, so the session's scratch holds no copy of them; an observer, or int8
+// activations for one of an expert's gate and up (a calibration override), still
+// copies them: to the scratch's end where it has room, else to the heap. The logits
+// stay those of the plain run (observer) or change and come back (override); under
+// AddressSanitizer a copy past the scratch fails here.
+TEST(Moe, GatheredRowsAreCopiedOnlyWhereThereIsRoom) {
+  const std::string dir = ArtifactsDir();
+  if (dir.empty()) GTEST_SKIP() << "no test artifacts (KILN_TEST_ARTIFACTS)";
+  for (const std::string& path : {dir + "/tiny-mixtral.kiln", GeneratedArtifact(dir, "tiny-mixtral")}) {
+    SCOPED_TRACE(path);
+    std::vector<uint8_t> bytes;
+    ASSERT_TRUE(ReadFile(path, &bytes));
+    const fb::Model* f = fb::GetSizePrefixedModel(bytes.data());
+    uint32_t gate = UINT32_MAX;
+    for (uint32_t t = 0; t < f->tensors()->size(); ++t)
+      if (f->tensors()->Get(t)->name()->str() == "model.layers.0.block_sparse_moe.experts.0.w1.weight") gate = t;
+    ASSERT_NE(gate, UINT32_MAX);
+    const int64_t rows = f->tensors()->Get(gate)->shape()->Get(0), cols = f->tensors()->Get(gate)->shape()->Get(1);
+    std::vector<uint8_t> q(rows * cols + 4 * rows);
+    std::mt19937 rng(7);
+    for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<uint8_t>(rng() % 255);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float sc = 0.02f;
+      std::memcpy(q.data() + rows * cols + 4 * r, &sc, 4);
+    }
+    kiln_error_t err;
+    kiln_model_t* model = nullptr;
+    kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, &err);
+    if (st == KILN_ERROR_ARTIFACT_CPU_FEATURES) continue;
+    ASSERT_EQ(st, KILN_OK) << err.message;
+    kiln_model_info_t info = {};
+    info.struct_size = sizeof(info);
+    kiln_model_get_info(model, &info);
+    const std::vector<int32_t> ids = {1, 5, 9, 200, 17, 3, 44, 61, 8, 120, 33, 2};
+    // One session throughout, made before the override (as the sensitivity loop does):
+    // its scratch was sized for float experts.
+    kiln_session_options_t so = {};
+    so.struct_size = sizeof(so);
+    so.num_threads = 2;
+    kiln_session_t* s = nullptr;
+    ASSERT_EQ(kiln_session_create(model, &so, &s, &err), KILN_OK) << err.message;
+    int64_t observed = 0;
+    auto logits = [&](bool observe) {
+      std::vector<float> out(ids.size() * static_cast<size_t>(info.vocab_size), 0.0f);
+      if (observe)
+        kiln_calib_set_weight_observer(
+            s, [](void* user, uint32_t, const float*, int64_t, int64_t, int64_t) { ++*static_cast<int64_t*>(user); },
+            &observed);
+      else
+        kiln_calib_set_weight_observer(s, nullptr, nullptr);
+      EXPECT_EQ(kiln_session_reset(s), KILN_OK);
+      EXPECT_EQ(kiln_session_prefill_logits(s, ids.data(), ids.size(), out.data(), out.size(), &err), KILN_OK)
+          << err.message;
+      return out;
+    };
+    const std::vector<float> plain = logits(false);
+    EXPECT_EQ(logits(true), plain);  // copied for the observer, the same products
+    EXPECT_GT(observed, 0);
+    // Calibration overrides need row-major weights: the portable artifact only.
+    kiln_calib_encoding_t enc = {5 /* int8 */, 0, 1, /*int8_activations=*/1};
+    if (f->tensors()->Get(gate)->layout() != fb::Layout::RowMajor) {
+      kiln_session_release(s);
+      kiln_model_release(model);
+      continue;
+    }
+    ASSERT_EQ(kiln_calib_override_weight(model, gate, q.data(), &enc, &err), KILN_OK) << err.message;
+    const std::vector<float> mixed = logits(false), mixed_observed = logits(true);
+    kiln_calib_restore_weight(model, gate);
+    EXPECT_EQ(mixed, mixed_observed);
+    double changed = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(mixed[i]));
+      changed = std::max(changed, static_cast<double>(std::fabs(mixed[i] - plain[i])));
+    }
+    EXPECT_GT(changed, 1e-4);  // expert 0's int8 gate was used
+    EXPECT_EQ(logits(false), plain);
+    kiln_session_release(s);
+    kiln_model_release(model);
+  }
+}
+
 // Packed weight layouts (formats/encoding.h int4_p16k8): the generated W4A8 artifacts
 // store their int4 weights packed, and the verifier refuses a packed weight that the
 // bound kernel does not read (int4_p128k4: only SME2 code) or whose encoding and
