@@ -10,6 +10,7 @@
 #include "platform/platform.h"
 #include "support/allocator.h"
 #include "support/error.h"
+#include "support/sort.h"
 #include "support/vec.h"
 
 namespace kiln::rt {
@@ -487,7 +488,7 @@ kiln_status_t Loader::Exports() {
     table[n++] = {names, base_ + offsets_[s.st_shndx] + s.st_value};
     names += len;
   }
-  std::sort(table, table + n, [](const CodeImage::Export& a, const CodeImage::Export& b) {
+  Sort(table, table + n, [](const CodeImage::Export& a, const CodeImage::Export& b) {
     return std::strcmp(a.name, b.name) < 0;
   });
   for (size_t i = 1; i < n; ++i)

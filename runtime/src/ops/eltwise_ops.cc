@@ -6,6 +6,7 @@
 #include "kv_cache.h"
 #include "ops/common.h"
 #include "ops/ops.h"
+#include "support/sort.h"
 
 namespace kiln::rt::ops {
 namespace {
@@ -425,10 +426,8 @@ kiln_status_t RunSelectTokens(const OpContext& c) {
     order[r] = static_cast<int32_t>(r);
   }
   // The best `keep` first (ties: the earlier row), then those back in row order.
-  std::partial_sort(order, order + keep, order + n, [&](int32_t a, int32_t b) {
-    return score[a] != score[b] ? score[a] > score[b] : a < b;
-  });
-  std::sort(order, order + keep);
+  Sort(order, order + n, [&](int32_t a, int32_t b) { return score[a] != score[b] ? score[a] > score[b] : a < b; });
+  Sort(order, order + keep, [](int32_t a, int32_t b) { return a < b; });
   for (int64_t k = 0; k < keep; ++k)
     std::memcpy(c.output.f32() + k * d, x.f32() + static_cast<int64_t>(order[k]) * d, static_cast<size_t>(d) * 4);
   return KILN_OK;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "support/error.h"
+#include "support/sort.h"
 #include "tokenizer/utf8.h"
 
 namespace kiln::rt {
@@ -640,7 +641,7 @@ class RegexParser {
 
   // Sorts and merges ranges in place.
   bool Normalize(Vec<Range>* ranges) {
-    std::sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+    Sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
     size_t m = 0;
     for (size_t i = 0; i < ranges->size(); ++i) {
       const Range r = (*ranges)[i];

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "support/error.h"
+#include "support/sort.h"
 #include "tokenizer/utf8.h"
 
 namespace kiln::rt {
@@ -372,11 +373,11 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
                   vocab_[a.id].data());
     (void)added_.push_back(AddedToken{a.content, a.id, a.special});  // reserved above
   }
-  std::sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
+  Sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
     auto fx = static_cast<uint8_t>(x.content[0]), fy = static_cast<uint8_t>(y.content[0]);
     if (fx != fy) return fx < fy;
     if (x.content.size() != y.content.size()) return x.content.size() > y.content.size();
-    return x.content < y.content;
+    return x.content != y.content ? x.content < y.content : x.id < y.id;  // a repeat: by id
   });
   for (size_t i = 1; i < added_.size(); ++i) {
     if (added_[i].content == added_[i - 1].content)
@@ -394,8 +395,8 @@ kiln_status_t Tokenizer::Init(const TokenizerSpec& spec, kiln_error_t* error) {
   }
   for (size_t i = 0; i < added_.size(); ++i)
     (void)added_by_id_.push_back(static_cast<int32_t>(i));  // reserved above
-  std::sort(added_by_id_.begin(), added_by_id_.end(),
-            [this](int32_t x, int32_t y) { return added_[x].id < added_[y].id; });
+  Sort(added_by_id_.begin(), added_by_id_.end(),
+       [this](int32_t x, int32_t y) { return added_[x].id != added_[y].id ? added_[x].id < added_[y].id : x < y; });
   for (size_t i = 1; i < added_by_id_.size(); ++i) {
     const AddedToken& x = added_[added_by_id_[i - 1]];
     const AddedToken& y = added_[added_by_id_[i]];
