@@ -321,6 +321,16 @@ Value loadVector(FnBuilder& f, mlir::VectorType t, Value at, Value mask, unsigne
   return f.b.create<mlir::LLVM::MaskedLoadOp>(f.loc, t, at, mask, mlir::ValueRange{pass}, alignment);
 }
 
+// Multi-vector operands and results (SME2 x4 intrinsics, NEON LD1 x4): a struct of 4
+// vectors of type t, and its parts.
+mlir::Type structOf4(mlir::MLIRContext* ctx, mlir::Type t) { return mlir::LLVM::LLVMStructType::getLiteral(ctx, {t, t, t, t}); }
+llvm::SmallVector<Value> partsOf4(FnBuilder& f, Value v) {
+  llvm::SmallVector<Value> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(f.b.create<mlir::LLVM::ExtractValueOp>(f.loc, v, i));
+  return out;
+}
+
 // `lanes` f32 values at base[i..] (masked: lanes past the mask read 0), and the
 // store back.
 Value loadLanes(FnBuilder& f, mlir::VectorType t, Value base, Value i, Value mask) {
@@ -570,7 +580,7 @@ void buildMatmulFloat(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enco
 
   Value params = fn.getArgument(0);
   const MatmulArgs args(f, fn, f16Bias);
-  Value x = args.x, ldx = args.ldx, M = args.M, K = args.K, w = args.w, y = args.y, ldy = args.ldy;
+  Value x = args.x, M = args.M, K = args.K, w = args.w, y = args.y, ldy = args.ldy;
   Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), four = f.cI64(4), vl = f.cI64(lanes);
   Value kMain = b.create<mlir::arith::SubIOp>(loc, K, b.create<mlir::arith::RemSIOp>(loc, K, vl));
@@ -1942,13 +1952,8 @@ struct SmeKernel {
     return b.create<mlir::LLVM::CallIntrinsicOp>(loc, results, b.getStringAttr(callee), operands);
   }
   // Multi-vector operands and results (SME2): a struct of 4 vectors, and its parts.
-  mlir::Type x4(mlir::Type t) { return mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t}); }
-  llvm::SmallVector<Value> parts(Value v) {
-    llvm::SmallVector<Value> out;
-    for (int64_t i = 0; i < 4; ++i)
-      out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, v, i));
-    return out;
-  }
+  mlir::Type x4(mlir::Type t) { return structOf4(b.getContext(), t); }
+  llvm::SmallVector<Value> parts(Value v) { return partsOf4(f, v); }
   Value c32(int64_t v) { return b.create<mlir::arith::ConstantIntOp>(loc, v, 32); }
   Value i32Of(Value v) { return b.create<mlir::arith::TruncIOp>(loc, f.i32, v); }
   Value divs(Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c); }
@@ -3272,14 +3277,9 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       return b.create<mlir::LLVM::BitcastOp>(loc, vbytes, b.create<mlir::vector::ShuffleOp>(loc, x, z, pick));
     };
     auto ld1x4 = [&](mlir::VectorType t, Value at) {
-      auto x4 = mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {t, t, t, t});
-      Value all =
-          b.create<mlir::LLVM::CallIntrinsicOp>(loc, x4, b.getStringAttr("llvm.aarch64.neon.ld1x4"), mlir::ValueRange{at})
-              .getResult(0);
-      llvm::SmallVector<Value> out;
-      for (int64_t i = 0; i < 4; ++i)
-        out.push_back(b.create<mlir::LLVM::ExtractValueOp>(loc, all, i));
-      return out;
+      return partsOf4(f, b.create<mlir::LLVM::CallIntrinsicOp>(loc, structOf4(b.getContext(), t),
+                                                                 b.getStringAttr("llvm.aarch64.neon.ld1x4"), mlir::ValueRange{at})
+                             .getResult(0));
     };
     auto mmlaTile = [&](Value mb0, Value m0, Value pn, Value q, int64_t kPairs) {
       Value n0 = f.muli(pn, p16);
@@ -3576,7 +3576,7 @@ void buildMatmulPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t enc
   auto i16 = b.getI16Type();
 
   const MatmulArgs args(f, fn, hasF16Conversion(target));
-  Value x = args.x, ldx = args.ldx, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value x = args.x, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
   Value nBegin = args.nBegin, nEnd = args.nEnd;
   Value zero = f.cI64(0), one = f.cI64(1), p16 = f.cI64(P);
   Value group, groups, scales;  // int4: group size, groups per row, the f16 scales

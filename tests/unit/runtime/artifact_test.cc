@@ -1758,6 +1758,17 @@ TEST(GenerateOptions, OutOfRangeSamplingIsRejected) {
   kiln_model_release(model);
 }
 
+// An int8 override of a [rows, cols] weight for kiln_calib_override_weight: seeded
+// random codes, then one f32 scale per row.
+std::vector<uint8_t> RandomInt8Weight(const fb::Tensor* t, unsigned seed, float scale) {
+  const int64_t rows = t->shape()->Get(0), cols = t->shape()->Get(1);
+  std::vector<uint8_t> q(rows * cols + 4 * rows);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<uint8_t>(rng() % 255);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(q.data() + rows * cols + 4 * r, &scale, 4);
+  return q;
+}
+
 // Calibration replaces weights with other encodings in a loaded model
 // (kiln_calib_override_weight). A generated kernel is specialised to the stored
 // encoding, so ops reading an overridden weight run the reference until it is
@@ -1779,15 +1790,8 @@ TEST(GeneratedKernels, CalibrationOverrideRunsTheReference) {
     uint32_t table = 0;
     for (uint32_t t = 0; t < f->tensors()->size(); ++t)
       if (f->tensors()->Get(t)->name()->str() == "model.embed_tokens.weight") table = t;
-    const int64_t rows = f->tensors()->Get(table)->shape()->Get(0), cols = f->tensors()->Get(table)->shape()->Get(1);
     // int8 codes and per-row scales, the same bytes for every artifact.
-    std::vector<uint8_t> q(rows * cols + 4 * rows);
-    std::mt19937 rng(5);
-    for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<uint8_t>(rng() % 255);
-    for (int64_t r = 0; r < rows; ++r) {
-      float sc = 0.01f;
-      std::memcpy(q.data() + rows * cols + 4 * r, &sc, 4);
-    }
+    const std::vector<uint8_t> q = RandomInt8Weight(f->tensors()->Get(table), 5, 0.01f);
     kiln_calib_encoding_t enc = {5 /* int8 */, 0, 1, 0};
     if (override_table) {
       EXPECT_EQ(kiln_calib_override_weight(model, table, q.data(), &enc, &err), KILN_OK) << err.message;
@@ -1841,14 +1845,7 @@ TEST(Moe, GatheredRowsAreCopiedOnlyWhereThereIsRoom) {
     for (uint32_t t = 0; t < f->tensors()->size(); ++t)
       if (f->tensors()->Get(t)->name()->str() == "model.layers.0.block_sparse_moe.experts.0.w1.weight") gate = t;
     ASSERT_NE(gate, UINT32_MAX);
-    const int64_t rows = f->tensors()->Get(gate)->shape()->Get(0), cols = f->tensors()->Get(gate)->shape()->Get(1);
-    std::vector<uint8_t> q(rows * cols + 4 * rows);
-    std::mt19937 rng(7);
-    for (int64_t i = 0; i < rows * cols; ++i) q[i] = static_cast<uint8_t>(rng() % 255);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float sc = 0.02f;
-      std::memcpy(q.data() + rows * cols + 4 * r, &sc, 4);
-    }
+    const std::vector<uint8_t> q = RandomInt8Weight(f->tensors()->Get(gate), 7, 0.02f);
     kiln_error_t err;
     kiln_model_t* model = nullptr;
     kiln_status_t st = kiln_model_load(path.c_str(), nullptr, &model, &err);
