@@ -64,10 +64,9 @@ def mean_kl_rows(logp_ref, logp):
     return float((np.exp(logp_ref) * (logp_ref - logp)).sum(-1).mean())
 
 
-def demo_metrics(artifact, questions_dir, threads, tmp):
-    """Generated answers (exact match per question) and the scored reference answers
-    (log-probabilities and the log-softmax of every scored position)."""
-    qfile = os.path.join(questions_dir, "questions.jsonl")
+def demo_metrics(artifact, qfile, threads, tmp):
+    """Generated answers (exact match per question of the list `qfile`) and the scored
+    reference answers (log-probabilities and the log-softmax of every scored position)."""
     answers = run([f"{BIN}/kiln-run", artifact, "--batch", qfile, "--threads", str(threads)]).stdout
     got = {a["id"]: a["answer"].strip() for a in map(json.loads, answers.splitlines())}
     qs = [json.loads(l) for l in open(qfile)]
@@ -107,8 +106,9 @@ def main():
     ap.add_argument("--cache-dir", default=os.path.join(ROOT, "build", "eval-precision-cache"),
                     help="sensitivity cache (kept between runs)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--checkpoints", default=os.path.join(MODELS, "shapes", "checkpoints"),
-                    help="directory holding the demo model's variants")
+    ap.add_argument("--demo", choices=["v1", "v2"], default="v1",
+                    help="demo model: v1 (tests/models/shapes) or v2 (tests/models/shapes_v2, its shipped test set)")
+    ap.add_argument("--checkpoints", help="directory holding the demo model's variants (default: the demo's)")
     ap.add_argument("--variants", default="dense,moe")
     ap.add_argument("--skip-tiny", action="store_true", help="only the demo model")
     ap.add_argument("--vision-encoder", action="store_true",
@@ -126,12 +126,12 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def evaluate_demo(args, tmp, qdir, variant, arts, res, rows):
-    """Each artifact of the demo `variant` on the questions of `qdir`, against the first."""
+def evaluate_demo(args, tmp, qfile, variant, arts, res, rows):
+    """Each artifact of the demo `variant` on the questions of `qfile`, against the first."""
     ref = None
     for name, art in arts.items():
         b, bpw = weight_bytes(art)
-        m = demo_metrics(art, qdir, args.threads, tmp)
+        m = demo_metrics(art, qfile, args.threads, tmp)
         if ref is None:
             ref = m
         kl = mean_kl_rows(ref["logp"], m["logp"])
@@ -150,11 +150,12 @@ def evaluate(args, tmp):
     results = {"demo": {}, "tiny": {}}
     rows = []
 
-    qdir = os.path.join(tmp, "questions")
-    run([PY, os.path.join(MODELS, "shapes", "make_examples.py"), "--out", qdir, "--count", str(args.questions),
-         "--split", "test", "--start", "5000"])
+    from eval_pruning import DEMOS, demo_questions
+    # v1 renders questions past the pruning tables' (start 5000); v2 ships its test set
+    qfile = demo_questions(args.demo, args.questions, tmp, 5000 if args.demo == "v1" else 0)
+    checkpoints = args.checkpoints or os.path.join(DEMOS[args.demo], "checkpoints")
     for variant in [v for v in args.variants.split(",") if v]:
-        ckpt = os.path.join(args.checkpoints, variant)
+        ckpt = os.path.join(checkpoints, variant)
         res = {}
         if args.vision_encoder:
             arts = {"fp32": compile_(ckpt, os.path.join(tmp, f"{variant}-fp32.kiln"), "--precision", ".*=f32")}
@@ -162,7 +163,7 @@ def evaluate(args, tmp):
                 arts[f"vision encoder {enc}, the rest fp32"] = compile_(
                     ckpt, os.path.join(tmp, f"{variant}-vision-{enc}.kiln"), "--precision", f".*vision_tower\\..*={enc}",
                     "--precision", ".*=f32")
-            evaluate_demo(args, tmp, qdir, variant, arts, res, rows)
+            evaluate_demo(args, tmp, qfile, variant, arts, res, rows)
             results["demo"][variant] = res
             continue
         arts = {
@@ -181,7 +182,7 @@ def evaluate(args, tmp):
             arts[f"solved mix at int4's bytes, {label}"] = compile_(
                 ckpt, os.path.join(tmp, f"{variant}-mixeq-{q}.kiln"), "--memory-budget", str(int4_bytes),
                 "--quantizer", q, "--cache-dir", args.cache_dir)
-        evaluate_demo(args, tmp, qdir, variant, arts, res, rows)
+        evaluate_demo(args, tmp, qfile, variant, arts, res, rows)
         results["demo"][variant] = res
 
     sys.path.insert(0, MODELS)

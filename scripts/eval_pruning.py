@@ -14,7 +14,10 @@
 Writes JSON (and prints Markdown tables). Needs a host build (build/host/bin).
 
     /usr/bin/python3 scripts/eval_pruning.py --out build/eval-pruning.json [--questions 500] [--threads 2]
-        [--reps 5] [--only experts|visual-tokens|smolvlm]
+        [--reps 5] [--only experts|visual-tokens|smolvlm] [--demo v1|v2] [--checkpoints DIR]
+
+--demo v2 uses the shapes_v2 test set (tests/models/shapes_v2/test/test.jsonl) and
+checkpoints (--checkpoints: a directory with dense/ and moe/ of a run in training).
 """
 
 import argparse
@@ -27,7 +30,31 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from eval_precision import BIN, PY, ROOT, run  # noqa: E402
 
-SHAPES = os.path.join(ROOT, "tests", "models", "shapes")
+MODELS = os.path.join(ROOT, "tests", "models")
+# The demo models: v1 ("shapes", 16 image tokens) renders its test questions from the
+# task's test split; v2 ("shapes_v2", 144 image tokens) ships them.
+DEMOS = {"v1": os.path.join(MODELS, "shapes"), "v2": os.path.join(MODELS, "shapes_v2")}
+V2_TEST = os.path.join(DEMOS["v2"], "test", "test.jsonl")
+
+
+def demo_questions(demo, count, tmp, start=0):
+    """A question list of `count` held-out test questions of the demo model `demo`."""
+    if demo == "v2":
+        lines = open(V2_TEST).readlines()[start:start + count]
+        if len(lines) < count:
+            sys.exit(f"{V2_TEST}: has {len(lines) + start} questions, {start + count} asked for")
+        qfile = os.path.join(tmp, "test.jsonl")
+        base = os.path.dirname(V2_TEST)
+        with open(qfile, "w") as f:
+            for line in lines:
+                q = json.loads(line)
+                q["image"] = os.path.join(base, q["image"])
+                f.write(json.dumps(q) + "\n")
+        return qfile
+    qdir = os.path.join(tmp, "test")
+    run([PY, os.path.join(DEMOS["v1"], "make_examples.py"), "--out", qdir, "--count", str(count),
+         "--split", "test", "--start", str(start)])
+    return os.path.join(qdir, "questions.jsonl")
 
 
 def accuracy(artifact, qfile, threads):
@@ -61,7 +88,7 @@ def bench(artifact, threads, reps, tmp, extra=()):
 
 
 def experts(args, tmp, qfile):
-    ckpt = os.path.join(SHAPES, "checkpoints", "moe")
+    ckpt = os.path.join(args.checkpoints or os.path.join(DEMOS[args.demo], "checkpoints"), "moe")
     rows = []
     for prune in ["0", "1", "2", "4", "auto"]:
         artifact = os.path.join(tmp, f"moe-prune-{prune}.kiln")
@@ -81,8 +108,8 @@ def experts(args, tmp, qfile):
 
 def visual_tokens(args, tmp, qfile):
     rows = []
-    for variant in ["dense", "moe"]:
-        ckpt = os.path.join(SHAPES, "checkpoints", variant)
+    for variant in args.variants.split(","):
+        ckpt = os.path.join(args.checkpoints or os.path.join(DEMOS[args.demo], "checkpoints"), variant)
         for score in ["distinct", "norm"]:
             for keep in ["100%", "75%", "50%", "25%"]:
                 if keep == "100%" and score == "norm":
@@ -117,16 +144,16 @@ def main():
     ap.add_argument("--questions", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--demo", choices=sorted(DEMOS), default="v1", help="demo model (default v1)")
+    ap.add_argument("--checkpoints", help="directory holding the demo model's variants (default: the demo's)")
+    ap.add_argument("--variants", default="dense,moe", help="demo variants of the visual-token table")
     ap.add_argument("--only", choices=["experts", "visual-tokens", "smolvlm"], action="append",
                     help="run only these parts (repeatable; default: all)")
     args = ap.parse_args()
     parts = set(args.only or ["experts", "visual-tokens", "smolvlm"])
     with tempfile.TemporaryDirectory() as tmp:
-        qdir = os.path.join(tmp, "test")
-        run([PY, os.path.join(SHAPES, "make_examples.py"), "--out", qdir, "--count", str(args.questions),
-             "--split", "test"])
-        qfile = os.path.join(qdir, "questions.jsonl")
-        result = {"questions": args.questions, "threads": args.threads, "reps": args.reps,
+        qfile = demo_questions(args.demo, args.questions, tmp)
+        result = {"demo": args.demo, "questions": args.questions, "threads": args.threads, "reps": args.reps,
                   "load_average": os.getloadavg()[0]}
         if "experts" in parts:
             result["experts"] = experts(args, tmp, qfile)

@@ -28,6 +28,24 @@ EXAMPLE_KINDS = ["color_of_shape", "count_all", "position", "relation", "count_s
                  "shape_of_color", "count_color"]
 
 
+def write_examples(task_module, out: str, count: int, split: str, start: int, size: int, images: str,
+                   list_name: str, kinds=None) -> None:
+    """Renders samples [start, start+count) of a split of task_module (a "shapes" task)
+    and writes their question list; with `kinds`, sample i asks kinds[i % len(kinds)]."""
+    os.makedirs(os.path.join(out, images), exist_ok=True)
+    lines = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)] if kinds else None
+        s = task_module.sample_at(split, start + i, kind)
+        name = os.path.join(images, f"{i:03d}.png") if images else f"{i:03d}.png"
+        task_module.render(s.scene, size).save(os.path.join(out, name))
+        lines.append({"id": str(i), "image": name, "prompt": s.question, "answer": s.answer, "kind": s.kind})
+    with open(os.path.join(out, list_name), "w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    print(f"wrote {len(lines)} pictures and {list_name} to {out}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -39,21 +57,8 @@ def main() -> int:
     ap.add_argument("--images", default="", help="subdirectory of --out for the pictures")
     ap.add_argument("--list", default="questions.jsonl", help="file name of the question list in --out")
     args = ap.parse_args()
-    os.makedirs(os.path.join(args.out, args.images), exist_ok=True)
-    lines = []
-    for i in range(args.count):
-        if args.one_per_kind:
-            kind = EXAMPLE_KINDS[i % len(EXAMPLE_KINDS)]
-            s = task.sample_at(args.split, args.start + i, kind)
-        else:
-            s = task.sample_at(args.split, args.start + i)
-        name = os.path.join(args.images, f"{i:03d}.png") if args.images else f"{i:03d}.png"
-        task.render(s.scene, args.size).save(os.path.join(args.out, name))
-        lines.append({"id": str(i), "image": name, "prompt": s.question, "answer": s.answer, "kind": s.kind})
-    with open(os.path.join(args.out, args.list), "w") as f:
-        for line in lines:
-            f.write(json.dumps(line) + "\n")
-    print(f"wrote {len(lines)} pictures and {args.list} to {args.out}")
+    write_examples(task, args.out, args.count, args.split, args.start, args.size, args.images, args.list,
+                   EXAMPLE_KINDS if args.one_per_kind else None)
     return 0
 
 

@@ -194,8 +194,9 @@ def patch_targets(scenes) -> Tuple[torch.Tensor, torch.Tensor]:
     return colors, shapes
 
 
-def write_hf_files(out: str, tok: ByteLevelBPE, config: dict) -> None:
-    """Everything but the weights: config, tokenizer, processor and generation configs."""
+def write_hf_files(out: str, tok: ByteLevelBPE, config: dict, preprocessor: Optional[dict] = None) -> None:
+    """Everything but the weights: config, tokenizer, processor (PREPROCESSOR unless
+    given) and generation configs."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -223,7 +224,7 @@ def write_hf_files(out: str, tok: ByteLevelBPE, config: dict) -> None:
                   indent=2)
         f.write("\n")
     with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
-        json.dump(PREPROCESSOR, f, indent=2)
+        json.dump(preprocessor or PREPROCESSOR, f, indent=2)
         f.write("\n")
     gen = {
         "bos_token_id": SPECIALS["<s>"],

@@ -89,6 +89,27 @@ def random_scene(rng: random.Random, n: Optional[int] = None) -> Scene:
     return Scene(tuple(objs), bg)
 
 
+def draw_object(d: ImageDraw.ImageDraw, o, cell: float) -> None:
+    """Draws object o (shape, color, row, col, size, dx, dy) on a grid of `cell` pixels."""
+    cx = (o.col + 0.5 + o.dx) * cell
+    cy = (o.row + 0.5 + o.dy) * cell
+    r = o.size * cell / 2
+    fill = COLORS[o.color]
+    if o.shape == "circle":
+        d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
+    elif o.shape == "square":
+        s = r * 0.88
+        d.rectangle([cx - s, cy - s, cx + s, cy + s], fill=fill)
+    elif o.shape == "triangle":
+        d.polygon([(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)], fill=fill)
+    elif o.shape == "cross":
+        w = r * 0.36
+        d.rectangle([cx - r, cy - w, cx + r, cy + w], fill=fill)
+        d.rectangle([cx - w, cy - r, cx + w, cy + r], fill=fill)
+    else:
+        raise ValueError(f"unknown shape {o.shape}")
+
+
 def render(scene: Scene, size: int = 256) -> Image.Image:
     """Draws the scene as an RGB image of size x size pixels."""
     # Draw at 4x and downsample: smooth edges at any output size.
@@ -97,23 +118,7 @@ def render(scene: Scene, size: int = 256) -> Image.Image:
     d = ImageDraw.Draw(img)
     cell = big / GRID
     for o in scene.objects:
-        cx = (o.col + 0.5 + o.dx) * cell
-        cy = (o.row + 0.5 + o.dy) * cell
-        r = o.size * cell / 2
-        fill = COLORS[o.color]
-        if o.shape == "circle":
-            d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
-        elif o.shape == "square":
-            s = r * 0.88
-            d.rectangle([cx - s, cy - s, cx + s, cy + s], fill=fill)
-        elif o.shape == "triangle":
-            d.polygon([(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)], fill=fill)
-        elif o.shape == "cross":
-            w = r * 0.36
-            d.rectangle([cx - r, cy - w, cx + r, cy + w], fill=fill)
-            d.rectangle([cx - w, cy - r, cx + w, cy + r], fill=fill)
-        else:
-            raise ValueError(f"unknown shape {o.shape}")
+        draw_object(d, o, cell)
     return img.resize((size, size), Image.LANCZOS)
 
 

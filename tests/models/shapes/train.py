@@ -96,6 +96,58 @@ def upcycle(model: nn.Module, config: dict, dense_dir: str) -> None:
         raise SystemExit(f"{dense_dir}: cannot upcycle (missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
+def router_hooks(model: nn.Module, config: dict):
+    """-> (the list each forward appends the MoE routers' logits to, the load-balancing
+    coefficient, top k); a dense model's list stays empty."""
+    router_logits = []
+    for name, mod in model.named_modules():
+        if name.endswith("block_sparse_moe.gate"):
+            mod.register_forward_hook(lambda m, i, o: router_logits.append(o))
+    text = config["text_config"]
+    return router_logits, text.get("router_aux_loss_coef", 0.0), text.get("num_experts_per_tok", 0)
+
+
+def make_optimizer(model: nn.Module, aux_head: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """AdamW, weight decay 0.05 on matrices (not norms, embeddings, biases)."""
+    decay, no_decay = [], []
+    for name, p in list(model.named_parameters()) + [("aux." + n, p) for n, p in aux_head.named_parameters()]:
+        (no_decay if p.dim() < 2 or "norm" in name or "embedding" in name else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.98), eps=1e-8)
+
+
+def lr_schedule(lr: float, warmup: int, steps: int):
+    """Linear warmup, then a cosine down to 2% of lr at `steps`."""
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        t = (step - warmup) / max(1, steps - warmup)
+        return lr * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * t)))
+    return lr_at
+
+
+def train_step(model, aux_head, opt, logits, labels, patch_rows, patch_colors, patch_shapes, colors: int,
+               aux_weight: float, router) -> torch.Tensor:
+    """One optimiser step on the answer loss, plus aux_weight times the per-patch colour
+    (`colors` classes, then shape) loss of the aux head on patch_rows [B, patches, D],
+    plus the routers' load balancing -> the answer loss."""
+    router_logits, aux_coef, top_k = router
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    total = loss
+    if aux_weight > 0:
+        aux = aux_head(patch_rows)
+        aux_loss = F.cross_entropy(aux[..., :colors].reshape(-1, colors), patch_colors.reshape(-1)) + \
+            F.cross_entropy(aux[..., colors:].reshape(-1, aux.shape[-1] - colors), patch_shapes.reshape(-1))
+        total = total + aux_weight * aux_loss
+    if router_logits:
+        total = total + aux_coef * load_balancing_loss(router_logits, top_k)
+    opt.zero_grad(set_to_none=True)
+    total.backward()
+    torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux_head.parameters()), 1.0)
+    opt.step()
+    return loss
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=["dense", "moe"], required=True)
@@ -160,25 +212,9 @@ def main() -> int:
     print(f"{args.variant}: {n_params:,} parameters, vocab {config['text_config']['vocab_size']}, "
           f"{sm.NUM_IMAGE_TOKENS} image tokens", flush=True)
 
-    router_logits = []
-    if args.variant == "moe":
-        for name, mod in model.named_modules():
-            if name.endswith("block_sparse_moe.gate"):
-                mod.register_forward_hook(lambda m, i, o: router_logits.append(o))
-    aux_coef = config["text_config"].get("router_aux_loss_coef", 0.0)
-    top_k = config["text_config"].get("num_experts_per_tok", 0)
-
-    decay, no_decay = [], []
-    for name, p in list(model.named_parameters()) + [("aux." + n, p) for n, p in aux_head.named_parameters()]:
-        (no_decay if p.dim() < 2 or "norm" in name or "embedding" in name else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
-
-    def lr_at(step: int) -> float:
-        if step < args.warmup:
-            return args.lr * (step + 1) / args.warmup
-        t = (step - args.warmup) / max(1, args.steps - args.warmup)
-        return args.lr * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * t)))
+    router = router_hooks(model, config)
+    opt = make_optimizer(model, aux_head, args.lr)
+    lr_at = lr_schedule(args.lr, args.warmup, args.steps)
 
     start = time.time()
     running = None
@@ -189,25 +225,14 @@ def main() -> int:
                                                                           kind_weights)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        router_logits.clear()
+        router[0].clear()
         vision_states = []
         hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1]))
         logits = model(ids, pixel_values=px)
         hook.remove()
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
-        total = loss
-        if args.aux_weight > 0:
-            aux = aux_head(vision_states[0][:, 1:])  # drop CLS: one row per patch
-            nc = len(task.COLOR_NAMES) + 1
-            aux_loss = F.cross_entropy(aux[..., :nc].reshape(-1, nc), patch_colors.reshape(-1)) + \
-                F.cross_entropy(aux[..., nc:].reshape(-1, aux.shape[-1] - nc), patch_shapes.reshape(-1))
-            total = total + args.aux_weight * aux_loss
-        if router_logits:
-            total = total + aux_coef * load_balancing_loss(router_logits, top_k)
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux_head.parameters()), 1.0)
-        opt.step()
+        # drop CLS: one row per patch
+        loss = train_step(model, aux_head, opt, logits, labels, vision_states[0][:, 1:], patch_colors, patch_shapes,
+                          len(task.COLOR_NAMES) + 1, args.aux_weight, router)
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % 50 == 0 or step == args.steps - 1:
             el = time.time() - start

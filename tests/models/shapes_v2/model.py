@@ -1,0 +1,270 @@
+"""The "shapes v2" demo VLM: tokenizer, configs, prompt format and data pipeline.
+
+Variants, each with 144 image tokens per 192 px picture and a Llama decoder:
+`dense` and `moe` (Mixtral blocks of 8 experts, top 2) in the LLaVA layout (CLIP-style
+ViT with 16 px patches, MLP projector), and `idefics3` in the Idefics3/SmolVLM layout
+(SigLIP-style ViT with 8 px patches, 576 of them, pixel-shuffled by 2 into 144 tokens,
+a linear connector; the image wrapped in <fake_token_around_image><global-img> ...
+<fake_token_around_image> as Idefics3Processor does). Training packs several questions about one picture into one
+sequence (a multi-turn chat in the checkpoint's own template): the picture's 144
+tokens are paid once for all of them. Shared by train.py, evaluate.py and
+make_examples.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from kiln_models.image_processing import image_processor_for  # noqa: E402
+from kiln_models.tokenizer import ByteLevelBPE, corpus_text  # noqa: E402
+from shapes import model as v1  # noqa: E402
+
+from . import task  # noqa: E402
+
+IMAGE_SIZE = 192
+PATCH_SIZE = 16
+GRID_PATCHES = IMAGE_SIZE // PATCH_SIZE
+NUM_IMAGE_TOKENS = GRID_PATCHES ** 2
+assert GRID_PATCHES % task.GRID == 0, "cells are whole patches: the auxiliary targets rely on it"
+VOCAB_TARGET = 640  # bytes + merges; special tokens come on top
+EVAL_RENDER_SIZE = 256  # the shipped test pictures and the bundled examples
+TRAIN_RENDER_SIZES = [192, 224, 256, 320]
+
+SPECIALS = v1.SPECIALS
+EXTRA_SPECIALS = v1.EXTRA_SPECIALS
+PROMPT = v1.PROMPT
+TURN = "USER: {question} ASSISTANT:"
+
+VARIANTS = ["dense", "moe", "idefics3"]
+IDEFICS3_PATCH_SIZE = 8
+IDEFICS3_SCALE = 2
+assert (IMAGE_SIZE // IDEFICS3_PATCH_SIZE // IDEFICS3_SCALE) ** 2 == NUM_IMAGE_TOKENS
+IDEFICS3_SPECIALS = ["<fake_token_around_image>", "<global-img>"]
+# What Idefics3Processor (and Kiln) put around a single tile's image tokens.
+IMAGE_OPEN = {"idefics3": "<fake_token_around_image><global-img>"}
+IMAGE_CLOSE = {"idefics3": "<fake_token_around_image>"}
+
+PREPROCESSOR = {
+    "dense": dict(v1.PREPROCESSOR, size={"shortest_edge": IMAGE_SIZE},
+                  crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}),
+    # SmolVLM's processor with a single tile (no image splitting) of IMAGE_SIZE
+    "idefics3": {
+        "do_convert_rgb": True, "do_image_splitting": False, "do_normalize": True, "do_pad": True,
+        "do_rescale": True, "do_resize": True, "image_mean": [0.5, 0.5, 0.5],
+        "image_processor_type": "Idefics3ImageProcessor", "image_std": [0.5, 0.5, 0.5],
+        "max_image_size": {"longest_edge": IMAGE_SIZE}, "processor_class": "Idefics3Processor", "resample": 1,
+        "rescale_factor": v1.PREPROCESSOR["rescale_factor"], "size": {"longest_edge": 4 * IMAGE_SIZE},
+    },
+}
+PREPROCESSOR["moe"] = PREPROCESSOR["dense"]
+
+
+def variant_of(config: dict) -> str:
+    """The variant a checkpoint's config.json describes."""
+    if config.get("model_type") == "idefics3":
+        return "idefics3"
+    return "moe" if config["text_config"]["model_type"] == "mixtral" else "dense"
+
+
+def build_tokenizer(variant: str = "dense") -> ByteLevelBPE:
+    """Deterministic: trained on the task's text and the bundled English corpus; the
+    idefics3 variant adds the two tokens that wrap its image."""
+    texts = task.text_corpus() + [corpus_text()]
+    tok = ByteLevelBPE.train(texts, VOCAB_TARGET, special_tokens=dict(SPECIALS), pretokenizer="gpt2",
+                             bos_token="<s>", add_bos=True)
+    next_id = tok.max_id + 1
+    added = dict(tok.added_tokens)
+    for t in EXTRA_SPECIALS + (IDEFICS3_SPECIALS if variant == "idefics3" else []):
+        added[t] = next_id
+        next_id += 1
+    return ByteLevelBPE(tok.vocab, tok.merges, added, "gpt2", bos_token="<s>", add_bos=True)
+
+
+def model_config(tok: ByteLevelBPE, variant: str) -> dict:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} ({', '.join(VARIANTS)})")
+    config = v1.model_config(tok, "dense" if variant == "idefics3" else variant)
+    config["text_config"]["max_position_embeddings"] = 512
+    if variant != "idefics3":
+        config["vision_config"].update({"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE})
+        config["image_seq_length"] = NUM_IMAGE_TOKENS
+        return config
+    return {
+        "architectures": ["Idefics3ForConditionalGeneration"],
+        "model_type": "idefics3",
+        "image_token_id": tok.token_to_id("<image>"),
+        "pad_token_id": tok.token_to_id("<pad>"),
+        "scale_factor": IDEFICS3_SCALE,
+        "tie_word_embeddings": False,
+        "vocab_size": config["text_config"]["vocab_size"],
+        "text_config": config["text_config"],
+        "vision_config": {
+            "model_type": "idefics3_vision", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "image_size": IMAGE_SIZE, "patch_size": IDEFICS3_PATCH_SIZE,
+            "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6, "num_channels": 3,
+        },
+        "torch_dtype": "float16",
+    }
+
+
+def prompt_ids(tok: ByteLevelBPE, question: str, image_tokens: int = NUM_IMAGE_TOKENS,
+               variant: str = "dense") -> List[int]:
+    """The first turn, <image> expanded to one id per image token as the model's
+    processor does (fewer when the picture's tokens are pruned)."""
+    image = IMAGE_OPEN.get(variant, "") + "<image>" * image_tokens + IMAGE_CLOSE.get(variant, "")
+    return tok.encode(PROMPT.format(question=question).replace("<image>", image), add_special_tokens=True)
+
+
+def turn_ids(tok: ByteLevelBPE, question: str) -> List[int]:
+    """A later turn of the same chat (the chat template's "USER: q ASSISTANT:")."""
+    return tok.encode(TURN.format(question=question), add_special_tokens=False)
+
+
+answer_ids = v1.answer_ids
+
+
+class Pipeline:
+    """Renders samples, preprocesses them like the checkpoint's image processor and
+    builds padded training batches of packed questions."""
+
+    def __init__(self, tok: ByteLevelBPE, variant: str = "dense"):
+        self.tok = tok
+        self.variant = variant
+        self.processor = image_processor_for(PREPROCESSOR[variant])
+        self.pad = tok.token_to_id("<pad>")
+
+    def pixels(self, image) -> np.ndarray:
+        """[3, H, W] float32, as the checkpoint's image processor makes them."""
+        out = self.processor.preprocess(image)
+        return (out[0][0] if isinstance(out, tuple) else out)[0]
+
+    def prompt_ids(self, question: str, image_tokens: int = NUM_IMAGE_TOKENS) -> List[int]:
+        return prompt_ids(self.tok, question, image_tokens, self.variant)
+
+    def example(self, split: str, index: int, render_size: int = EVAL_RENDER_SIZE):
+        """pixel_values, prompt ids, answer ids (ending in </s>) and the sample."""
+        s = task.sample_at(split, index)
+        px = self.pixels(task.render(s.scene, render_size))
+        return px, self.prompt_ids(s.question), answer_ids(self.tok, s.answer), s
+
+    def vision_grid(self) -> int:
+        """Patches per side of the vision tower."""
+        return IMAGE_SIZE // (IDEFICS3_PATCH_SIZE if self.variant == "idefics3" else PATCH_SIZE)
+
+    def pack(self, scene: task.Scene, qas, image_tokens: int = NUM_IMAGE_TOKENS) -> Tuple[List[int], List[int]]:
+        ids: List[int] = []
+        labels: List[int] = []
+        for i, (q, a, _) in enumerate(qas):
+            p = self.prompt_ids(q, image_tokens) if i == 0 else turn_ids(self.tok, q)
+            ans = answer_ids(self.tok, a)
+            ids += p + ans
+            # position t predicts token t+1: the answer tokens (and </s>) are the targets
+            labels += [-100] * (len(p) - 1) + ans + [-100]
+        return ids, labels[:len(ids)]
+
+    def batch(self, indices: Sequence[int], rng: random.Random, questions: int, aux_fraction: float,
+              kind_weights: Optional[dict] = None, prune_fraction: float = 0.0):
+        """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored), the
+        per-patch colour and shape classes [B, patches] (the auxiliary targets) and the
+        image tokens each sample keeps [B]. Sample b is the training scene indices[b] with
+        `questions` questions about it; with probability prune_fraction it keeps only a
+        random 25-100% of its image tokens (those Kiln's visual-token pruning would keep,
+        see keep_tokens)."""
+        rows, scenes, pxs, keeps = [], [], [], []
+        for i in indices:
+            scene = task.scene_at("train", i)
+            qas = task.questions(rng, scene, questions, aux_fraction, kind_weights)
+            keep = NUM_IMAGE_TOKENS
+            if prune_fraction > 0 and rng.random() < prune_fraction:
+                keep = rng.randint(NUM_IMAGE_TOKENS // 4, NUM_IMAGE_TOKENS)
+            keeps.append(keep)
+            rows.append(self.pack(scene, qas, keep))
+            scenes.append(scene)
+            pxs.append(self.pixels(task.render(scene, rng.choice(TRAIN_RENDER_SIZES))))
+        length = max(len(ids) for ids, _ in rows)
+        ids = np.full((len(rows), length), self.pad, dtype=np.int64)
+        labels = np.full((len(rows), length), -100, dtype=np.int64)
+        for b, (seq, lab) in enumerate(rows):
+            ids[b, :len(seq)] = seq
+            labels[b, :len(lab)] = lab
+        colors, shapes = patch_targets(scenes, self.vision_grid())
+        return (torch.from_numpy(np.stack(pxs)), torch.from_numpy(ids), torch.from_numpy(labels), colors, shapes,
+                torch.tensor(keeps))
+
+
+def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
+    """The rows of one picture's projected features [S, D] that kiln.select_tokens with
+    the `distinct` score keeps: the `keep` least similar (cosine) to the mean row, in
+    their original order (ties: the earlier row)."""
+    if keep >= features.shape[0]:
+        return features
+    with torch.no_grad():
+        f = features.double()
+        mean = f.mean(0)
+        score = 1.0 - (f @ mean) / torch.sqrt((f * f).sum(-1) * (mean * mean).sum()).clamp_min(1e-300)
+        order = sorted(range(f.shape[0]), key=lambda r: (-float(score[r]), r))[:keep]
+    return features[sorted(order)]
+
+
+def forward_pruned(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor) -> torch.Tensor:
+    """The model's forward with sample b's image tokens cut to keeps[b] (the ids carry
+    that many image tokens) -> logits [B, T, vocab]."""
+    if hasattr(model, "language_model"):  # LLaVA
+        lm = model.language_model
+        image_id, embed, body, logits = model.image_token_index, lm.model.embed, lm.model, lm.logits
+    else:  # Idefics3
+        text = model.model.text_model
+        image_id, embed, body, logits = model.image_token_id, text.embed, text, model.logits
+    mask = ids == image_id
+    features = model.get_image_features(px)
+    kept = torch.cat([keep_tokens(features[b], int(keeps[b])) for b in range(features.shape[0])])
+    embeds = embed(ids)
+    embeds = embeds.masked_scatter(mask[..., None].expand_as(embeds), kept.to(embeds.dtype))
+    return logits(body(inputs_embeds=embeds))
+
+
+# Auxiliary per-patch classes: colour (the 6 colours, the sign, empty) and shape
+# (the 4 shapes, the 10 digits, empty).
+AUX_COLORS = len(task.COLOR_NAMES) + 2
+AUX_SHAPES = len(task.SHAPES) + len(task.DIGITS) + 1
+
+
+def patch_targets(scenes, grid: int = GRID_PATCHES) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per patch of a grid x grid vision tower: the classes of what covers it."""
+    per_cell = grid // task.GRID
+    n = grid * grid
+    colors = torch.full((len(scenes), n), AUX_COLORS - 1, dtype=torch.long)
+    shapes = torch.full((len(scenes), n), AUX_SHAPES - 1, dtype=torch.long)
+
+    def put(b, row, col, color, shape):
+        for pr in range(per_cell):
+            for pc in range(per_cell):
+                p = (row * per_cell + pr) * grid + col * per_cell + pc
+                colors[b, p] = color
+                shapes[b, p] = shape
+
+    for b, scene in enumerate(scenes):
+        for o in scene.objects:
+            put(b, o.row, o.col, task.COLOR_NAMES.index(o.color), task.SHAPES.index(o.shape))
+        if scene.sign is not None:
+            put(b, scene.sign.row, scene.sign.col, len(task.COLOR_NAMES),
+                len(task.SHAPES) + task.DIGITS.index(scene.sign.digit))
+    return colors, shapes
+
+
+def write_hf_files(out: str, tok: ByteLevelBPE, config: dict) -> None:
+    variant = variant_of(config)
+    v1.write_hf_files(out, tok, config, PREPROCESSOR[variant])
+    if variant == "idefics3":
+        with open(os.path.join(out, "processor_config.json"), "w") as f:
+            json.dump({"image_seq_len": NUM_IMAGE_TOKENS, "processor_class": "Idefics3Processor"}, f, indent=2)
+            f.write("\n")

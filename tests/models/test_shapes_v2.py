@@ -1,0 +1,149 @@
+"""The "shapes v2" task and data pipeline (tests/models/shapes_v2): questions are
+answered by their scenes, splits and training scenes never meet, packed training
+sequences put the targets on the answers, the per-patch targets cover what is drawn,
+and the visual-token selection the pruning-aware training uses is Kiln's rule."""
+
+import random
+
+import pytest
+import torch
+
+from shapes_v2 import model as sm
+from shapes_v2 import task
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return sm.build_tokenizer()
+
+
+def test_samples_are_pure_functions_of_split_and_index():
+    for kind in task.QUESTION_KINDS:
+        a, b = task.sample_at("test", 7, kind), task.sample_at("test", 7, kind)
+        assert a == b and a.kind == kind
+    assert task.sample_at("train", 3) != task.sample_at("test", 3)
+    assert task.scene_at("train", 3) == task.scene_at("train", 3)
+    assert task.scene_at("train", 3) != task.sample_at("train", 3).scene
+
+
+def test_answers_follow_from_the_scene():
+    answers = set(task.all_answers())
+    kinds = set()
+    for i in range(600):
+        s = task.sample_at("val", i)
+        kinds.add(s.kind)
+        assert s.answer in answers, s
+        objs = s.scene.objects
+        assert task.MIN_OBJECTS <= len(objs) <= task.MAX_OBJECTS
+        cells = [(o.row, o.col) for o in objs] + ([(s.scene.sign.row, s.scene.sign.col)] if s.scene.sign else [])
+        assert len(set(cells)) == len(cells)
+        if s.kind == "count_all":
+            assert s.answer == task.NUMBERS[len(objs)]
+        elif s.kind == "read":
+            assert s.scene.sign is not None and s.answer == s.scene.sign.digit
+        elif s.kind == "position":
+            name = s.question.split("the ", 1)[1].split(" in the picture")[0].rstrip("?")
+            (o,) = [o for o in objs if o.name == name]
+            assert s.answer == task.region(o.row, o.col)
+    assert kinds == set(task.QUESTION_KINDS)
+
+
+def test_regions_are_a_3x3_grid():
+    names = {task.region(r, c) for r in range(task.GRID) for c in range(task.GRID)}
+    assert len(names) == 9 and "center" in names and "top left" in names and "bottom" in names
+    assert task.region(0, 0) == "top left" and task.region(2, 3) == "center" and task.region(5, 2) == "bottom"
+
+
+def test_pictures_show_objects_and_the_sign():
+    s = task.sample_at("test", 0, "read")
+    img = task.render(s.scene, 192)
+    assert img.size == (192, 192)
+    cell = 192 // task.GRID
+    sign = s.scene.sign
+    # the digit's dark strokes sit inside the sign's white tile
+    tile = img.crop((sign.col * cell, sign.row * cell, (sign.col + 1) * cell, (sign.row + 1) * cell))
+    lo = min(min(p) for p in tile.getdata())
+    assert lo < 80, lo
+    assert task.MAX_OBJECTS + 1 <= 0.3 * task.GRID * task.GRID  # most of the picture is background
+
+
+def test_packed_sequences_train_on_the_answers(tok):
+    pipe = sm.Pipeline(tok)
+    px, ids, labels, colors, shapes, keeps = pipe.batch(range(4), random.Random(3), 4, 0.2)
+    assert px.shape == (4, 3, sm.IMAGE_SIZE, sm.IMAGE_SIZE)
+    assert keeps.tolist() == [sm.NUM_IMAGE_TOKENS] * 4
+    eos = sm.SPECIALS["</s>"]
+    image = tok.token_to_id("<image>")
+    for b in range(4):
+        assert int((ids[b] == image).sum()) == sm.NUM_IMAGE_TOKENS
+        targets = [int(t) for t in labels[b] if t != -100]
+        # position t predicts token t + 1: every target is the next input id
+        for t in range(ids.shape[1] - 1):
+            if labels[b, t] != -100:
+                assert labels[b, t] == ids[b, t + 1]
+        assert targets.count(eos) == 4 and targets[-1] == eos
+    # a pruned sample carries as many image tokens as it keeps
+    _, ids, _, _, _, keeps = pipe.batch(range(8), random.Random(4), 2, 0.0, None, 1.0)
+    for b in range(8):
+        assert sm.NUM_IMAGE_TOKENS // 4 <= keeps[b] <= sm.NUM_IMAGE_TOKENS
+        assert int((ids[b] == image).sum()) == keeps[b]
+
+
+def test_patch_targets_cover_the_drawn_cells():
+    s = task.sample_at("test", 1, "read")
+    for grid in (sm.GRID_PATCHES, sm.IMAGE_SIZE // sm.IDEFICS3_PATCH_SIZE):
+        colors, shapes = sm.patch_targets([s.scene], grid)
+        per = grid // task.GRID
+        covered = int((colors[0] != sm.AUX_COLORS - 1).sum())
+        assert covered == (len(s.scene.objects) + 1) * per * per
+        o = s.scene.objects[0]
+        p = (o.row * per) * grid + o.col * per
+        assert colors[0, p] == task.COLOR_NAMES.index(o.color) and shapes[0, p] == task.SHAPES.index(o.shape)
+        g = s.scene.sign
+        p = (g.row * per) * grid + g.col * per
+        assert shapes[0, p] == len(task.SHAPES) + int(g.digit)
+
+
+def test_keep_tokens_is_the_distinct_rule():
+    torch.manual_seed(0)
+    f = torch.randn(20, 8)
+    f[5] = f[6]  # a tie keeps the earlier row
+    kept = sm.keep_tokens(f, 7)
+    mean = f.double().mean(0)
+    score = [1 - float(f[r].double() @ mean) / float(f[r].double().norm() * mean.norm()) for r in range(20)]
+    order = sorted(sorted(range(20), key=lambda r: (-score[r], r))[:7])
+    assert torch.equal(kept, f[order])
+    assert torch.equal(sm.keep_tokens(f, 20), f)
+
+
+def test_idefics3_prompt_wraps_the_image():
+    tok = sm.build_tokenizer("idefics3")
+    ids = sm.prompt_ids(tok, "What does the sign say?", 3, "idefics3")
+    fake, glob, image = (tok.token_to_id(t) for t in ("<fake_token_around_image>", "<global-img>", "<image>"))
+    wrapped = [fake, glob, image, image, image, fake]
+    assert any(ids[i:i + 6] == wrapped for i in range(len(ids))), ids
+    assert tok.token_to_id("<image>") == sm.build_tokenizer().token_to_id("<image>")
+    config = sm.model_config(tok, "idefics3")
+    assert sm.variant_of(config) == "idefics3"
+    assert (sm.IMAGE_SIZE // config["vision_config"]["patch_size"] // config["scale_factor"]) ** 2 == sm.NUM_IMAGE_TOKENS
+
+
+def test_the_shipped_test_set_is_held_out_and_complete():
+    """tests/models/shapes_v2/test/test.jsonl: at least 500 questions of the task's test
+    split (seeds training and calibration never draw), every question kind, images beside
+    the list, and each line is exactly the sample its id names."""
+    import json
+    import os
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shapes_v2", "test")
+    qs = [json.loads(l) for l in open(os.path.join(here, "test.jsonl"))]
+    assert len(qs) >= 500
+    assert len({q["id"] for q in qs}) == len(qs)
+    assert {q["kind"] for q in qs} == set(task.QUESTION_KINDS)
+    for q in qs:
+        assert os.path.isfile(os.path.join(here, q["image"])), q
+        s = task.sample_at("test", int(q["id"]))
+        assert (s.question, s.answer, s.kind) == (q["prompt"], q["answer"], q["kind"]), q
+    from PIL import Image
+    first = qs[0]
+    drawn = task.render(task.sample_at("test", int(first["id"])).scene, sm.EVAL_RENDER_SIZE)
+    assert list(Image.open(os.path.join(here, first["image"])).convert("RGB").getdata()) == list(drawn.getdata())
