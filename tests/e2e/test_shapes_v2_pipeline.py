@@ -3,7 +3,8 @@ tests/models/shapes_v2/train.py writes it (one step from initialisation) compile
 Kiln's scores of the answers equal the PyTorch reference's on the prompts the training
 builds: the LLaVA layouts with "USER: <image>x144\\n...", Idefics3 with its image
 wrapped in <fake_token_around_image><global-img> ... <fake_token_around_image>; with
---visual-tokens, the rows the pruning-aware training keeps are the ones Kiln keeps."""
+--visual-tokens, the rows the pruning-aware training keeps are the ones Kiln keeps.
+The reference side is the training's own packed forward (one question per row)."""
 
 import json
 import os
@@ -58,13 +59,14 @@ def reference_scores(ckpt, qfile, keep):
     out = {}
     with torch.no_grad():
         for q in map(json.loads, open(qfile)):
-            ids = pipe.prompt_ids(q["prompt"], keep)
-            answer = sm.answer_ids(tok, q["answer"])
+            # one question packed as training packs it
+            ids, labels, positions, segments = pipe.pack([(q["prompt"], q["answer"], q["kind"])], keep)
             px = torch.from_numpy(pipe.pixels(load_image(q["image"])))[None]
-            seq = torch.tensor([ids + answer])
-            logits = sm.forward_pruned(model, seq, px, torch.tensor([keep]))[0]
+            logits = sm.forward_packed(model, torch.tensor([ids]), px, torch.tensor([keep]),
+                                       torch.tensor([positions]), torch.tensor([segments]))[0]
             lp = torch.log_softmax(logits.double(), -1)
-            out[q["id"]] = sum(float(lp[len(ids) - 1 + t, a]) for t, a in enumerate(answer))
+            assert [t for t in labels if t != -100] == sm.answer_ids(tok, q["answer"])
+            out[q["id"]] = sum(float(lp[t, a]) for t, a in enumerate(labels) if a != -100)
     return out
 
 

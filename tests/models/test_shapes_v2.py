@@ -67,9 +67,9 @@ def test_pictures_show_objects_and_the_sign():
     assert task.MAX_OBJECTS + 1 <= 0.3 * task.GRID * task.GRID  # most of the picture is background
 
 
-def test_packed_sequences_train_on_the_answers(tok):
+def test_packed_rows_train_on_the_answers(tok):
     pipe = sm.Pipeline(tok)
-    px, ids, labels, colors, shapes, keeps = pipe.batch(range(4), random.Random(3), 4, 0.2)
+    px, ids, labels, colors, shapes, keeps, positions, segments = pipe.batch(range(4), random.Random(3), 4, 0.2)
     assert px.shape == (4, 3, sm.IMAGE_SIZE, sm.IMAGE_SIZE)
     assert keeps.tolist() == [sm.NUM_IMAGE_TOKENS] * 4
     eos = sm.SPECIALS["</s>"]
@@ -77,16 +77,51 @@ def test_packed_sequences_train_on_the_answers(tok):
     for b in range(4):
         assert int((ids[b] == image).sum()) == sm.NUM_IMAGE_TOKENS
         targets = [int(t) for t in labels[b] if t != -100]
-        # position t predicts token t + 1: every target is the next input id
+        # position t predicts token t + 1 of its own segment
         for t in range(ids.shape[1] - 1):
             if labels[b, t] != -100:
-                assert labels[b, t] == ids[b, t + 1]
+                assert labels[b, t] == ids[b, t + 1] and segments[b, t] == segments[b, t + 1] > 0
         assert targets.count(eos) == 4 and targets[-1] == eos
+        assert int(segments[b].max()) == 4
     # a pruned sample carries as many image tokens as it keeps
-    _, ids, _, _, _, keeps = pipe.batch(range(8), random.Random(4), 2, 0.0, None, 1.0)
+    _, ids, _, _, _, keeps, _, _ = pipe.batch(range(8), random.Random(4), 2, 0.0, None, 1.0)
     for b in range(8):
         assert sm.NUM_IMAGE_TOKENS // 4 <= keeps[b] <= sm.NUM_IMAGE_TOKENS
         assert int((ids[b] == image).sum()) == keeps[b]
+
+
+@pytest.mark.parametrize("variant", ["dense", "idefics3"])
+def test_a_packed_question_is_the_question_asked_alone(variant):
+    """forward_packed: each segment's logits equal those of its question alone (the
+    model's own forward), also with the picture's tokens pruned; no segment sees another."""
+    from kiln_models.idefics3 import Idefics3ForConditionalGeneration
+    from kiln_models.llava import LlavaForConditionalGeneration
+    tok = sm.build_tokenizer(variant)
+    config = sm.model_config(tok, variant)
+    for c in (config["text_config"], config["vision_config"]):
+        c.update(num_hidden_layers=1)
+    torch.manual_seed(0)
+    model = (Idefics3ForConditionalGeneration if variant == "idefics3" else LlavaForConditionalGeneration)(config)
+    model.eval()
+    pipe = sm.Pipeline(tok, variant)
+    scene = task.scene_at("train", 5)
+    qas = task.questions(random.Random(1), scene, 3, 0.3)
+    px = torch.from_numpy(pipe.pixels(task.render(scene, 192)))[None]
+    for keep in (sm.NUM_IMAGE_TOKENS, 50):
+        ids, labels, positions, segments = pipe.pack(qas, keep)
+        with torch.no_grad():
+            packed = sm.forward_packed(model, torch.tensor([ids]), px, torch.tensor([keep]), torch.tensor([positions]),
+                                       torch.tensor([segments]))[0]
+            for n, (q, a, _) in enumerate(qas):
+                alone_ids, _, _, _ = pipe.pack([(q, a, "")], keep)
+                alone = sm.forward_packed(model, torch.tensor([alone_ids]), px, torch.tensor([keep]),
+                                          torch.tensor([list(range(len(alone_ids)))]),
+                                          torch.zeros(1, len(alone_ids), dtype=torch.long))[0]
+                if keep == sm.NUM_IMAGE_TOKENS:  # the model's own forward, unpacked
+                    assert torch.allclose(alone, model(torch.tensor([alone_ids]), pixel_values=px)[0], atol=1e-5)
+                rows = [t for t in range(len(ids)) if segments[t] == n + 1]
+                prefix = len(alone_ids) - len(rows)
+                assert torch.allclose(packed[rows], alone[prefix:], atol=1e-5), (variant, keep, n)
 
 
 def test_patch_targets_cover_the_drawn_cells():

@@ -5,10 +5,13 @@ Variants, each with 144 image tokens per 192 px picture and a Llama decoder:
 ViT with 16 px patches, MLP projector), and `idefics3` in the Idefics3/SmolVLM layout
 (SigLIP-style ViT with 8 px patches, 576 of them, pixel-shuffled by 2 into 144 tokens,
 a linear connector; the image wrapped in <fake_token_around_image><global-img> ...
-<fake_token_around_image> as Idefics3Processor does). Training packs several questions about one picture into one
-sequence (a multi-turn chat in the checkpoint's own template): the picture's 144
-tokens are paid once for all of them. Shared by train.py, evaluate.py and
-make_examples.py.
+<fake_token_around_image> as Idefics3Processor does).
+
+Training packs several questions about one picture into one row: the prompt's image
+prefix once, then each question with its answer as a segment that attends to the
+prefix and itself only, at the positions it would have alone, so the picture's 144
+tokens are paid once and no question sees another's answer. Shared by train.py,
+make_examples.py and the tests.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ TRAIN_RENDER_SIZES = [192, 224, 256, 320]
 SPECIALS = v1.SPECIALS
 EXTRA_SPECIALS = v1.EXTRA_SPECIALS
 PROMPT = v1.PROMPT
-TURN = "USER: {question} ASSISTANT:"
 
 VARIANTS = ["dense", "moe", "idefics3"]
 IDEFICS3_PATCH_SIZE = 8
@@ -124,11 +126,6 @@ def prompt_ids(tok: ByteLevelBPE, question: str, image_tokens: int = NUM_IMAGE_T
     return tok.encode(PROMPT.format(question=question).replace("<image>", image), add_special_tokens=True)
 
 
-def turn_ids(tok: ByteLevelBPE, question: str) -> List[int]:
-    """A later turn of the same chat (the chat template's "USER: q ASSISTANT:")."""
-    return tok.encode(TURN.format(question=question), add_special_tokens=False)
-
-
 answer_ids = v1.answer_ids
 
 
@@ -141,6 +138,7 @@ class Pipeline:
         self.variant = variant
         self.processor = image_processor_for(PREPROCESSOR[variant])
         self.pad = tok.token_to_id("<pad>")
+        self.image = tok.token_to_id("<image>")
 
     def pixels(self, image) -> np.ndarray:
         """[3, H, W] float32, as the checkpoint's image processor makes them."""
@@ -160,25 +158,44 @@ class Pipeline:
         """Patches per side of the vision tower."""
         return IMAGE_SIZE // (IDEFICS3_PATCH_SIZE if self.variant == "idefics3" else PATCH_SIZE)
 
-    def pack(self, scene: task.Scene, qas, image_tokens: int = NUM_IMAGE_TOKENS) -> Tuple[List[int], List[int]]:
+    def pack(self, qas, image_tokens: int = NUM_IMAGE_TOKENS):
+        """Several questions about one picture as one row: the prompt up to its last image
+        token once, then each question + answer as a segment that sees that prefix and
+        itself only, at the positions it would have alone (see forward_packed). -> ids,
+        labels (the answer tokens, each at the position that predicts it), positions and
+        segment numbers (0: the prefix)."""
         ids: List[int] = []
         labels: List[int] = []
+        positions: List[int] = []
+        segments: List[int] = []
+        prefix = None
         for i, (q, a, _) in enumerate(qas):
-            p = self.prompt_ids(q, image_tokens) if i == 0 else turn_ids(self.tok, q)
+            p = self.prompt_ids(q, image_tokens)
+            cut = max(k for k, t in enumerate(p) if t == self.image) + 1
+            if prefix is None:
+                prefix = p[:cut]
+                ids += prefix
+                labels += [-100] * cut
+                positions += list(range(cut))
+                segments += [0] * cut
+            assert p[:cut] == prefix, "every question's prompt starts with the same image prefix"
             ans = answer_ids(self.tok, a)
-            ids += p + ans
+            seg = p[cut:] + ans
+            ids += seg
             # position t predicts token t+1: the answer tokens (and </s>) are the targets
-            labels += [-100] * (len(p) - 1) + ans + [-100]
-        return ids, labels[:len(ids)]
+            labels += [-100] * (len(p) - cut - 1) + ans + [-100]
+            positions += list(range(cut, cut + len(seg)))
+            segments += [i + 1] * len(seg)
+        return ids, labels, positions, segments
 
     def batch(self, indices: Sequence[int], rng: random.Random, questions: int, aux_fraction: float,
               kind_weights: Optional[dict] = None, prune_fraction: float = 0.0):
         """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored), the
-        per-patch colour and shape classes [B, patches] (the auxiliary targets) and the
-        image tokens each sample keeps [B]. Sample b is the training scene indices[b] with
-        `questions` questions about it; with probability prune_fraction it keeps only a
-        random 25-100% of its image tokens (those Kiln's visual-token pruning would keep,
-        see keep_tokens)."""
+        per-patch colour and shape classes [B, patches] (the auxiliary targets), the image
+        tokens each sample keeps [B], positions [B,T] and segments [B,T] (-1: padding).
+        Sample b is the training scene indices[b] with `questions` questions about it
+        (see pack); with probability prune_fraction it keeps only a random 25-100% of its
+        image tokens (those Kiln's visual-token pruning would keep, see keep_tokens)."""
         rows, scenes, pxs, keeps = [], [], [], []
         for i in indices:
             scene = task.scene_at("train", i)
@@ -187,18 +204,22 @@ class Pipeline:
             if prune_fraction > 0 and rng.random() < prune_fraction:
                 keep = rng.randint(NUM_IMAGE_TOKENS // 4, NUM_IMAGE_TOKENS)
             keeps.append(keep)
-            rows.append(self.pack(scene, qas, keep))
+            rows.append(self.pack(qas, keep))
             scenes.append(scene)
             pxs.append(self.pixels(task.render(scene, rng.choice(TRAIN_RENDER_SIZES))))
-        length = max(len(ids) for ids, _ in rows)
+        length = max(len(r[0]) for r in rows)
         ids = np.full((len(rows), length), self.pad, dtype=np.int64)
         labels = np.full((len(rows), length), -100, dtype=np.int64)
-        for b, (seq, lab) in enumerate(rows):
+        positions = np.zeros((len(rows), length), dtype=np.int64)
+        segments = np.full((len(rows), length), -1, dtype=np.int64)
+        for b, (seq, lab, pos, seg) in enumerate(rows):
             ids[b, :len(seq)] = seq
             labels[b, :len(lab)] = lab
+            positions[b, :len(pos)] = pos
+            segments[b, :len(seg)] = seg
         colors, shapes = patch_targets(scenes, self.vision_grid())
         return (torch.from_numpy(np.stack(pxs)), torch.from_numpy(ids), torch.from_numpy(labels), colors, shapes,
-                torch.tensor(keeps))
+                torch.tensor(keeps), torch.from_numpy(positions), torch.from_numpy(segments))
 
 
 def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
@@ -215,21 +236,37 @@ def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
     return features[sorted(order)]
 
 
-def forward_pruned(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor) -> torch.Tensor:
-    """The model's forward with sample b's image tokens cut to keeps[b] (the ids carry
-    that many image tokens) -> logits [B, T, vocab]."""
+def segment_mask(segments: torch.Tensor) -> torch.Tensor:
+    """Additive attention mask [B, 1, T, T] of packed rows: a token sees the earlier
+    tokens of the prefix (segment 0) and of its own segment."""
+    i = torch.arange(segments.shape[1])
+    causal = (i[None, :] <= i[:, None])[None]
+    same = (segments[:, None, :] == 0) | (segments[:, None, :] == segments[:, :, None])
+    allowed = causal & same & (segments[:, None, :] >= 0)
+    zero = torch.zeros(())
+    return torch.where(allowed, zero, torch.tensor(torch.finfo(torch.float32).min))[:, None]
+
+
+def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor, positions: torch.Tensor,
+                   segments: torch.Tensor) -> torch.Tensor:
+    """The model's forward on packed rows (Pipeline.batch), sample b's image tokens cut to
+    keeps[b] (its ids carry that many) -> logits [B, T, vocab]: each segment's logits
+    are those of its question asked alone."""
     if hasattr(model, "language_model"):  # LLaVA
         lm = model.language_model
-        image_id, embed, body, logits = model.image_token_index, lm.model.embed, lm.model, lm.logits
+        image_id, body, logits = model.image_token_index, lm.model, lm.logits
     else:  # Idefics3
-        text = model.model.text_model
-        image_id, embed, body, logits = model.image_token_id, text.embed, text, model.logits
+        image_id, body, logits = model.image_token_id, model.model.text_model, model.logits
     mask = ids == image_id
     features = model.get_image_features(px)
     kept = torch.cat([keep_tokens(features[b], int(keeps[b])) for b in range(features.shape[0])])
-    embeds = embed(ids)
-    embeds = embeds.masked_scatter(mask[..., None].expand_as(embeds), kept.to(embeds.dtype))
-    return logits(body(inputs_embeds=embeds))
+    h = body.embed(ids)
+    h = h.masked_scatter(mask[..., None].expand_as(h), kept.to(h.dtype))
+    cos, sin = body.rotary_emb(positions)
+    attn = segment_mask(segments)
+    for layer in body.layers:
+        h = layer(h, cos, sin, attn)
+    return logits(body.norm(h))
 
 
 # Auxiliary per-patch classes: colour (the 6 colours, the sign, empty) and shape

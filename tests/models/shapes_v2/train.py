@@ -189,7 +189,8 @@ def main() -> int:
                                          **({"prefetch_factor": 2} if args.workers else {}))
     start = time.time() - elapsed
     end = min(args.steps, args.stop_at) if args.stop_at else args.steps
-    for step, (px, ids, labels, patch_colors, patch_shapes, keeps) in zip(range(first, end), loader):
+    for step, (px, ids, labels, patch_colors, patch_shapes, keeps, positions, segments) in zip(range(first, end),
+                                                                                                loader):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         router[0].clear()
@@ -199,7 +200,7 @@ def main() -> int:
                 lambda m, i, o: vision_states.append(o.last_hidden_state))
         else:  # CLIP: the class token first
             hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1][:, 1:]))
-        logits = sm.forward_pruned(model, ids, px, keeps) if args.prune_visual > 0 else model(ids, pixel_values=px)
+        logits = sm.forward_packed(model, ids, px, keeps, positions, segments)
         hook.remove()
         loss = train_step(model, aux_head, opt, logits, labels, vision_states[0], patch_colors, patch_shapes,
                           sm.AUX_COLORS, args.aux_weight, router)

@@ -11,8 +11,15 @@
 # Stages (in $WORK, default /work/shapes-v2-train):
 #   dense0  the first 2000 steps of a 3000-step schedule from scratch (16 pictures x
 #           6 questions a step, lr 3e-4)
-#   dense1  2000 steps from dense0's weights, lr 2e-4, more descriptions and shape
-#           questions (dense0 had learned colours, counts and the sign, not shapes)
+#   dense1  the first 1000 steps of a 2000-step schedule from dense0's weights, lr 2e-4,
+#           more descriptions and shape questions (dense0 had learned colours, counts and
+#           the sign, not shapes)
+#   dense2  1600 steps from dense1's weights
+# dense0 and dense1 ran with the packing of commit b4196e9, which chained a picture's
+# questions as one chat: later questions could read earlier answers (a description
+# lists every object), and training loss fell while single questions stayed at 51%.
+# From dense2 on, each question is its own segment (model.py Pipeline.pack); rerunning
+# dense0 and dense1 with today's code gives other weights.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -37,4 +44,7 @@ stage() {  # stage NAME ARGS...: runs (or resumes) one stage in $WORK/NAME unles
 stage dense0 --variant dense --steps 3000 --stop-at 2000 --warmup 200 "${FOCUS[@]}"
 stage dense1 --variant dense --init "$WORK/dense0/train_state.pt" --seed 1 --steps 2000 --lr 2e-4 --warmup 100 \
   --eval-every 500 --describe-fraction 0.3 --kind-weight shape_of_color=2 --kind-weight color_of_shape=1.5 \
+  --kind-weight count_shape=1.5 --kind-weight relation=1.5 --kind-weight position=1.5 --stop-at 1000
+stage dense2 --variant dense --init "$WORK/dense1/train_state.pt" --seed 2 --steps 1600 --lr 2e-4 --warmup 50 \
+  --eval-every 400 --describe-fraction 0.2 --kind-weight shape_of_color=2 --kind-weight color_of_shape=1.5 \
   --kind-weight count_shape=1.5 --kind-weight relation=1.5 --kind-weight position=1.5
