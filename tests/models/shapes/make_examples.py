@@ -46,19 +46,21 @@ def write_examples(task_module, out: str, count: int, split: str, start: int, si
     print(f"wrote {len(lines)} pictures and {list_name} to {out}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(task_module=task, kinds=EXAMPLE_KINDS, count: int = 8, size: int = 256, doc: str = __doc__) -> int:
+    """The command line of a version of the task: its module, the kinds --one-per-kind
+    cycles through, and the default count and picture size."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--count", type=int, default=8)
-    ap.add_argument("--split", default="test", choices=list(task.SPLITS))
+    ap.add_argument("--count", type=int, default=count)
+    ap.add_argument("--split", default="test", choices=list(task_module.SPLITS))
     ap.add_argument("--start", type=int, default=0, help="first sample index of the split")
-    ap.add_argument("--size", type=int, default=256, help="picture size in pixels")
+    ap.add_argument("--size", type=int, default=size, help="picture size in pixels")
     ap.add_argument("--one-per-kind", action="store_true", help="cycle through the question kinds")
     ap.add_argument("--images", default="", help="subdirectory of --out for the pictures")
     ap.add_argument("--list", default="questions.jsonl", help="file name of the question list in --out")
     args = ap.parse_args()
-    write_examples(task, args.out, args.count, args.split, args.start, args.size, args.images, args.list,
-                   EXAMPLE_KINDS if args.one_per_kind else None)
+    write_examples(task_module, args.out, args.count, args.split, args.start, args.size, args.images, args.list,
+                   kinds if args.one_per_kind else None)
     return 0
 
 

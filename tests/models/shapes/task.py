@@ -150,7 +150,8 @@ QUESTION_KINDS = [
 ]
 
 
-def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str, str]]:
+def scene_index(scene):
+    """A scene's objects by shape, by colour and by name, and those whose name is unique."""
     objs = scene.objects
     by_shape = {s: [o for o in objs if o.shape == s] for s in SHAPES}
     by_color = {c: [o for o in objs if o.color == c] for c in COLOR_NAMES}
@@ -158,6 +159,12 @@ def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str
     for o in objs:
         names.setdefault(o.name, []).append(o)
     unique = [o for o in objs if len(names[o.name]) == 1]
+    return by_shape, by_color, names, unique
+
+
+def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str, str]]:
+    objs = scene.objects
+    by_shape, by_color, names, unique = scene_index(scene)
 
     if kind == "color_of_shape":
         cands = [s for s in SHAPES if len(by_shape[s]) == 1]
@@ -226,33 +233,68 @@ def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str
     raise ValueError(f"unknown question kind {kind}")
 
 
-def _draw_kind(rng: random.Random, aux_fraction: float, kind_weights: Optional[dict] = None) -> str:
-    if aux_fraction > 0 and rng.random() < aux_fraction:
-        return rng.choice(AUX_KINDS)
-    if kind_weights:
-        return rng.choices(QUESTION_KINDS, weights=[kind_weights.get(k, 1.0) for k in QUESTION_KINDS])[0]
-    return rng.choice(QUESTION_KINDS)
+class Questions:
+    """How a version of the task draws its samples: the question kinds (uniformly, in
+    proportion to kind weights, or an auxiliary kind with probability aux_fraction), its
+    scenes and its question function, and the seed ranges of its splits."""
+
+    def __init__(self, kinds, aux_kinds, random_scene, question, splits):
+        self.kinds, self.aux_kinds, self.splits = kinds, aux_kinds, splits
+        self.random_scene, self.question = random_scene, question
+
+    def draw_kind(self, rng: random.Random, aux_fraction: float, kind_weights: Optional[dict] = None) -> str:
+        if aux_fraction > 0 and rng.random() < aux_fraction:
+            return rng.choice(self.aux_kinds)
+        if kind_weights:
+            return rng.choices(self.kinds, weights=[kind_weights.get(k, 1.0) for k in self.kinds])[0]
+        return rng.choice(self.kinds)
+
+    def sample(self, rng: random.Random, kind: Optional[str] = None, aux_fraction: float = 0.0,
+               kind_weights: Optional[dict] = None) -> Sample:
+        """One scene with one question about it."""
+        # The kind is drawn once: scenes are redrawn until it can be asked, so kinds that
+        # need particular scenes (relations between two unique objects) are not rarer.
+        k = kind or self.draw_kind(rng, aux_fraction, kind_weights)
+        while True:
+            scene = self.random_scene(rng)
+            qa = self.question(rng, scene, k)
+            if qa is not None:
+                return Sample(scene, qa[0], qa[1], k)
+
+    def sample_at(self, split: str, index: int, kind: Optional[str] = None, aux_fraction: float = 0.0,
+                  kind_weights: Optional[dict] = None) -> Sample:
+        """The index-th sample of a split: a pure function of (split, index) and the mix."""
+        return self.sample(random.Random(self.splits[split] + index), kind, aux_fraction, kind_weights)
+
+    def text_corpus(self, n: int, seed: int) -> List[str]:
+        """Question/answer text of the task, for training the tokenizer."""
+        # Drawn with its own stream (the kind redrawn whenever a scene cannot carry it), so
+        # that the tokenizer, and with it the bundled checkpoints, does not change when
+        # the mix of training questions does.
+        rng = random.Random(seed)
+        out = []
+        while len(out) < n:
+            k = self.draw_kind(rng, 0.2)
+            qa = self.question(rng, self.random_scene(rng), k)
+            if qa is not None:
+                out.append(f"USER: {qa[0]} ASSISTANT: {qa[1]}")
+        return out
+
+
+QUESTIONS = Questions(QUESTION_KINDS, AUX_KINDS, random_scene, _question, SPLITS)
+_draw_kind = QUESTIONS.draw_kind
 
 
 def sample(rng: random.Random, kind: Optional[str] = None, aux_fraction: float = 0.0,
            kind_weights: Optional[dict] = None) -> Sample:
-    """One scene with one question about it; question kinds are drawn uniformly, or in
-    proportion to kind_weights (default 1 each), or an auxiliary description with
-    probability aux_fraction."""
-    # The kind is drawn once: scenes are redrawn until it can be asked, so kinds that
-    # need particular scenes (relations between two unique objects) are not rarer.
-    k = kind or _draw_kind(rng, aux_fraction, kind_weights)
-    while True:
-        scene = random_scene(rng)
-        qa = _question(rng, scene, k)
-        if qa is not None:
-            return Sample(scene, qa[0], qa[1], k)
+    """One scene with one question about it (Questions.sample)."""
+    return QUESTIONS.sample(rng, kind, aux_fraction, kind_weights)
 
 
 def sample_at(split: str, index: int, kind: Optional[str] = None, aux_fraction: float = 0.0,
               kind_weights: Optional[dict] = None) -> Sample:
     """The index-th sample of a split: a pure function of (split, index) and the mix."""
-    return sample(random.Random(SPLITS[split] + index), kind, aux_fraction, kind_weights)
+    return QUESTIONS.sample_at(split, index, kind, aux_fraction, kind_weights)
 
 
 def all_answers() -> List[str]:
@@ -262,14 +304,4 @@ def all_answers() -> List[str]:
 
 def text_corpus(n: int = 4000, seed: int = 12345) -> List[str]:
     """Question/answer text of the task, for training the tokenizer."""
-    # Drawn with its own stream (the kind redrawn whenever a scene cannot carry it), so
-    # that the tokenizer, and with it the bundled checkpoints, does not change when
-    # the mix of training questions does.
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        k = _draw_kind(rng, 0.2)
-        qa = _question(rng, random_scene(rng), k)
-        if qa is not None:
-            out.append(f"USER: {qa[0]} ASSISTANT: {qa[1]}")
-    return out
+    return QUESTIONS.text_corpus(n, seed)

@@ -96,6 +96,31 @@ def upcycle(model: nn.Module, config: dict, dense_dir: str) -> None:
         raise SystemExit(f"{dense_dir}: cannot upcycle (missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
+def parse_kind_weights(specs, kinds) -> dict:
+    """--kind-weight KIND=W options -> {KIND: W}."""
+    weights = {}
+    for kw in specs:
+        kind, _, w = kw.partition("=")
+        if kind not in kinds or not w:
+            raise SystemExit(f"--kind-weight {kw!r}: expected KIND=W with KIND one of {', '.join(kinds)}")
+        weights[kind] = float(w)
+    return weights
+
+
+def load_weights(model: nn.Module, path: str, variant: str) -> None:
+    """The weights of a checkpoint directory, or of a training state (train_state.pt)."""
+    if path.endswith(".pt"):
+        state = torch.load(path)["model"]
+    else:
+        from kiln_models.safetensors_io import Checkpoint
+        with Checkpoint(path) as ckpt:
+            state = {name: torch.from_numpy(np.array(ckpt.get_numpy(name))).float() for name in ckpt.keys()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [m for m in missing if not m.endswith("inv_freq")]:
+        raise SystemExit(f"{path}: does not match the {variant} model "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
 def router_hooks(model: nn.Module, config: dict):
     """-> (the list each forward appends the MoE routers' logits to, the load-balancing
     coefficient, top k); a dense model's list stays empty."""
@@ -174,12 +199,7 @@ def main() -> int:
     ap.add_argument("--eval-samples", type=int, default=200)
     args = ap.parse_args()
 
-    kind_weights = {}
-    for kw in args.kind_weight:
-        kind, _, w = kw.partition("=")
-        if kind not in task.QUESTION_KINDS or not w:
-            raise SystemExit(f"--kind-weight {kw!r}: expected KIND=W with KIND one of {', '.join(task.QUESTION_KINDS)}")
-        kind_weights[kind] = float(w)
+    kind_weights = parse_kind_weights(args.kind_weight, task.QUESTION_KINDS)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = sm.build_tokenizer()
@@ -187,13 +207,7 @@ def main() -> int:
     model = LlavaForConditionalGeneration(config)
     init_weights(model)
     if args.init:
-        from kiln_models.safetensors_io import Checkpoint
-        with Checkpoint(args.init) as ckpt:
-            state = {name: torch.from_numpy(np.array(ckpt.get_numpy(name))) for name in ckpt.keys()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.endswith("inv_freq")]:
-            raise SystemExit(f"{args.init}: does not match the {args.variant} model "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        load_weights(model, args.init, args.variant)
         print(f"continuing from {args.init}", flush=True)
     if args.upcycle:
         if args.variant != "moe" or args.init:

@@ -90,12 +90,7 @@ class Scene:
     background: Tuple[int, int, int]
 
 
-@dataclasses.dataclass(frozen=True)
-class Sample:
-    scene: Scene
-    question: str
-    answer: str
-    kind: str
+Sample = v1.Sample  # scene, question, answer, kind
 
 
 def random_scene(rng: random.Random) -> Scene:
@@ -178,12 +173,7 @@ QUESTION_KINDS = [
 
 def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str, str]]:
     objs = scene.objects
-    by_shape = {s: [o for o in objs if o.shape == s] for s in SHAPES}
-    by_color = {c: [o for o in objs if o.color == c] for c in COLOR_NAMES}
-    names = {}
-    for o in objs:
-        names.setdefault(o.name, []).append(o)
-    unique = [o for o in objs if len(names[o.name]) == 1]
+    by_shape, by_color, _, unique = v1.scene_index(scene)
 
     if kind in ("color_of_shape", "shape_of_color", "exists", "relation"):
         return v1._question(rng, scene, kind)  # as in version 1
@@ -221,12 +211,7 @@ def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str
     raise ValueError(f"unknown question kind {kind}")
 
 
-def _draw_kind(rng: random.Random, aux_fraction: float, kind_weights: Optional[dict] = None) -> str:
-    if aux_fraction > 0 and rng.random() < aux_fraction:
-        return rng.choice(AUX_KINDS)
-    if kind_weights:
-        return rng.choices(QUESTION_KINDS, weights=[kind_weights.get(k, 1.0) for k in QUESTION_KINDS])[0]
-    return rng.choice(QUESTION_KINDS)
+QUESTIONS = v1.Questions(QUESTION_KINDS, AUX_KINDS, random_scene, _question, SPLITS)
 
 
 def sample(rng: random.Random, kind: Optional[str] = None, aux_fraction: float = 0.0,
@@ -235,18 +220,13 @@ def sample(rng: random.Random, kind: Optional[str] = None, aux_fraction: float =
     proportion to kind_weights, or a description with probability aux_fraction) and
     scenes are redrawn until it can be asked, so kinds that need particular scenes
     (a sign, two unique objects) are not rarer."""
-    k = kind or _draw_kind(rng, aux_fraction, kind_weights)
-    while True:
-        scene = random_scene(rng)
-        qa = _question(rng, scene, k)
-        if qa is not None:
-            return Sample(scene, qa[0], qa[1], k)
+    return QUESTIONS.sample(rng, kind, aux_fraction, kind_weights)
 
 
 def sample_at(split: str, index: int, kind: Optional[str] = None, aux_fraction: float = 0.0,
               kind_weights: Optional[dict] = None) -> Sample:
     """The index-th sample of a split: a pure function of (split, index) and the mix."""
-    return sample(random.Random(SPLITS[split] + index), kind, aux_fraction, kind_weights)
+    return QUESTIONS.sample_at(split, index, kind, aux_fraction, kind_weights)
 
 
 def questions(rng: random.Random, scene: Scene, count: int, aux_fraction: float = 0.0,
@@ -258,7 +238,7 @@ def questions(rng: random.Random, scene: Scene, count: int, aux_fraction: float 
     for _ in range(count * 4):
         if len(out) == count:
             break
-        k = _draw_kind(rng, aux_fraction, kind_weights)
+        k = QUESTIONS.draw_kind(rng, aux_fraction, kind_weights)
         qa = _question(rng, scene, k)
         if qa is None or qa[0] in seen:
             continue
@@ -280,11 +260,4 @@ def all_answers() -> List[str]:
 
 def text_corpus(n: int = 6000, seed: int = 12345) -> List[str]:
     """Question/answer text of the task, for training the tokenizer."""
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        k = _draw_kind(rng, 0.2)
-        qa = _question(rng, random_scene(rng), k)
-        if qa is not None:
-            out.append(f"USER: {qa[0]} ASSISTANT: {qa[1]}")
-    return out
+    return QUESTIONS.text_corpus(n, seed)

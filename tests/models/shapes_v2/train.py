@@ -30,24 +30,10 @@ from kiln_models.idefics3 import Idefics3ForConditionalGeneration  # noqa: E402
 from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
 from kiln_models.safetensors_io import TensorSpec, write_checkpoint  # noqa: E402
 from shapes.evaluate import accuracy  # noqa: E402
-from shapes.train import (SHARD_SIZE, init_weights, lr_schedule, make_optimizer, router_hooks,  # noqa: E402
-                          train_step, upcycle)
+from shapes.train import (SHARD_SIZE, init_weights, load_weights, lr_schedule, make_optimizer,  # noqa: E402
+                          parse_kind_weights, router_hooks, train_step, upcycle)
 from shapes_v2 import model as sm  # noqa: E402
 from shapes_v2 import task  # noqa: E402
-
-
-def load_weights(model: nn.Module, path: str, variant: str) -> None:
-    """The weights of a checkpoint directory, or of a stage's train_state.pt."""
-    if path.endswith(".pt"):
-        state = torch.load(path)["model"]
-    else:
-        from kiln_models.safetensors_io import Checkpoint
-        with Checkpoint(path) as ckpt:
-            state = {name: torch.from_numpy(np.array(ckpt.get_numpy(name))).float() for name in ckpt.keys()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if not m.endswith("inv_freq")]:
-        raise SystemExit(f"{path}: does not match the {variant} model "
-                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
 class Steps(torch.utils.data.Dataset):
@@ -132,12 +118,7 @@ def main() -> int:
     ap.add_argument("--eval-samples", type=int, default=300)
     args = ap.parse_args()
 
-    kind_weights = {}
-    for kw in args.kind_weight:
-        kind, _, w = kw.partition("=")
-        if kind not in task.QUESTION_KINDS or not w:
-            raise SystemExit(f"--kind-weight {kw!r}: expected KIND=W with KIND one of {', '.join(task.QUESTION_KINDS)}")
-        kind_weights[kind] = float(w)
+    kind_weights = parse_kind_weights(args.kind_weight, task.QUESTION_KINDS)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = sm.build_tokenizer(args.variant)
