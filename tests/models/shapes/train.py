@@ -173,6 +173,25 @@ def train_step(model, aux_head, opt, logits, labels, patch_rows, patch_colors, p
     return loss
 
 
+def write_trained(model, tok, pipe, config, args, train_minutes: float, write_hf_files) -> None:
+    """Stores the trained model as an fp16 checkpoint in args.out (write_hf_files adds
+    config, tokenizer and processor files) and prints its validation accuracy, measured
+    on the stored weights."""
+    model.eval()
+    state = {k: v.detach().to(torch.float16) for k, v in model.named_parameters()}
+    with torch.no_grad():
+        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        acc, per_kind = accuracy(model, tok, pipe, "val", args.eval_samples)
+    write_hf_files(args.out, tok, config)
+    # Shards of at most 6 MB keep every bundled file small; HF loaders read the index.
+    write_checkpoint(args.out, [TensorSpec(k, "F16", tuple(v.shape)) for k, v in state.items()],
+                     lambda spec: state[spec.name], max_shard_size=SHARD_SIZE)
+    print(f"trained {args.steps} steps in {train_minutes:.1f} min; fp16 val exact-match {acc * 100:.1f}%")
+    for k, (c, n) in sorted(per_kind.items()):
+        print(f"  {k:16s} {c}/{n}")
+    print(f"wrote {args.out}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", choices=["dense", "moe"], required=True)
@@ -258,21 +277,7 @@ def main() -> int:
             model.train()
             print(f"step {step + 1:5d}  val exact-match {acc * 100:.1f}% ({args.eval_samples} samples)", flush=True)
 
-    train_minutes = (time.time() - start) / 60
-    model.eval()
-    # Store fp16, as the bundled checkpoint is; measure accuracy on the stored weights.
-    state = {k: v.detach().to(torch.float16) for k, v in model.named_parameters()}
-    with torch.no_grad():
-        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-        acc, per_kind = accuracy(model, tok, pipe, "val", args.eval_samples)
-    sm.write_hf_files(args.out, tok, config)
-    # Shards of at most 6 MB keep every bundled file small; HF loaders read the index.
-    write_checkpoint(args.out, [TensorSpec(k, "F16", tuple(v.shape)) for k, v in state.items()],
-                     lambda spec: state[spec.name], max_shard_size=SHARD_SIZE)
-    print(f"trained {args.steps} steps in {train_minutes:.1f} min; fp16 val exact-match {acc * 100:.1f}%")
-    for k, (c, n) in sorted(per_kind.items()):
-        print(f"  {k:16s} {c}/{n}")
-    print(f"wrote {args.out}")
+    write_trained(model, tok, pipe, config, args, (time.time() - start) / 60, sm.write_hf_files)
     return 0
 
 

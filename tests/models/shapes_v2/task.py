@@ -61,19 +61,7 @@ SEGMENTS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Obj:
-    shape: str
-    color: str
-    row: int  # 0 = top
-    col: int  # 0 = left
-    size: float  # fraction of a cell, 0.55 .. 0.9
-    dx: float  # jitter, fraction of a cell
-    dy: float
-
-    @property
-    def name(self) -> str:
-        return f"{self.color} {self.shape}"
+Obj = v1.Obj  # shape, color, row, col, size (0.55 .. 0.9 of a cell here), dx, dy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,17 +146,7 @@ def region(row: int, col: int) -> str:
 # not among the evaluated question kinds.
 AUX_KINDS = ["describe"]
 
-QUESTION_KINDS = [
-    "color_of_shape",
-    "shape_of_color",
-    "count_shape",
-    "count_color",
-    "count_all",
-    "exists",
-    "position",
-    "relation",
-    "read",
-]
+QUESTION_KINDS = v1.QUESTION_KINDS + ["read"]  # version 1's kinds (position on a finer grid), the sign
 
 
 def _question(rng: random.Random, scene: Scene, kind: str) -> Optional[Tuple[str, str]]:

@@ -28,10 +28,9 @@ import torch.nn as nn  # noqa: E402
 
 from kiln_models.idefics3 import Idefics3ForConditionalGeneration  # noqa: E402
 from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
-from kiln_models.safetensors_io import TensorSpec, write_checkpoint  # noqa: E402
 from shapes.evaluate import accuracy  # noqa: E402
-from shapes.train import (SHARD_SIZE, init_weights, load_weights, lr_schedule, make_optimizer,  # noqa: E402
-                          parse_kind_weights, router_hooks, train_step, upcycle)
+from shapes.train import (init_weights, load_weights, lr_schedule, make_optimizer, parse_kind_weights,  # noqa: E402
+                          router_hooks, train_step, upcycle, write_trained)
 from shapes_v2 import model as sm  # noqa: E402
 from shapes_v2 import task  # noqa: E402
 
@@ -205,22 +204,9 @@ def main() -> int:
     if end < args.steps:
         print(f"stopped before step {end} of {args.steps}: {state_path} holds the state (--resume)")
         return 0
-    train_minutes = (time.time() - start) / 60
-    model.eval()
-    # Store fp16, as the bundled checkpoint is; measure accuracy on the stored weights.
-    state = {k: v.detach().to(torch.float16) for k, v in model.named_parameters()}
-    with torch.no_grad():
-        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-        acc, per_kind = accuracy(model, tok, pipe, "val", args.eval_samples)
-    sm.write_hf_files(args.out, tok, config)
-    write_checkpoint(args.out, [TensorSpec(k, "F16", tuple(v.shape)) for k, v in state.items()],
-                     lambda spec: state[spec.name], max_shard_size=SHARD_SIZE)
+    write_trained(model, tok, pipe, config, args, (time.time() - start) / 60, sm.write_hf_files)
     if os.path.exists(state_path):
         os.remove(state_path)
-    print(f"trained {args.steps} steps in {train_minutes:.1f} min; fp16 val exact-match {acc * 100:.1f}%")
-    for k, (c, n) in sorted(per_kind.items()):
-        print(f"  {k:16s} {c}/{n}")
-    print(f"wrote {args.out}")
     return 0
 
 
