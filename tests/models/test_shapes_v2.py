@@ -69,7 +69,7 @@ def test_pictures_show_objects_and_the_sign():
 
 def test_packed_rows_train_on_the_answers(tok):
     pipe = sm.Pipeline(tok)
-    px, ids, labels, colors, shapes, keeps, positions, segments = pipe.batch(range(4), random.Random(3), 4, 0.2)
+    px, ids, labels, colors, shapes, keeps, positions, segments, _ = pipe.batch(range(4), random.Random(3), 4, 0.2)
     assert px.shape == (4, 3, sm.IMAGE_SIZE, sm.IMAGE_SIZE)
     assert keeps.tolist() == [sm.NUM_IMAGE_TOKENS] * 4
     eos = sm.SPECIALS["</s>"]
@@ -84,10 +84,64 @@ def test_packed_rows_train_on_the_answers(tok):
         assert targets.count(eos) == 4 and targets[-1] == eos
         assert int(segments[b].max()) == 4
     # a pruned sample carries as many image tokens as it keeps
-    _, ids, _, _, _, keeps, _, _ = pipe.batch(range(8), random.Random(4), 2, 0.0, None, 1.0)
+    _, ids, _, _, _, keeps, _, _, _ = pipe.batch(range(8), random.Random(4), 2, 0.0, None, 1.0)
     for b in range(8):
         assert sm.NUM_IMAGE_TOKENS // 4 <= keeps[b] <= sm.NUM_IMAGE_TOKENS
         assert int((ids[b] == image).sum()) == keeps[b]
+
+
+NAMES = set(task.COLOR_NAMES) | set(task.SHAPES) | {"circles", "squares", "triangles", "crosses"}
+
+
+def test_attention_targets_cover_what_the_question_names(tok):
+    """The answer position of a lookup question is taught to look at the tokens of the
+    object it names, that of a count at a sink and each counted object with equal
+    weight: the targets sit on the predicting position and cover tokens whose per-patch
+    classes are the named object's (or the sign's)."""
+    pipe = sm.Pipeline(tok)
+    rng = random.Random(6)
+    px, ids, labels, colors, shapes, keeps, positions, segments, (rows, poss, roles, targets, words) = \
+        pipe.batch(range(16), rng, 6, 0.0)
+    # the same draws again (questions, then the render size), to know each row's questions
+    rng = random.Random(6)
+    qass = []
+    for i in range(16):
+        qass.append(task.questions(rng, task.scene_at("train", i), 6, 0.0, None))
+        rng.choice(sm.TRAIN_RENDER_SIZES)
+    assert len(rows) > 16
+    per_object = (sm.GRID_PATCHES // task.GRID) ** 2
+    seen_kinds = set()
+    for n in range(len(rows)):
+        b, p = int(rows[n]), int(poss[n])
+        assert labels[b, p] != -100 and labels[b, p - 1] == -100  # predicts the answer's first token
+        q, a, kind = qass[b][int(segments[b, p]) - 1]
+        seen_kinds.add(kind)
+        # the word targets: the question's colour and shape words, in its own segment
+        named = [tok.decode([int(ids[b, j])]).strip() for j in range(ids.shape[1]) if words[n, j] > 0]
+        assert all(segments[b, j] == segments[b, p] for j in range(ids.shape[1]) if words[n, j] > 0)
+        assert named == [w for w in q.rstrip("?.").split() if w in NAMES], (q, named)
+        assert abs(float(targets[n].sum()) - 1.0) < 1e-5
+        sink, image = float(targets[n][0]), targets[n][1:]
+        on = image > 0
+        assert int(on.sum()) % per_object == 0
+        scene = task.scene_at("train", b)
+        if kind in sm.COUNT_KINDS:
+            assert int(roles[n]) == sm.COUNT
+            count = int(on.sum()) // per_object
+            assert task.NUMBERS[count] == a and abs(sink - 1.0 / (1 + count)) < 1e-6
+            continue
+        assert int(roles[n]) == sm.LOOKUP and kind in sm.ATTEND_KINDS and sink == 0.0
+        if kind == "read":
+            assert set(colors[b][on].tolist()) == {len(task.COLOR_NAMES)}  # the sign's class
+        elif kind in ("color_of_shape", "shape_of_color"):
+            named = [o for o in scene.objects if o.color == a or o.shape == a]
+            assert {task.COLOR_NAMES.index(o.color) for o in named} >= set(colors[b][on].tolist())
+    assert {"color_of_shape", "shape_of_color", "position", "count_color"} <= seen_kinds
+    # questions about nothing there (absent objects, descriptions) have nothing to look at
+    scene = task.scene_at("train", 0)
+    assert task.referents(scene, "Is there a purple cross?", "exists") == [
+        (o.row, o.col) for o in scene.objects if o.name == "purple cross"]
+    assert task.referents(scene, "Describe the picture.", "describe") == []
 
 
 @pytest.mark.parametrize("variant", ["dense", "idefics3"])

@@ -152,10 +152,10 @@ def lr_schedule(lr: float, warmup: int, steps: int):
 
 
 def train_step(model, aux_head, opt, logits, labels, patch_rows, patch_colors, patch_shapes, colors: int,
-               aux_weight: float, router) -> torch.Tensor:
+               aux_weight: float, router, extra_loss=None) -> torch.Tensor:
     """One optimiser step on the answer loss, plus aux_weight times the per-patch colour
     (`colors` classes, then shape) loss of the aux head on patch_rows [B, patches, D],
-    plus the routers' load balancing -> the answer loss."""
+    plus the routers' load balancing, plus extra_loss if given -> the answer loss."""
     router_logits, aux_coef, top_k = router
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
     total = loss
@@ -166,6 +166,8 @@ def train_step(model, aux_head, opt, logits, labels, patch_rows, patch_colors, p
         total = total + aux_weight * aux_loss
     if router_logits:
         total = total + aux_coef * load_balancing_loss(router_logits, top_k)
+    if extra_loss is not None:
+        total = total + extra_loss
     opt.zero_grad(set_to_none=True)
     total.backward()
     torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux_head.parameters()), 1.0)

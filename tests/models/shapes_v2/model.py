@@ -27,9 +27,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from kiln_models.common import apply_rotary, rotate_half as _rotate_half  # noqa: E402
 from kiln_models.image_processing import image_processor_for  # noqa: E402
 from kiln_models.tokenizer import ByteLevelBPE, corpus_text  # noqa: E402
 from shapes import model as v1  # noqa: E402
+from shapes import task as v1_task  # noqa: E402
 
 from . import task  # noqa: E402
 
@@ -139,6 +141,9 @@ class Pipeline:
         self.processor = image_processor_for(PREPROCESSOR[variant])
         self.pad = tok.token_to_id("<pad>")
         self.image = tok.token_to_id("<image>")
+        # tokens that are a colour or shape word (singular or plural): what a question names
+        names = set(task.COLOR_NAMES) | set(task.SHAPES) | {v1_task._plural(s) for s in task.SHAPES}
+        self.name_ids = {i for i in range(tok.max_id + 1) if tok.decode([i]).strip().lower() in names}
 
     def pixels(self, image) -> np.ndarray:
         """[3, H, W] float32, as the checkpoint's image processor makes them."""
@@ -192,14 +197,16 @@ class Pipeline:
               kind_weights: Optional[dict] = None, prune_fraction: float = 0.0):
         """-> pixel_values [B,3,H,W], input_ids [B,T], labels [B,T] (-100 = ignored), the
         per-patch colour and shape classes [B, patches] (the auxiliary targets), the image
-        tokens each sample keeps [B], positions [B,T] and segments [B,T] (-1: padding).
+        tokens each sample keeps [B], positions [B,T], segments [B,T] (-1: padding) and
+        the attention targets of the answers (attention_targets).
         Sample b is the training scene indices[b] with `questions` questions about it
         (see pack); with probability prune_fraction it keeps only a random 25-100% of its
         image tokens (those Kiln's visual-token pruning would keep, see keep_tokens)."""
-        rows, scenes, pxs, keeps = [], [], [], []
+        rows, scenes, pxs, keeps, qass = [], [], [], [], []
         for i in indices:
             scene = task.scene_at("train", i)
             qas = task.questions(rng, scene, questions, aux_fraction, kind_weights)
+            qass.append(qas)
             keep = NUM_IMAGE_TOKENS
             if prune_fraction > 0 and rng.random() < prune_fraction:
                 keep = rng.randint(NUM_IMAGE_TOKENS // 4, NUM_IMAGE_TOKENS)
@@ -219,7 +226,8 @@ class Pipeline:
             segments[b, :len(seg)] = seg
         colors, shapes = patch_targets(scenes, self.vision_grid())
         return (torch.from_numpy(np.stack(pxs)), torch.from_numpy(ids), torch.from_numpy(labels), colors, shapes,
-                torch.tensor(keeps), torch.from_numpy(positions), torch.from_numpy(segments))
+                torch.tensor(keeps), torch.from_numpy(positions), torch.from_numpy(segments),
+                attention_targets(scenes, qass, keeps, labels, segments, ids, self.name_ids))
 
 
 def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
@@ -236,6 +244,107 @@ def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
     return features[sorted(order)]
 
 
+# Teaching the decoder where to look (train.py --attend-weight). At the position that
+# predicts the answer, one head (the lookup head) of one layer is trained to attend to the
+# image tokens of what a lookup question names; another (the count head) to attend to the
+# sequence's first token (a sink) and to every counted object with equal weight, so that
+# the share left on the sink, 1 / (1 + count), tells the count.
+ATTEND_KINDS = ("color_of_shape", "shape_of_color", "exists", "position", "relation", "read")
+COUNT_KINDS = ("count_shape", "count_color", "count_all")
+LOOKUP, COUNT = 0, 1
+
+
+def attention_targets(scenes, qass, keeps, labels: np.ndarray, segments: np.ndarray, ids: np.ndarray,
+                      name_ids):
+    """For every packed question whose picture keeps all its image tokens and that is
+    either a lookup (ATTEND_KINDS) naming something in the scene (task.referents) or a
+    count (COUNT_KINDS): the row, the position that predicts the answer's first token,
+    LOOKUP or COUNT, a distribution over the sink (column 0) and the image tokens
+    (columns 1..NUM_IMAGE_TOKENS), and one over the row's tokens, uniform over the
+    question's colour and shape words (name_ids; all zero when it names none) ->
+    (rows [N], positions [N], roles [N], targets [N, 1 + tokens], words [N, T])."""
+    per_cell = GRID_PATCHES // task.GRID
+    rows, poss, roles, targets, words = [], [], [], [], []
+    for b, (scene, qas) in enumerate(zip(scenes, qass)):
+        if keeps[b] != NUM_IMAGE_TOKENS:
+            continue
+        for i, (q, _, kind) in enumerate(qas):
+            if kind not in ATTEND_KINDS and kind not in COUNT_KINDS:
+                continue
+            cells = task.referents(scene, q, kind)
+            if kind in ATTEND_KINDS and not cells:
+                continue
+            t = np.zeros(1 + NUM_IMAGE_TOKENS, dtype=np.float32)
+            for r, c in cells:  # each object weighs 1, spread over its cell's tokens
+                for pr in range(per_cell):
+                    first = 1 + (r * per_cell + pr) * GRID_PATCHES + c * per_cell
+                    t[first:first + per_cell] = 1.0 / (per_cell * per_cell)
+            if kind in COUNT_KINDS:
+                t[0] = 1.0
+            p = int(np.flatnonzero((segments[b] == i + 1) & (labels[b] != -100))[0])
+            w = np.array([segments[b, j] == i + 1 and j <= p and int(ids[b, j]) in name_ids
+                          for j in range(ids.shape[1])], dtype=np.float32)
+            rows.append(b)
+            poss.append(p)
+            roles.append(COUNT if kind in COUNT_KINDS else LOOKUP)
+            targets.append(t / t.sum())
+            words.append(w / max(w.sum(), 1.0))
+    return (torch.tensor(rows, dtype=torch.long), torch.tensor(poss, dtype=torch.long),
+            torch.tensor(roles, dtype=torch.long),
+            torch.from_numpy(np.stack(targets)) if targets else torch.zeros(0, 1 + NUM_IMAGE_TOKENS),
+            torch.from_numpy(np.stack(words)) if words else torch.zeros(0, ids.shape[1]))
+
+
+def attention_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, image: torch.Tensor, attend,
+                   heads: Tuple[int, int]) -> torch.Tensor:
+    """Cross-entropy between the attention of the lookup and count heads (heads; -1: not
+    taught) at the answer positions of `attend` (attention_targets) and the targets over
+    the sink (the row's first token) and the image tokens (`image`: [B, T] bool)."""
+    rows, poss, roles, targets = attend[:4]
+    head = torch.tensor(heads)[roles]
+    use = head >= 0
+    if not bool(use.any()):
+        return h.new_zeros(())
+    rows, poss, head, targets = rows[use], poss[use], head[use], targets[use]
+    attn = layer.self_attn
+    x = layer.input_layernorm(h)
+    b, t, _ = x.shape
+    d = attn.head_dim
+    q = attn.q_proj(x).view(b, t, attn.num_heads, d).transpose(1, 2)
+    k = attn.k_proj(x).view(b, t, attn.num_kv_heads, d).transpose(1, 2)
+    q, k = apply_rotary(q, k, cos, sin)
+    q = q[rows, head, poss]  # [N, d]
+    k = k[rows, head // (attn.num_heads // attn.num_kv_heads)]  # [N, T, d]
+    scores = torch.einsum("nd,ntd->nt", q, k) * attn.scaling + mask[rows, 0, poss]
+    logp = torch.log_softmax(scores, dim=-1)
+    full = torch.zeros_like(logp)
+    full[:, 0] = targets[:, 0]
+    full[image[rows]] = targets[:, 1:].reshape(-1)
+    return -(full * logp).sum(-1).mean()
+
+
+def word_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, attend, head: int) -> torch.Tensor:
+    """Cross-entropy between head `head`'s attention at the answer positions of `attend`
+    and the question's colour and shape words (attention_targets): where the lookup
+    head's query comes from."""
+    rows, poss, words = attend[0], attend[1], attend[4]
+    use = words.sum(-1) > 0
+    if not bool(use.any()):
+        return h.new_zeros(())
+    rows, poss, words = rows[use], poss[use], words[use]
+    attn = layer.self_attn
+    x = layer.input_layernorm(h)
+    b, t, _ = x.shape
+    d = attn.head_dim
+    q = attn.q_proj(x).view(b, t, attn.num_heads, d)[rows, poss, head]  # [N, d]
+    k = attn.k_proj(x).view(b, t, attn.num_kv_heads, d).transpose(1, 2)
+    k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
+    q = q * cos[rows, poss] + _rotate_half(q) * sin[rows, poss]
+    k = k[rows, head // (attn.num_heads // attn.num_kv_heads)]  # [N, T, d]
+    scores = torch.einsum("nd,ntd->nt", q, k) * attn.scaling + mask[rows, 0, poss]
+    return -(words * torch.log_softmax(scores, dim=-1)).sum(-1).mean()
+
+
 def segment_mask(segments: torch.Tensor) -> torch.Tensor:
     """Additive attention mask [B, 1, T, T] of packed rows: a token sees the earlier
     tokens of the prefix (segment 0) and of its own segment."""
@@ -248,10 +357,14 @@ def segment_mask(segments: torch.Tensor) -> torch.Tensor:
 
 
 def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor, positions: torch.Tensor,
-                   segments: torch.Tensor) -> torch.Tensor:
+                   segments: torch.Tensor, attend=None, attend_layer: int = 1, attend_heads=(0, -1),
+                   word_head: int = -1):
     """The model's forward on packed rows (Pipeline.batch), sample b's image tokens cut to
     keeps[b] (its ids carry that many) -> logits [B, T, vocab]: each segment's logits
-    are those of its question asked alone."""
+    are those of its question asked alone. With `attend` (attention_targets) -> logits
+    and the attention loss of the lookup and count heads attend_heads in layer
+    attend_layer (attention_loss), plus with word_head >= 0 that head's word loss in the
+    layer before (word_loss)."""
     if hasattr(model, "language_model"):  # LLaVA
         lm = model.language_model
         image_id, body, logits = model.image_token_index, lm.model, lm.logits
@@ -264,9 +377,19 @@ def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tens
     h = h.masked_scatter(mask[..., None].expand_as(h), kept.to(h.dtype))
     cos, sin = body.rotary_emb(positions)
     attn = segment_mask(segments)
-    for layer in body.layers:
+    extra = None
+    for i, layer in enumerate(body.layers):
+        if attend is not None and i == attend_layer and len(attend[0]):
+            loss = attention_loss(layer, h, cos, sin, attn, mask, attend, attend_heads)
+            extra = loss if extra is None else extra + loss
+        if attend is not None and i == attend_layer - 1 and word_head >= 0 and len(attend[0]):
+            loss = word_loss(layer, h, cos, sin, attn, attend, word_head)
+            extra = loss if extra is None else extra + loss
         h = layer(h, cos, sin, attn)
-    return logits(body.norm(h))
+    out = logits(body.norm(h))
+    if attend is None:
+        return out
+    return out, (extra if extra is not None else out.new_zeros(()))
 
 
 # Auxiliary per-patch classes: colour (the 6 colours, the sign, empty) and shape

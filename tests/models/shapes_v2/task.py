@@ -225,6 +225,29 @@ def questions(rng: random.Random, scene: Scene, count: int, aux_fraction: float 
     return out
 
 
+def referents(scene: Scene, question: str, kind: str) -> List[Tuple[int, int]]:
+    """The cells (row, col) a question is about: the object a colour, shape or name
+    picks out, both objects of a relation, every object for a total count, the sign
+    for reading; [] when nothing answers it (an absent object, a count of zero, a
+    description)."""
+    words = set(question.lower().rstrip("?.").split())
+    objs = scene.objects
+    if kind == "read":
+        return [] if scene.sign is None else [(scene.sign.row, scene.sign.col)]
+    if kind == "count_all":
+        found = list(objs)
+    elif kind in ("exists", "position", "relation"):
+        text = " ".join(question.lower().rstrip("?.").split())
+        found = [o for o in objs if o.name in text]
+    elif kind in ("color_of_shape", "count_shape"):
+        found = [o for o in objs if o.shape in words or v1._plural(o.shape) in words]
+    elif kind in ("shape_of_color", "count_color"):
+        found = [o for o in objs if o.color in words]
+    else:
+        found = []
+    return [(o.row, o.col) for o in found]
+
+
 def scene_at(split: str, index: int) -> Scene:
     """The scene of a training pack: its own seed stream (high bit set), disjoint from
     the single-question samples of the same split."""

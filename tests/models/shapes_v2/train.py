@@ -97,6 +97,17 @@ def main() -> int:
                     help="share of the questions that ask for a description of the whole picture")
     ap.add_argument("--aux-weight", type=float, default=0.5,
                     help="weight of the per-patch colour/shape loss on the vision features")
+    ap.add_argument("--attend-weight", type=float, default=0.0, metavar="W",
+                    help="weight of the loss that teaches decoder heads where to look: at the answer "
+                         "position, attention on the image tokens of what the question names or counts "
+                         "(model.attention_targets)")
+    ap.add_argument("--attend-layer", type=int, default=1, help="decoder layer of that head")
+    ap.add_argument("--attend-head", type=int, default=0, help="the head that looks up what a question names")
+    ap.add_argument("--count-head", type=int, default=-1,
+                    help="the head taught to attend to the counted objects and a sink (-1: none)")
+    ap.add_argument("--word-head", type=int, default=-1,
+                    help="a head of the layer before, taught to attend from the answer position to the "
+                         "question's colour and shape words (-1: none)")
     ap.add_argument("--prune-visual", type=float, default=0.0, metavar="P",
                     help="share of pictures trained with only 25-100%% of their image tokens, those "
                          "--visual-tokens (score distinct) keeps: makes the model robust to the pruning")
@@ -152,7 +163,7 @@ def main() -> int:
     lr_at = lr_schedule(args.lr, args.warmup, args.steps)
 
     state_path = os.path.join(args.out, "train_state.pt")
-    first, running, elapsed = 0, None, 0.0
+    first, running, elapsed, attending = 0, None, 0.0, None
     if args.resume:
         st = torch.load(state_path)
         model.load_state_dict(st["model"])
@@ -169,8 +180,8 @@ def main() -> int:
                                          **({"prefetch_factor": 2} if args.workers else {}))
     start = time.time() - elapsed
     end = min(args.steps, args.stop_at) if args.stop_at else args.steps
-    for step, (px, ids, labels, patch_colors, patch_shapes, keeps, positions, segments) in zip(range(first, end),
-                                                                                                loader):
+    for step, (px, ids, labels, patch_colors, patch_shapes, keeps, positions, segments, attend) in zip(
+            range(first, end), loader):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         router[0].clear()
@@ -180,14 +191,18 @@ def main() -> int:
                 lambda m, i, o: vision_states.append(o.last_hidden_state))
         else:  # CLIP: the class token first
             hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1][:, 1:]))
-        logits = sm.forward_packed(model, ids, px, keeps, positions, segments)
+        logits, attend_loss = sm.forward_packed(model, ids, px, keeps, positions, segments, attend,
+                                                args.attend_layer, (args.attend_head, args.count_head),
+                                                args.word_head)
         hook.remove()
         loss = train_step(model, aux_head, opt, logits, labels, vision_states[0], patch_colors, patch_shapes,
-                          sm.AUX_COLORS, args.aux_weight, router)
+                          sm.AUX_COLORS, args.aux_weight, router, args.attend_weight * attend_loss)
+        attending = attend_loss.item() if attending is None else 0.95 * attending + 0.05 * attend_loss.item()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % 50 == 0 or step == args.steps - 1:
             el = time.time() - start
-            print(f"step {step:5d}  loss {running:.4f}  lr {lr_at(step):.2e}  {el / 60:6.1f} min", flush=True)
+            print(f"step {step:5d}  loss {running:.4f}  attend {attending:.3f}  lr {lr_at(step):.2e}  "
+                  f"{el / 60:6.1f} min", flush=True)
         if step + 1 < args.steps and ((args.save_every and (step + 1) % args.save_every == 0) or step + 1 == end):
             tmp = state_path + ".tmp"
             torch.save({"model": model.state_dict(), "aux": aux_head.state_dict(), "opt": opt.state_dict(),
