@@ -398,6 +398,13 @@ AUX_COLORS = len(task.COLOR_NAMES) + 2
 AUX_SHAPES = len(task.SHAPES) + len(task.DIGITS) + 1
 
 
+def patch_cells(grid: int = GRID_PATCHES) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per patch of a grid x grid vision tower: the row and column of its scene cell."""
+    per_cell = grid // task.GRID
+    idx = torch.arange(grid * grid)
+    return idx // grid // per_cell, idx % grid // per_cell
+
+
 def patch_targets(scenes, grid: int = GRID_PATCHES) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per patch of a grid x grid vision tower: the classes of what covers it."""
     per_cell = grid // task.GRID

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from kiln_models.idefics3 import Idefics3ForConditionalGeneration  # noqa: E402
 from kiln_models.llava import LlavaForConditionalGeneration  # noqa: E402
@@ -97,6 +98,9 @@ def main() -> int:
                     help="share of the questions that ask for a description of the whole picture")
     ap.add_argument("--aux-weight", type=float, default=0.5,
                     help="weight of the per-patch colour/shape loss on the vision features")
+    ap.add_argument("--aux-position", type=float, default=0.0, metavar="W",
+                    help="weight of an auxiliary loss on the vision features: the row and column of the "
+                         "cell each patch lies in")
     ap.add_argument("--attend-weight", type=float, default=0.0, metavar="W",
                     help="weight of the loss that teaches decoder heads where to look: at the answer "
                          "position, attention on the image tokens of what the question names or counts "
@@ -152,8 +156,13 @@ def main() -> int:
     # Auxiliary heads (training only, not saved): per patch, the colour and the shape or
     # digit of what covers it, read from the vision tower's features.
     aux_head = nn.Linear(config["vision_config"]["hidden_size"], sm.AUX_COLORS + sm.AUX_SHAPES)
+    if args.aux_position:
+        # and the row and column of the cell each patch lies in: the features keep where
+        # they come from (position and relation answers need it)
+        aux_head.position = nn.Linear(config["vision_config"]["hidden_size"], 2 * task.GRID)
     init_weights(aux_head)
     pipe = sm.Pipeline(tok, args.variant)
+    cell_rows, cell_cols = sm.patch_cells(pipe.vision_grid())
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.variant}: {n_params:,} parameters, vocab {config['text_config']['vocab_size']}, "
           f"{sm.NUM_IMAGE_TOKENS} image tokens", flush=True)
@@ -195,8 +204,14 @@ def main() -> int:
                                                 args.attend_layer, (args.attend_head, args.count_head),
                                                 args.word_head)
         hook.remove()
+        extra = args.attend_weight * attend_loss
+        if args.aux_position:
+            pos = aux_head.position(vision_states[0])
+            extra = extra + args.aux_position * (
+                F.cross_entropy(pos[..., :task.GRID].reshape(-1, task.GRID), cell_rows.repeat(pos.shape[0])) +
+                F.cross_entropy(pos[..., task.GRID:].reshape(-1, task.GRID), cell_cols.repeat(pos.shape[0])))
         loss = train_step(model, aux_head, opt, logits, labels, vision_states[0], patch_colors, patch_shapes,
-                          sm.AUX_COLORS, args.aux_weight, router, args.attend_weight * attend_loss)
+                          sm.AUX_COLORS, args.aux_weight, router, extra)
         attending = attend_loss.item() if attending is None else 0.95 * attending + 0.05 * attend_loss.item()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % 50 == 0 or step == args.steps - 1:

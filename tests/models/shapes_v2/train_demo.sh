@@ -56,3 +56,31 @@ stage dense3 --variant dense --init "$WORK/dense2/train_state.pt" --seed 3 --ste
   --eval-every 300 --describe-fraction 0.03 --kind-weight shape_of_color=2 --kind-weight color_of_shape=2 \
   --kind-weight count_shape=1.5 --kind-weight count_color=1.5 --kind-weight relation=1.5 --kind-weight position=2 \
   --kind-weight exists=1.5 --kind-weight read=0.3 --kind-weight count_all=0.3
+# From here on the decoder is taught where to look (--attend-weight, model.attention_targets):
+# dense3 described pictures but answered single-object questions at chance, and no head
+# attended to the object a question names.
+#   att0   1500 steps: a lookup head (layer 1, head 0) on the tokens of the named object
+#   att1   the first 500 steps of 2500: and a count head (layer 1, head 1) on a sink and the
+#          counted objects
+#   att2   the first 1000 steps of 2000: and a head of layer 0 on the question's colour and
+#          shape words (where the lookup head's query comes from)
+#   att3   1800 steps: and the cell of each patch as an auxiliary target of the vision
+#          features (a linear probe read the region of an object from them at chance)
+LOOK=(--attend-weight 0.5 --attend-layer 1 --attend-head 0)
+HARD=(--kind-weight shape_of_color=2 --kind-weight color_of_shape=0.7 --kind-weight count_shape=1
+  --kind-weight count_color=1.5 --kind-weight relation=2 --kind-weight position=2 --kind-weight exists=2
+  --kind-weight read=0.3 --kind-weight count_all=0.3)
+stage att0 --variant dense --init "$WORK/dense3" --seed 4 --steps 1500 --lr 3e-4 --warmup 50 --eval-every 250 \
+  --describe-fraction 0.05 "${LOOK[@]}" --kind-weight shape_of_color=2 --kind-weight color_of_shape=2 \
+  --kind-weight count_shape=1.5 --kind-weight count_color=1.5 --kind-weight relation=1.5 --kind-weight position=2 \
+  --kind-weight exists=1.5 --kind-weight read=0.3 --kind-weight count_all=0.3
+stage att1 --variant dense --init "$WORK/att0" --seed 5 --steps 2500 --lr 3e-4 --warmup 50 --eval-every 500 \
+  --save-every 250 --describe-fraction 0.03 "${LOOK[@]}" --count-head 1 "${HARD[@]}" --stop-at 500
+stage att2 --variant dense --init "$WORK/att1/train_state.pt" --seed 6 --steps 2000 --lr 3e-4 --warmup 30 \
+  --eval-every 400 --save-every 200 --describe-fraction 0.03 "${LOOK[@]}" --count-head 1 --word-head 0 "${HARD[@]}" \
+  --stop-at 1000
+stage att3 --variant dense --init "$WORK/att2/train_state.pt" --seed 7 --steps 1800 --lr 2.5e-4 --warmup 30 \
+  --eval-every 400 --save-every 200 --describe-fraction 0.03 --aux-position 0.5 "${LOOK[@]}" --count-head 1 \
+  --word-head 0 --kind-weight shape_of_color=1 --kind-weight color_of_shape=0.5 --kind-weight count_shape=1.5 \
+  --kind-weight count_color=1.5 --kind-weight relation=2.5 --kind-weight position=2.5 --kind-weight exists=1 \
+  --kind-weight read=0.3 --kind-weight count_all=0.3
