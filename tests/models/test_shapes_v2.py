@@ -144,6 +144,39 @@ def test_attention_targets_cover_what_the_question_names(tok):
     assert task.referents(scene, "Describe the picture.", "describe") == []
 
 
+def test_split_relations_look_up_each_object_apart(tok):
+    """With split relations, a relation question teaches the lookup head the first named
+    object (from its two words) and the second head the other."""
+    pipe = sm.Pipeline(tok)
+    pipe.split_relations = True
+    weights = {k: (1.0 if k == "relation" else 0.0) for k in task.QUESTION_KINDS}
+    rng = random.Random(8)
+    _, ids, _, _, _, _, _, segments, (rows, poss, roles, targets, words) = pipe.batch(range(8), rng, 3, 0.0, weights)
+    rng = random.Random(8)
+    qass = []
+    for i in range(8):
+        qass.append(task.questions(rng, task.scene_at("train", i), 3, 0.0, weights))
+        rng.choice(sm.TRAIN_RENDER_SIZES)
+    per_cell = sm.GRID_PATCHES // task.GRID
+    checked = 0
+    for n in range(len(rows)):
+        b, p = int(rows[n]), int(poss[n])
+        q, a, kind = qass[b][int(segments[b, p]) - 1]
+        assert kind == "relation"
+        scene = task.scene_at("train", b)
+        text = q.lower()
+        first, second = sorted((o for o in scene.objects if o.name in text), key=lambda o: text.index(o.name))
+        o = first if int(roles[n]) == sm.LOOKUP else second
+        assert int(roles[n]) in (sm.LOOKUP, sm.SECOND)
+        said = " ".join(tok.decode([int(ids[b, j])]).strip() for j in range(ids.shape[1]) if words[n, j] > 0)
+        assert said == o.name, (q, said, o.name)
+        on = (targets[n][1:] > 0).nonzero().flatten().tolist()
+        assert on == sorted((o.row * per_cell + r) * sm.GRID_PATCHES + o.col * per_cell + c
+                            for r in range(per_cell) for c in range(per_cell))
+        checked += 1
+    assert checked >= 8 and sorted(roles.tolist()).count(sm.SECOND) == checked // 2
+
+
 @pytest.mark.parametrize("variant", ["dense", "idefics3"])
 def test_a_packed_question_is_the_question_asked_alone(variant):
     """forward_packed: each segment's logits equal those of its question alone (the

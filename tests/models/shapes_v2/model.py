@@ -144,6 +144,7 @@ class Pipeline:
         # tokens that are a colour or shape word (singular or plural): what a question names
         names = set(task.COLOR_NAMES) | set(task.SHAPES) | {v1_task._plural(s) for s in task.SHAPES}
         self.name_ids = {i for i in range(tok.max_id + 1) if tok.decode([i]).strip().lower() in names}
+        self.split_relations = False  # attention_targets
 
     def pixels(self, image) -> np.ndarray:
         """[3, H, W] float32, as the checkpoint's image processor makes them."""
@@ -227,7 +228,7 @@ class Pipeline:
         colors, shapes = patch_targets(scenes, self.vision_grid())
         return (torch.from_numpy(np.stack(pxs)), torch.from_numpy(ids), torch.from_numpy(labels), colors, shapes,
                 torch.tensor(keeps), torch.from_numpy(positions), torch.from_numpy(segments),
-                attention_targets(scenes, qass, keeps, labels, segments, ids, self.name_ids))
+                attention_targets(scenes, qass, keeps, labels, segments, ids, self.name_ids, self.split_relations))
 
 
 def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
@@ -249,20 +250,24 @@ def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
 # image tokens of what a lookup question names; another (the count head) to attend to the
 # sequence's first token (a sink) and to every counted object with equal weight, so that
 # the share left on the sink, 1 / (1 + count), tells the count.
+# With split relations, a relation's two objects are looked up by two heads: the lookup
+# head takes the first named, a second head the other (each from its own words).
 ATTEND_KINDS = ("color_of_shape", "shape_of_color", "exists", "position", "relation", "read")
 COUNT_KINDS = ("count_shape", "count_color", "count_all")
-LOOKUP, COUNT = 0, 1
+LOOKUP, COUNT, SECOND = 0, 1, 2
 
 
 def attention_targets(scenes, qass, keeps, labels: np.ndarray, segments: np.ndarray, ids: np.ndarray,
-                      name_ids):
+                      name_ids, split_relations: bool = False):
     """For every packed question whose picture keeps all its image tokens and that is
     either a lookup (ATTEND_KINDS) naming something in the scene (task.referents) or a
     count (COUNT_KINDS): the row, the position that predicts the answer's first token,
     LOOKUP or COUNT, a distribution over the sink (column 0) and the image tokens
     (columns 1..NUM_IMAGE_TOKENS), and one over the row's tokens, uniform over the
     question's colour and shape words (name_ids; all zero when it names none) ->
-    (rows [N], positions [N], roles [N], targets [N, 1 + tokens], words [N, T])."""
+    (rows [N], positions [N], roles [N], targets [N, 1 + tokens], words [N, T]).
+    With split_relations a relation gives two entries: LOOKUP on the first named object
+    and its words, SECOND on the other and its words."""
     per_cell = GRID_PATCHES // task.GRID
     rows, poss, roles, targets, words = [], [], [], [], []
     for b, (scene, qas) in enumerate(zip(scenes, qass)):
@@ -274,21 +279,28 @@ def attention_targets(scenes, qass, keeps, labels: np.ndarray, segments: np.ndar
             cells = task.referents(scene, q, kind)
             if kind in ATTEND_KINDS and not cells:
                 continue
-            t = np.zeros(1 + NUM_IMAGE_TOKENS, dtype=np.float32)
-            for r, c in cells:  # each object weighs 1, spread over its cell's tokens
-                for pr in range(per_cell):
-                    first = 1 + (r * per_cell + pr) * GRID_PATCHES + c * per_cell
-                    t[first:first + per_cell] = 1.0 / (per_cell * per_cell)
-            if kind in COUNT_KINDS:
-                t[0] = 1.0
             p = int(np.flatnonzero((segments[b] == i + 1) & (labels[b] != -100))[0])
-            w = np.array([segments[b, j] == i + 1 and j <= p and int(ids[b, j]) in name_ids
-                          for j in range(ids.shape[1])], dtype=np.float32)
-            rows.append(b)
-            poss.append(p)
-            roles.append(COUNT if kind in COUNT_KINDS else LOOKUP)
-            targets.append(t / t.sum())
-            words.append(w / max(w.sum(), 1.0))
+            named = [j for j in range(ids.shape[1])
+                     if segments[b, j] == i + 1 and j <= p and int(ids[b, j]) in name_ids]
+            if split_relations and kind == "relation" and len(cells) == 2 and len(named) == 4:
+                entries = [(LOOKUP, cells[:1], named[:2]), (SECOND, cells[1:], named[2:])]
+            else:
+                entries = [(COUNT if kind in COUNT_KINDS else LOOKUP, cells, named)]
+            for role, where, said in entries:
+                t = np.zeros(1 + NUM_IMAGE_TOKENS, dtype=np.float32)
+                for r, c in where:  # each object weighs 1, spread over its cell's tokens
+                    for pr in range(per_cell):
+                        first = 1 + (r * per_cell + pr) * GRID_PATCHES + c * per_cell
+                        t[first:first + per_cell] = 1.0 / (per_cell * per_cell)
+                if kind in COUNT_KINDS:
+                    t[0] = 1.0
+                w = np.zeros(ids.shape[1], dtype=np.float32)
+                w[said] = 1.0
+                rows.append(b)
+                poss.append(p)
+                roles.append(role)
+                targets.append(t / t.sum())
+                words.append(w / max(w.sum(), 1.0))
     return (torch.tensor(rows, dtype=torch.long), torch.tensor(poss, dtype=torch.long),
             torch.tensor(roles, dtype=torch.long),
             torch.from_numpy(np.stack(targets)) if targets else torch.zeros(0, 1 + NUM_IMAGE_TOKENS),
@@ -296,9 +308,9 @@ def attention_targets(scenes, qass, keeps, labels: np.ndarray, segments: np.ndar
 
 
 def attention_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, image: torch.Tensor, attend,
-                   heads: Tuple[int, int]) -> torch.Tensor:
-    """Cross-entropy between the attention of the lookup and count heads (heads; -1: not
-    taught) at the answer positions of `attend` (attention_targets) and the targets over
+                   heads: Sequence[int]) -> torch.Tensor:
+    """Cross-entropy between the attention of the lookup, count and second heads (heads,
+    by role; -1: not taught) at the answer positions of `attend` (attention_targets) and the targets over
     the sink (the row's first token) and the image tokens (`image`: [B, T] bool)."""
     rows, poss, roles, targets = attend[:4]
     head = torch.tensor(heads)[roles]
@@ -323,15 +335,16 @@ def attention_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, image: 
     return -(full * logp).sum(-1).mean()
 
 
-def word_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, attend, head: int) -> torch.Tensor:
-    """Cross-entropy between head `head`'s attention at the answer positions of `attend`
-    and the question's colour and shape words (attention_targets): where the lookup
-    head's query comes from."""
-    rows, poss, words = attend[0], attend[1], attend[4]
-    use = words.sum(-1) > 0
+def word_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, attend, heads: Sequence[int]) -> torch.Tensor:
+    """Cross-entropy between the attention of the word heads (heads, by role; -1: not
+    taught) at the answer positions of `attend` and the question's colour and shape words
+    (attention_targets): where the lookup heads' queries come from."""
+    rows, poss, roles, words = attend[0], attend[1], attend[2], attend[4]
+    head = torch.tensor(list(heads))[roles]
+    use = (words.sum(-1) > 0) & (head >= 0)
     if not bool(use.any()):
         return h.new_zeros(())
-    rows, poss, words = rows[use], poss[use], words[use]
+    rows, poss, words, head = rows[use], poss[use], words[use], head[use]
     attn = layer.self_attn
     x = layer.input_layernorm(h)
     b, t, _ = x.shape
@@ -357,13 +370,13 @@ def segment_mask(segments: torch.Tensor) -> torch.Tensor:
 
 
 def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor, positions: torch.Tensor,
-                   segments: torch.Tensor, attend=None, attend_layer: int = 1, attend_heads=(0, -1),
-                   word_head: int = -1):
+                   segments: torch.Tensor, attend=None, attend_layer: int = 1, attend_heads=(0, -1, -1),
+                   word_heads=(-1, -1, -1)):
     """The model's forward on packed rows (Pipeline.batch), sample b's image tokens cut to
     keeps[b] (its ids carry that many) -> logits [B, T, vocab]: each segment's logits
     are those of its question asked alone. With `attend` (attention_targets) -> logits
-    and the attention loss of the lookup and count heads attend_heads in layer
-    attend_layer (attention_loss), plus with word_head >= 0 that head's word loss in the
+    and the attention loss of the lookup, count and second heads attend_heads in layer
+    attend_layer (attention_loss), plus that of the word heads word_heads (by role) in the
     layer before (word_loss)."""
     if hasattr(model, "language_model"):  # LLaVA
         lm = model.language_model
@@ -382,8 +395,8 @@ def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tens
         if attend is not None and i == attend_layer and len(attend[0]):
             loss = attention_loss(layer, h, cos, sin, attn, mask, attend, attend_heads)
             extra = loss if extra is None else extra + loss
-        if attend is not None and i == attend_layer - 1 and word_head >= 0 and len(attend[0]):
-            loss = word_loss(layer, h, cos, sin, attn, attend, word_head)
+        if attend is not None and i == attend_layer - 1 and max(word_heads) >= 0 and len(attend[0]):
+            loss = word_loss(layer, h, cos, sin, attn, attend, word_heads)
             extra = loss if extra is None else extra + loss
         h = layer(h, cos, sin, attn)
     out = logits(body.norm(h))

@@ -227,7 +227,7 @@ def questions(rng: random.Random, scene: Scene, count: int, aux_fraction: float 
 
 def referents(scene: Scene, question: str, kind: str) -> List[Tuple[int, int]]:
     """The cells (row, col) a question is about: the object a colour, shape or name
-    picks out, both objects of a relation, every object for a total count, the sign
+    picks out, both objects of a relation (in the question's order), every object for a total count, the sign
     for reading; [] when nothing answers it (an absent object, a count of zero, a
     description)."""
     words = set(question.lower().rstrip("?.").split())
@@ -238,7 +238,7 @@ def referents(scene: Scene, question: str, kind: str) -> List[Tuple[int, int]]:
         found = list(objs)
     elif kind in ("exists", "position", "relation"):
         text = " ".join(question.lower().rstrip("?.").split())
-        found = [o for o in objs if o.name in text]
+        found = sorted((o for o in objs if o.name in text), key=lambda o: text.index(o.name))  # as named
     elif kind in ("color_of_shape", "count_shape"):
         found = [o for o in objs if o.shape in words or v1._plural(o.shape) in words]
     elif kind in ("shape_of_color", "count_color"):

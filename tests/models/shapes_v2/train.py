@@ -109,6 +109,9 @@ def main() -> int:
     ap.add_argument("--attend-head", type=int, default=0, help="the head that looks up what a question names")
     ap.add_argument("--count-head", type=int, default=-1,
                     help="the head taught to attend to the counted objects and a sink (-1: none)")
+    ap.add_argument("--second-heads", type=lambda v: tuple(int(x) for x in v.split(",")), metavar="H,W",
+                    help="look up a relation's two objects apart: head H (of the lookup layer) on the second "
+                         "named, from head W of the layer before on its words")
     ap.add_argument("--word-head", type=int, default=-1,
                     help="a head of the layer before, taught to attend from the answer position to the "
                          "question's colour and shape words (-1: none)")
@@ -163,6 +166,11 @@ def main() -> int:
     init_weights(aux_head)
     pipe = sm.Pipeline(tok, args.variant)
     cell_rows, cell_cols = sm.patch_cells(pipe.vision_grid())
+    # heads taught where to look, by role (model.LOOKUP, COUNT, SECOND); -1: none
+    second, second_word = args.second_heads if args.second_heads else (-1, -1)
+    heads = (args.attend_head, args.count_head, second)
+    word_heads = (args.word_head, args.word_head, second_word)
+    pipe.split_relations = bool(args.second_heads)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.variant}: {n_params:,} parameters, vocab {config['text_config']['vocab_size']}, "
           f"{sm.NUM_IMAGE_TOKENS} image tokens", flush=True)
@@ -201,8 +209,7 @@ def main() -> int:
         else:  # CLIP: the class token first
             hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1][:, 1:]))
         logits, attend_loss = sm.forward_packed(model, ids, px, keeps, positions, segments, attend,
-                                                args.attend_layer, (args.attend_head, args.count_head),
-                                                args.word_head)
+                                                args.attend_layer, heads, word_heads)
         hook.remove()
         extra = args.attend_weight * attend_loss
         if args.aux_position:
