@@ -2,11 +2,12 @@
 """Renders "shapes v2" pictures with questions: the bundled examples, the held-out
 test set, or a calibration set.
 
-    python3 tests/models/shapes_v2/make_examples.py --out tests/models/shapes_v2/examples --count 9 --one-per-kind
     python3 tests/models/shapes_v2/make_examples.py --out tests/models/shapes_v2/test --count 500 \
         --list test.jsonl                                                     # the shipped test set
-    python3 tests/models/shapes_v2/make_examples.py --out CKPT --count 64 --split train \
-        --images calibration --list calibration.jsonl                         # a calibration set
+    python3 tests/models/shapes_v2/make_examples.py --out tests/models/shapes_v2/examples --count 9 \
+        --one-per-kind --start 500                                            # the examples: past the test set
+    python3 tests/models/shapes_v2/make_examples.py --out tests/models/shapes_v2/checkpoints/dense --count 32 \
+        --split train --images calibration --list calibration.jsonl           # the bundled calibration set
 
 Writes NNN.png and a question list, one {"id", "image", "prompt", "answer", "kind"}
 per line (image paths relative to the list): the input kiln-run --batch reads and

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kiln_models.common import apply_rotary, rotate_half as _rotate_half  # noqa: E402
+from kiln_models.common import rotate_half as _rotate_half  # noqa: E402
 from kiln_models.image_processing import image_processor_for  # noqa: E402
 from kiln_models.tokenizer import ByteLevelBPE, corpus_text  # noqa: E402
 from shapes import model as v1  # noqa: E402
@@ -318,17 +318,7 @@ def attention_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, image: 
     if not bool(use.any()):
         return h.new_zeros(())
     rows, poss, head, targets = rows[use], poss[use], head[use], targets[use]
-    attn = layer.self_attn
-    x = layer.input_layernorm(h)
-    b, t, _ = x.shape
-    d = attn.head_dim
-    q = attn.q_proj(x).view(b, t, attn.num_heads, d).transpose(1, 2)
-    k = attn.k_proj(x).view(b, t, attn.num_kv_heads, d).transpose(1, 2)
-    q, k = apply_rotary(q, k, cos, sin)
-    q = q[rows, head, poss]  # [N, d]
-    k = k[rows, head // (attn.num_heads // attn.num_kv_heads)]  # [N, T, d]
-    scores = torch.einsum("nd,ntd->nt", q, k) * attn.scaling + mask[rows, 0, poss]
-    logp = torch.log_softmax(scores, dim=-1)
+    logp = head_log_attention(layer, h, cos, sin, mask, rows, poss, head)
     full = torch.zeros_like(logp)
     full[:, 0] = targets[:, 0]
     full[image[rows]] = targets[:, 1:].reshape(-1)
@@ -345,6 +335,12 @@ def word_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, attend, head
     if not bool(use.any()):
         return h.new_zeros(())
     rows, poss, words, head = rows[use], poss[use], words[use], head[use]
+    return -(words * head_log_attention(layer, h, cos, sin, mask, rows, poss, head)).sum(-1).mean()
+
+
+def head_log_attention(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, rows, poss, head) -> torch.Tensor:
+    """The log attention [N, T] of head head[n] of `layer` at position poss[n] of row
+    rows[n] over that row's tokens (h: the layer's input [B, T, D])."""
     attn = layer.self_attn
     x = layer.input_layernorm(h)
     b, t, _ = x.shape
@@ -355,7 +351,7 @@ def word_loss(layer, h: torch.Tensor, cos, sin, mask: torch.Tensor, attend, head
     q = q * cos[rows, poss] + _rotate_half(q) * sin[rows, poss]
     k = k[rows, head // (attn.num_heads // attn.num_kv_heads)]  # [N, T, d]
     scores = torch.einsum("nd,ntd->nt", q, k) * attn.scaling + mask[rows, 0, poss]
-    return -(words * torch.log_softmax(scores, dim=-1)).sum(-1).mean()
+    return torch.log_softmax(scores, dim=-1)
 
 
 def segment_mask(segments: torch.Tensor) -> torch.Tensor:
