@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Trains the "shapes v2" demo checkpoints with the schedule they are being trained
-# with. Not finished: no v2 checkpoint meets the bar for bundling yet (see
-# tests/models/README.md); the stages below are the ones run so far (about 1 h 50 min
-# on two cores).
+# Trains the "shapes v2" demo checkpoints with the schedule they were trained with:
+# checkpoints/dense is stage att6, checkpoints/moe stage moe0 (about 4 h on two cores;
+# tests/models/README.md says what each stage taught). Copy a stage's files into
+# checkpoints/VARIANT beside the calibration set to bundle it.
 #
 #     tests/models/shapes_v2/train_demo.sh
 #
@@ -64,8 +64,14 @@ stage dense3 --variant dense --init "$WORK/dense2/train_state.pt" --seed 3 --ste
 #          counted objects
 #   att2   the first 1000 steps of 2000: and a head of layer 0 on the question's colour and
 #          shape words (where the lookup head's query comes from)
-#   att3   1800 steps: and the cell of each patch as an auxiliary target of the vision
-#          features (a linear probe read the region of an object from them at chance)
+#   att3   the first 800 steps of 1800: and the cell of each patch as an auxiliary target of
+#          the vision features (a linear probe read the region of an object from them at chance)
+#   att4   1000 steps: a relation's two objects looked up apart (--second-heads: the lookup
+#          head on the first named, head 2 on the other, each from its own words)
+#   att5   400 steps, half the pictures with only 25-100% of their image tokens, those
+#          Kiln's --visual-tokens keeps (--prune-visual 0.5)
+#   att6   800 steps, three pictures in four pruned so (--prune-visual 0.75): the bundled
+#          checkpoints/dense
 LOOK=(--attend-weight 0.5 --attend-layer 1 --attend-head 0)
 HARD=(--kind-weight shape_of_color=2 --kind-weight color_of_shape=0.7 --kind-weight count_shape=1
   --kind-weight count_color=1.5 --kind-weight relation=2 --kind-weight position=2 --kind-weight exists=2
@@ -83,4 +89,19 @@ stage att3 --variant dense --init "$WORK/att2/train_state.pt" --seed 7 --steps 1
   --eval-every 400 --save-every 200 --describe-fraction 0.03 --aux-position 0.5 "${LOOK[@]}" --count-head 1 \
   --word-head 0 --kind-weight shape_of_color=1 --kind-weight color_of_shape=0.5 --kind-weight count_shape=1.5 \
   --kind-weight count_color=1.5 --kind-weight relation=2.5 --kind-weight position=2.5 --kind-weight exists=1 \
-  --kind-weight read=0.3 --kind-weight count_all=0.3
+  --kind-weight read=0.3 --kind-weight count_all=0.3 --stop-at 800
+KINDS4=(--kind-weight shape_of_color=1 --kind-weight color_of_shape=0.5 --kind-weight count_shape=1.5
+  --kind-weight count_color=1 --kind-weight relation=3 --kind-weight position=2 --kind-weight exists=1
+  --kind-weight read=0.3 --kind-weight count_all=0.3)
+HEADS=(--aux-position 0.5 "${LOOK[@]}" --count-head 1 --word-head 0 --second-heads 2,1)
+stage att4 --variant dense --init "$WORK/att3/train_state.pt" --seed 8 --steps 1000 --lr 2e-4 --warmup 30 \
+  --eval-every 500 --save-every 100 --describe-fraction 0.03 "${HEADS[@]}" "${KINDS4[@]}"
+stage att5 --variant dense --init "$WORK/att4" --seed 9 --steps 400 --lr 1e-4 --warmup 20 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS4[@]}"
+stage att6 --variant dense --init "$WORK/att5" --seed 10 --steps 800 --lr 1e-4 --warmup 20 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 "${HEADS[@]}" "${KINDS4[@]}" \
+  --kind-weight position=3 --kind-weight count_all=1
+# The mixture-of-experts variant, upcycled from att6 (each of 8 experts of width 128 a
+# quarter of the dense MLP, the router learned from scratch), with the same heads.
+stage moe0 --variant moe --upcycle "$WORK/att6" --seed 11 --steps 600 --lr 2e-4 --warmup 30 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS4[@]}"
