@@ -237,12 +237,16 @@ def keep_tokens(features: torch.Tensor, keep: int) -> torch.Tensor:
     their original order (ties: the earlier row)."""
     if keep >= features.shape[0]:
         return features
+    return features[kept_rows(features, keep)]
+
+
+def kept_rows(features: torch.Tensor, keep: int) -> List[int]:
+    """The indices of the rows keep_tokens keeps, ascending."""
     with torch.no_grad():
         f = features.double()
         mean = f.mean(0)
         score = 1.0 - (f @ mean) / torch.sqrt((f * f).sum(-1) * (mean * mean).sum()).clamp_min(1e-300)
-        order = sorted(range(f.shape[0]), key=lambda r: (-float(score[r]), r))[:keep]
-    return features[sorted(order)]
+        return sorted(sorted(range(f.shape[0]), key=lambda r: (-float(score[r]), r))[:keep])
 
 
 # Teaching the decoder where to look (train.py --attend-weight). At the position that
