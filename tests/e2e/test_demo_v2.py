@@ -31,17 +31,8 @@ def load_test_set():
     return [json.loads(l) for l in open(TEST_SET)]
 
 
-def subset(tmp_path, count):
-    """The first `count` test questions as a list whose image paths are absolute."""
-    path = tmp_path / f"test-{count}.jsonl"
-    with open(path, "w") as f:
-        for q in load_test_set()[:count]:
-            f.write(json.dumps(dict(q, image=os.path.join(os.path.dirname(TEST_SET), q["image"]))) + "\n")
-    return path
-
-
-def kiln_answers(artifact, qfile, *flags):
-    out = run([tool("kiln-run"), artifact, "--batch", qfile, "--threads", "2", *flags]).stdout
+def kiln_answers(artifact, qfile):
+    out = run([tool("kiln-run"), artifact, "--batch", qfile, "--threads", "2"]).stdout
     return {a["id"]: a["answer"].strip() for a in map(json.loads, out.splitlines())}
 
 
@@ -60,19 +51,41 @@ def artifacts(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def answers(artifacts, tmp_path_factory):
+    """Kiln's answers to the whole test set by id, per (variant, kiln-compile flags),
+    each artifact run once; the question list is written with absolute image paths."""
+    qfile = tmp_path_factory.mktemp("shapes-v2-test") / "test.jsonl"
+    with open(qfile, "w") as f:
+        for q in load_test_set():
+            f.write(json.dumps(dict(q, image=os.path.join(os.path.dirname(TEST_SET), q["image"]))) + "\n")
+    cache = {}
+
+    def get(variant, *flags):
+        key = (variant,) + flags
+        if key not in cache:
+            cache[key] = kiln_answers(artifacts(variant, *flags), qfile)
+        return cache[key]
+    return get
+
+
+def accuracy(kiln, qs):
+    return sum(kiln[q["id"]] == q["answer"] for q in qs) / len(qs)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_kiln_answers_as_the_reference_does(variant, artifacts, tmp_path):
+def test_kiln_answers_as_the_reference_does(variant, answers):
+    """The first 60 test questions."""
     ckpt = os.path.join(CHECKPOINTS, variant)
-    qfile = subset(tmp_path, 60)
-    kiln = kiln_answers(artifacts(variant), qfile)
+    kiln = answers(variant)
     model, _ = load_checkpoint(ckpt)
     model.eval()
     tok = ByteLevelBPE.load(ckpt)
     pipe = sm.Pipeline(tok)
     differing = []
     with torch.no_grad():
-        for q in map(json.loads, open(qfile)):
-            px = torch.from_numpy(pipe.pixels(load_image(q["image"])))
+        for q in load_test_set()[:60]:
+            px = torch.from_numpy(pipe.pixels(load_image(os.path.join(os.path.dirname(TEST_SET), q["image"]))))
             ref = tok.decode(generate(model, px, sm.prompt_ids(tok, q["prompt"]), sm.SPECIALS["</s>"])).strip()
             if ref != kiln[q["id"]]:
                 differing.append((q["prompt"], ref, kiln[q["id"]]))
@@ -88,34 +101,29 @@ KIND_FLOOR_DEFAULT = 0.85
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_accuracy_on_the_test_set(variant, artifacts, tmp_path):
+def test_accuracy_on_the_test_set(variant, answers):
     qs = load_test_set()
-    kiln = kiln_answers(artifacts(variant), subset(tmp_path, len(qs)))
-    acc = sum(kiln[q["id"]] == q["answer"] for q in qs) / len(qs)
+    kiln = answers(variant)
+    acc = accuracy(kiln, qs)
     assert acc >= ACCURACY_FLOOR[variant], f"{variant}: {acc:.3f} on {len(qs)} test questions"
     low = {}
     for kind in task.QUESTION_KINDS:
-        of_kind = [q for q in qs if q["kind"] == kind]
-        k_acc = sum(kiln[q["id"]] == q["answer"] for q in of_kind) / len(of_kind)
+        k_acc = accuracy(kiln, [q for q in qs if q["kind"] == kind])
         if k_acc < KIND_FLOOR.get(kind, KIND_FLOOR_DEFAULT):
             low[kind] = round(k_acc, 3)
     assert not low, f"{variant}: question kinds under their floor: {low}"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_half_the_visual_tokens(variant, artifacts, tmp_path):
+def test_half_the_visual_tokens(variant, artifacts, answers):
     """--visual-tokens=50%: the artifact keeps 72 of the 144 image tokens it scores, and
     its accuracy stays within HALF_TOKENS_MAX_LOSS of the whole model's."""
-    qs = load_test_set()
-    qfile = subset(tmp_path, len(qs))
-    full = artifacts(variant)
-    half = artifacts(variant, "--visual-tokens=50%")
-    info = json.loads(run([tool("kiln-inspect"), half, "--json"]).stdout)
+    info = json.loads(run([tool("kiln-inspect"), artifacts(variant, "--visual-tokens=50%"), "--json"]).stdout)
     assert (info["image"]["image_tokens"], info["image"]["image_tokens_scored"]) == (
         sm.NUM_IMAGE_TOKENS // 2, sm.NUM_IMAGE_TOKENS), info["image"]
-    answers = {a: kiln_answers(a, qfile) for a in (full, half)}
-    acc = {a: sum(answers[a][q["id"]] == q["answer"] for q in qs) / len(qs) for a in answers}
-    assert acc[half] >= acc[full] - HALF_TOKENS_MAX_LOSS, (variant, acc)
+    qs = load_test_set()
+    acc = {"whole": accuracy(answers(variant), qs), "half": accuracy(answers(variant, "--visual-tokens=50%"), qs)}
+    assert acc["half"] >= acc["whole"] - HALF_TOKENS_MAX_LOSS, (variant, acc)
 
 
 # Measured (docs/pruning.md): 6.4 points lost (dense, 94.6% to 88.2%), 4.0 (moe): the
