@@ -754,6 +754,25 @@ LogicalResult Writer::evaluate(WeightOp op, mlir::Attribute expr, std::vector<fl
     gather(in.data(), *shape, strides, 0, values);
     return success();
   }
+  if (auto sum = llvm::dyn_cast<WeightedSumAttr>(expr)) {
+    // Summed in double, rounded once (the same order whatever the operands' count).
+    std::vector<double> acc;
+    llvm::ArrayRef<double> coeffs = sum.getCoefficients();
+    for (auto [operand, c] : llvm::zip(sum.getOperands(), coeffs)) {
+      std::vector<float> in;
+      llvm::SmallVector<int64_t> inShape;
+      if (failed(evaluate(op, operand, &in, &inShape)))
+        return failure();
+      if (acc.empty()) {
+        *shape = inShape;
+        acc.assign(in.size(), 0.0);
+      }
+      for (size_t i = 0; i < in.size(); ++i)
+        acc[i] += c * static_cast<double>(in[i]);
+    }
+    values->assign(acc.begin(), acc.end());
+    return success();
+  }
   return op.emitOpError("weight '") << op.getSymName() << "': cannot evaluate " << expr;
 }
 
@@ -781,6 +800,7 @@ LogicalResult Writer::prepare() {
       uint64_t h = llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(src, leaf.getSize()));
       sha.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<uint8_t*>(&h), sizeof(h)));
     }
+    sha.update(weightExprTransforms(w.op.getSource()));
   }
   auto digest = sha.final();
   sourceHash_ = llvm::toHex(digest, /*LowerCase=*/true);

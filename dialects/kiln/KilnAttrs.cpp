@@ -5,6 +5,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace kiln;
 
@@ -47,8 +49,8 @@ FailureOr<OperandInfo> operandInfo(function_ref<InFlightDiagnostic()> emitError,
   auto expr = llvm::dyn_cast_or_null<WeightExprAttrInterface>(operand);
   if (!expr) {
     emitError() << transform << " operand " << index
-                << " is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice or "
-                   "#kiln.permute)";
+                << " is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice, "
+                   "#kiln.permute or #kiln.weighted_sum)";
     return failure();
   }
   std::optional<SmallVector<int64_t>> shape = expr.getResultShape();
@@ -60,7 +62,29 @@ FailureOr<OperandInfo> operandInfo(function_ref<InFlightDiagnostic()> emitError,
   return OperandInfo{std::move(*shape), expr.getElementDtype()};
 }
 
+// Every operand's shape and dtype, in order.
+FailureOr<SmallVector<OperandInfo>> operandInfos(function_ref<InFlightDiagnostic()> emitError, StringRef transform,
+                                                 ArrayRef<Attribute> operands) {
+  SmallVector<OperandInfo> infos;
+  for (auto [i, operand] : llvm::enumerate(operands)) {
+    FailureOr<OperandInfo> info = operandInfo(emitError, transform, operand, i);
+    if (failed(info))
+      return failure();
+    infos.push_back(std::move(*info));
+  }
+  return infos;
+}
+
 } // namespace
+
+std::string kiln::weightExprTransforms(Attribute expr) {
+  if (llvm::isa<SourceAttr>(expr))
+    return "";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  expr.print(os);
+  return text;
+}
 
 unsigned kiln::safetensorsDtypeBytes(StringRef dtype) {
   if (dtype == "F32")
@@ -106,9 +130,10 @@ LogicalResult kiln::verifyWeightExprNode(function_ref<InFlightDiagnostic()> emit
         return SliceAttr::verify(emitError, a.getOperand(), a.getOffsets(), a.getSizes());
       })
       .Case([&](PermuteAttr a) { return PermuteAttr::verify(emitError, a.getOperand(), a.getDims()); })
+      .Case([&](WeightedSumAttr a) { return WeightedSumAttr::verify(emitError, a.getOperands(), a.getWeights()); })
       .Default([&](Attribute) {
         return emitError() << "expected a weight expression (#kiln.source, #kiln.concat, "
-                              "#kiln.slice or #kiln.permute), got "
+                              "#kiln.slice, #kiln.permute or #kiln.weighted_sum), got "
                            << expr;
       });
 }
@@ -159,13 +184,10 @@ LogicalResult ConcatAttr::verify(function_ref<InFlightDiagnostic()> emitError, i
     return emitError() << "concat block " << block << " is negative";
   if (operands.empty())
     return emitError() << "concat needs at least one operand";
-  SmallVector<OperandInfo> infos;
-  for (auto [i, operand] : llvm::enumerate(operands)) {
-    FailureOr<OperandInfo> info = operandInfo(emitError, "concat", operand, i);
-    if (failed(info))
-      return failure();
-    infos.push_back(std::move(*info));
-  }
+  FailureOr<SmallVector<OperandInfo>> all = operandInfos(emitError, "concat", operands);
+  if (failed(all))
+    return failure();
+  const SmallVector<OperandInfo>& infos = *all;
   const OperandInfo& first = infos.front();
   int64_t rank = static_cast<int64_t>(first.shape.size());
   if (axis < 0 || axis >= rank)
@@ -555,3 +577,47 @@ LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError, S
     return emitError() << "triple must name an LLVM target triple";
   return success();
 }
+
+// WeightedSumAttr
+
+LogicalResult WeightedSumAttr::verify(function_ref<InFlightDiagnostic()> emitError, ArrayRef<Attribute> operands,
+                                      Attribute weightsAny) {
+  auto weightsAttr = llvm::dyn_cast_or_null<DenseF64ArrayAttr>(weightsAny);
+  if (!weightsAttr)
+    return emitError() << "weighted_sum weights must be an array<f64: ...>";
+  ArrayRef<double> weights = weightsAttr.asArrayRef();
+  if (operands.empty())
+    return emitError() << "weighted_sum needs at least one operand";
+  if (weights.size() != operands.size())
+    return emitError() << "weighted_sum has " << weights.size() << " weights for " << operands.size() << " operands";
+  for (auto [i, w] : llvm::enumerate(weights))
+    if (!std::isfinite(w))
+      return emitError() << "weighted_sum weight " << i << " is not finite";
+  FailureOr<SmallVector<OperandInfo>> all = operandInfos(emitError, "weighted_sum", operands);
+  if (failed(all))
+    return failure();
+  const SmallVector<OperandInfo>& infos = *all;
+  for (size_t i = 1; i < infos.size(); ++i) {
+    if (infos[i].shape != infos[0].shape)
+      return emitError() << "weighted_sum operand " << i << " has shape " << shapeStr(infos[i].shape)
+                         << " but operand 0 has " << shapeStr(infos[0].shape);
+    if (infos[i].dtype != infos[0].dtype)
+      return emitError() << "weighted_sum operand " << i << " has dtype " << infos[i].dtype << " but operand 0 has "
+                         << infos[0].dtype << " (the leaves of a weight share one dtype)";
+  }
+  return success();
+}
+
+std::optional<SmallVector<int64_t>> WeightedSumAttr::getResultShape() const {
+  auto expr = getOperands().empty() ? WeightExprAttrInterface()
+                                    : llvm::dyn_cast<WeightExprAttrInterface>(getOperands().front());
+  return expr ? expr.getResultShape() : std::nullopt;
+}
+
+StringRef WeightedSumAttr::getElementDtype() const {
+  auto expr = getOperands().empty() ? WeightExprAttrInterface()
+                                    : llvm::dyn_cast<WeightExprAttrInterface>(getOperands().front());
+  return expr ? expr.getElementDtype() : StringRef();
+}
+
+SmallVector<Attribute> WeightedSumAttr::getExprOperands() const { return SmallVector<Attribute>(getOperands()); }

@@ -81,6 +81,13 @@ llvm::SmallVector<SourceAttr> getWeightSources(mlir::Attribute expr);
 /// twice): the "source bytes" of the precision report.
 uint64_t getWeightSourceBytes(mlir::Attribute expr);
 
+/// The transforms of a weight expression as text (its printed form), "" for a
+/// plain source. Hashes of a module's weights (the artifact's source hash, the
+/// calibration cache's key) take it beside the leaves' bytes: two expressions over
+/// the same leaves (a slice at another offset, a weighted sum with other
+/// coefficients) hash apart.
+std::string weightExprTransforms(mlir::Attribute expr);
+
 /// Bytes of one element of a safetensors dtype: 4 (F32), 2 (F16, BF16), or 0 for
 /// any other.
 unsigned safetensorsDtypeBytes(llvm::StringRef dtype);

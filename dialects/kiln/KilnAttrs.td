@@ -109,7 +109,7 @@ def Kiln_WeightExprAttrInterface : AttrInterface<"WeightExprAttrInterface"> {
   let description = [{
     A weight expression: the value of a `kiln.weight` before it is encoded. Its
     leaves are `#kiln.source` byte ranges of the checkpoint; `#kiln.concat`,
-    `#kiln.slice` and `#kiln.permute` transform them. Every node knows the shape
+    `#kiln.slice`, `#kiln.permute` and `#kiln.weighted_sum` transform them. Every node knows the shape
     and the safetensors dtype of the value it yields, so the verifiers check an
     expression without reading a byte, and the artifact writer, calibration and the
     precision report enumerate the leaves with `kiln::getWeightSources`.
@@ -244,6 +244,38 @@ def Kiln_PermuteAttr : Kiln_Attr<"Permute", "permute",
     ArrayRefParameter<"int64_t", "operand dimension of each result dimension">:$dims);
   let assemblyFormat = "`<` $operand `,` `dims` `=` `[` $dims `]` `>`";
   let genVerifyDecl = 1;
+}
+
+def Kiln_WeightedSumAttr : Kiln_Attr<"WeightedSum", "weighted_sum",
+    [DeclareAttrInterfaceMethods<Kiln_WeightExprAttrInterface>]> {
+  let summary = "Weight expression: operands of one shape added with coefficients";
+  let description = [{
+    `weights[0] x operands[0] + weights[1] x operands[1] + ...`, element by
+    element, computed in double precision and rounded once to f32 before the
+    weight is encoded. The operands have the same shape and dtype; there is one
+    finite coefficient per operand. Merging mixture-of-experts experts
+    (kiln-prune-experts with `merge`) makes each kept expert's weights the
+    routing-mass-weighted mean of its own and those of the experts merged into it.
+
+    ```mlir
+    #kiln.weighted_sum<[
+        #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>,
+        #kiln.source<"m.safetensors", offset = 2048, size = 2048, dtype = "F32", shape = [16, 32]>],
+        weights = array<f64: 0.75, 0.25>>
+    ```
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"::mlir::Attribute", "weight expressions">:$operands,
+    "::mlir::Attribute":$weights);
+  let assemblyFormat = "`<` `[` $operands `]` `,` `weights` `=` $weights `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The coefficients (`weights`, an array<f64>, printed in full precision).
+    ::llvm::ArrayRef<double> getCoefficients() const {
+      auto a = ::llvm::dyn_cast_or_null<::mlir::DenseF64ArrayAttr>(getWeights());
+      return a ? a.asArrayRef() : ::llvm::ArrayRef<double>();
+    }
+  }];
 }
 
 def Kiln_EncodingAttr : Kiln_Attr<"Encoding", "encoding"> {

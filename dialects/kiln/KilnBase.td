@@ -27,7 +27,8 @@ def Kiln_Dialect : Dialect {
     * one `kiln.weight` symbol per weight tensor. A weight is referenced, never
       embedded: it names its source tensor (`#kiln.source`: file, byte offset,
       dtype), or an expression over several (`#kiln.concat`, `#kiln.slice`,
-      `#kiln.permute`, whose leaves are sources: a weight expression), and
+      `#kiln.permute`, `#kiln.weighted_sum`, whose leaves are sources: a weight
+      expression), and
       carries the storage encoding (`#kiln.encoding`) that the precision passes
       choose and its layout in the artifact (`#kiln.layout`);
     * one `func.func` per stage, marked `kiln.stage = #kiln.stage<...>`:

@@ -24,7 +24,7 @@ static ParseResult parseWeightExpr(OpAsmParser& parser, WeightExprAttrInterface&
   expr = llvm::dyn_cast<WeightExprAttrInterface>(attr);
   if (!expr)
     return parser.emitError(loc, "expected a weight expression (#kiln.source, #kiln.concat, "
-                                 "#kiln.slice or #kiln.permute), got ")
+                                 "#kiln.slice, #kiln.permute or #kiln.weighted_sum), got ")
            << attr;
   return success();
 }

@@ -35,7 +35,7 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     The values are a weight expression (`WeightExprAttrInterface`): most often one
     tensor of the checkpoint (`#kiln.source`, printed without its prefix, which takes
     the weight's shape), or transforms of one or more tensors: `#kiln.concat`,
-    `#kiln.slice`, `#kiln.permute`, nested freely, whose leaves are `#kiln.source`s
+    `#kiln.slice`, `#kiln.permute`, `#kiln.weighted_sum`, nested freely, whose leaves are `#kiln.source`s
     with a `shape`. The expression's shape must be the weight's and its leaves'
     dtype the element type. The artifact writer evaluates the expression, then
     encodes the result. `layout` (default `#kiln.layout<row_major>`, then not

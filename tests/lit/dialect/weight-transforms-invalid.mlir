@@ -35,7 +35,7 @@ kiln.weight @w : tensor<32x16xf32> from #kiln.permute<#kiln.concat<axis = 1, [#k
 
 // -----
 
-// expected-error @+1 {{concat operand 0 is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice or #kiln.permute)}}
+// expected-error @+1 {{concat operand 0 is not a weight expression (#kiln.source, #kiln.concat, #kiln.slice, #kiln.permute or #kiln.weighted_sum)}}
 kiln.weight @w : tensor<16x32xf32> from #kiln.concat<axis = 0, [1 : i64]> as #kiln.encoding<f32>
 
 // -----
@@ -133,7 +133,7 @@ kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, 
 
 // -----
 
-// expected-error @+1 {{expected a weight expression (#kiln.source, #kiln.concat, #kiln.slice or #kiln.permute), got #kiln.encoding<f32>}}
+// expected-error @+1 {{expected a weight expression (#kiln.source, #kiln.concat, #kiln.slice, #kiln.permute or #kiln.weighted_sum), got #kiln.encoding<f32>}}
 kiln.weight @w : tensor<4x8xf32> from #kiln.encoding<f32> as #kiln.encoding<f32>
 
 // -----
@@ -188,3 +188,34 @@ kiln.weight @w : tensor<24x32xf32> from #kiln.concat<axis = 0, block = 4, [#kiln
 
 // expected-error @+1 {{concat block -1 is negative}}
 kiln.weight @w : tensor<32x32xf32> from #kiln.concat<axis = 0, block = -1, [#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>]> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{weighted_sum operand 1 has shape [8, 32] but operand 0 has [16, 32]}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32", shape = [8, 32]>], weights = array<f64: 0.5, 0.5>> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{weighted_sum has 1 weights for 2 operands}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 2048, size = 2048, dtype = "F32", shape = [16, 32]>], weights = array<f64: 1.0>> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{weighted_sum operand 1 has dtype F16 but operand 0 has F32 (the leaves of a weight share one dtype)}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 2048, size = 1024, dtype = "F16", shape = [16, 32]>], weights = array<f64: 0.5, 0.5>> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{weighted_sum weight 1 is not finite}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>, #kiln.source<"m.safetensors", offset = 2048, size = 2048, dtype = "F32", shape = [16, 32]>], weights = array<f64: 0.5, 0x7FF0000000000000>> as #kiln.encoding<f32>
+
+// -----
+
+// The weight's own shape check covers the sum's.
+// expected-error @+1 {{'kiln.weight' op weight 'w': expression shape [16, 32] does not match 'tensor<32x16xf32>'}}
+kiln.weight @w : tensor<32x16xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>], weights = array<f64: 1.0>> as #kiln.encoding<f32>
+
+// -----
+
+// expected-error @+1 {{weighted_sum weights must be an array<f64: ...>}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.weighted_sum<[#kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32", shape = [16, 32]>], weights = [1.0]> as #kiln.encoding<f32>
