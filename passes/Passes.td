@@ -145,9 +145,21 @@ def KilnPruneExperts : Pass<"kiln-prune-experts", "::mlir::ModuleOp"> {
     softmax over the chosen logits only. A router whose weights are not
     renormalised is left alone with a remark (its softmax would change).
 
+    With `merge`, the chosen experts are merged instead: each into the kept
+    expert whose weights are most similar (`kiln.routing`'s `similarity`, the
+    cosine of the experts' gate, up and down weights as one vector, which
+    calibration measures), if that similarity reaches `merge-min-similarity`
+    (else it is removed as above). The kept expert's gate, up and down become the
+    mean of its group's (`#kiln.weighted_sum`), the router keeps the merged
+    experts' rows, and their operands are the kept one's: a token routed to a
+    merged expert gets the merged weights with that expert's routing weight. The
+    merged experts' weights leave the module, so the artifact shrinks as much as
+    by removing them; the compute per token is unchanged. Routing weights that
+    are not renormalised do not stop a merge (no row goes).
+
     Each pruned expert is named in a remark with its statistics, and recorded
     on the router (`kiln.pruned_experts`: `expert_ids`, `selected`, `mass`,
-    `tokens`) for the precision report. A router without statistics, or a
+    `tokens`, and with `merge` `merged_into`) for the precision report. A router without statistics, or a
     pruning that would leave fewer experts than `top_k`, is an error naming the
     weight.
 
@@ -164,6 +176,10 @@ def KilnPruneExperts : Pass<"kiln-prune-experts", "::mlir::ModuleOp"> {
   let options = [
     Option<"prune", "prune", "std::string", /*default=*/"\"\"",
            "Experts to remove per layer: a count (2), a fraction (0.25) or a percentage (25%)">,
+    Option<"merge", "merge", "bool", /*default=*/"false",
+           "Merge each chosen expert into its most similar kept expert instead of removing it">,
+    Option<"mergeMinSimilarity", "merge-min-similarity", "double", /*default=*/"0.5",
+           "With merge: the cosine similarity a kept expert needs to take a chosen one; below it, removed">,
   ];
 }
 

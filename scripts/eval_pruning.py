@@ -3,9 +3,10 @@
 (kiln-compile + kiln-run + kiln-bench), on held-out test questions:
 
   * experts: the MoE demo model with 0, 1, 2 (25%) and 4 (50%) of its 8 experts per
-    layer pruned (--prune-experts), and auto: exact-match accuracy (per question kind
-    too), artifact and weight bytes, and kiln-bench's prefill, TTFT, decode and peak
-    RSS (medians of --reps runs, --threads);
+    layer pruned (--prune-experts), and auto, each removed and merged
+    (--prune-experts-merge): exact-match accuracy (per question kind too), artifact and
+    weight bytes, and kiln-bench's prefill, TTFT, decode and peak RSS (medians of
+    --reps runs, --threads);
   * visual-tokens: the dense and MoE demo models with 100, 75, 50 and 25% of their
     image tokens kept (--visual-tokens), by either score: accuracy, TTFT by stage;
   * smolvlm: LLM prefill and TTFT by stage at SmolVLM-256M's shapes (generated weights,
@@ -90,19 +91,26 @@ def bench(artifact, threads, reps, tmp, extra=()):
 def experts(args, tmp, qfile):
     ckpt = os.path.join(args.checkpoints or os.path.join(DEMOS[args.demo], "checkpoints"), "moe")
     rows = []
-    for prune in ["0", "1", "2", "4", "auto"]:
-        artifact = os.path.join(tmp, f"moe-prune-{prune}.kiln")
+    # Removed (the default), then merged into the most similar kept expert.
+    for prune, merge in [(p, False) for p in ["0", "1", "2", "4", "auto"]] + [(p, True) for p in ["1", "2", "4", "auto"]]:
+        name = f"moe-prune-{prune}{'-merge' if merge else ''}"
+        artifact = os.path.join(tmp, name + ".kiln")
         flags = [] if prune == "0" else [f"--prune-experts={prune}"]
-        report = os.path.join(tmp, f"moe-prune-{prune}.json")
+        if merge:
+            flags.append("--prune-experts-merge")
+        report = os.path.join(tmp, name + ".json")
         run([f"{BIN}/kiln-compile", ckpt, "-o", artifact, "--report", report, *flags])
         pruned = json.load(open(report))["pruned_experts"]
         row = {"prune_experts": prune,
+               "merge": merge,
                "experts_kept": sorted({e["kept"] for e in pruned}) or [8],
+               "merged": sum(1 for layer in pruned for e in layer["pruned"] if e.get("merged_into") is not None),
+               "removed": sum(1 for layer in pruned for e in layer["pruned"] if e.get("merged_into") is None),
                **accuracy(artifact, qfile, args.threads),
                **bench(artifact, args.threads, args.reps, tmp)}
         rows.append(row)
-        print(f"experts --prune-experts={prune}: kept {row['experts_kept']}, {row['accuracy']:.1f}%, "
-              f"{row['file_bytes']} bytes", file=sys.stderr)
+        print(f"experts --prune-experts={prune}{' --prune-experts-merge' if merge else ''}: kept {row['experts_kept']}, "
+              f"{row['accuracy']:.1f}%, {row['file_bytes']} bytes", file=sys.stderr)
     return rows
 
 
@@ -164,11 +172,15 @@ def main():
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     if "experts" in result:
-        print(f"| --prune-experts | experts kept per layer | accuracy ({args.questions} test questions) "
+        print(f"| --prune-experts | pruned experts (all layers) | experts kept per layer "
+              f"| accuracy ({args.questions} test questions) "
               f"| artifact bytes | prefill tok/s | TTFT ms | decode tok/s | peak RSS MB |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in result["experts"]:
-            print(f"| {r['prune_experts']} | {'/'.join(map(str, r['experts_kept']))} | {r['accuracy']:.1f}% "
+            how = "-" if r["prune_experts"] == "0" else (
+                f"{r['merged']} merged, {r['removed']} removed" if r.get("merge") else f"{r['removed']} removed")
+            print(f"| {r['prune_experts']}{' merge' if r.get('merge') else ''} | {how} "
+                  f"| {'/'.join(map(str, r['experts_kept']))} | {r['accuracy']:.1f}% "
                   f"({r['correct']}/{r['questions']}) | {r['file_bytes']:,} | {r['prefill_tokens_per_s']:.0f} "
                   f"| {r['ttft_ms']:.2f} | {r['decode_tokens_per_s']:.0f} | {r['peak_rss_bytes'] / 1e6:.1f} |")
     if "visual_tokens" in result:

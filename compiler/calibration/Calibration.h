@@ -49,6 +49,9 @@ struct RoutingStats {
   int64_t tokens = 0;
   std::vector<int64_t> selected;
   std::vector<double> mass;
+  // experts x experts, row-major: the cosine similarity of two experts' weights
+  // (gate, up and down as one vector), for merging a pruned expert into its nearest.
+  std::vector<double> similarity;
 };
 
 struct Options {

@@ -211,11 +211,13 @@ mlir::OwningOpRef<mlir::ModuleOp> lowerForCalibration(mlir::MLIRContext& context
   return lowered;
 }
 
-mlir::LogicalResult runPruneExperts(mlir::MLIRContext& context, mlir::ModuleOp module, llvm::StringRef prune) {
+mlir::LogicalResult runPruneExperts(mlir::MLIRContext& context, mlir::ModuleOp module, llvm::StringRef prune,
+                                    bool merge) {
   mlir::PassManager pm(&context);
   applyToolOptions(pm);
   KilnPruneExpertsOptions o;
   o.prune = prune.str();
+  o.merge = merge;
   pm.addPass(createKilnPruneExperts(o));
   return pm.run(module);
 }
@@ -270,13 +272,16 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
     auto it = result.routing.find(w.getSymName().str());
     if (it == result.routing.end())
       return;
-    w->setAttr("kiln.routing",
-               b.getDictionaryAttr({b.getNamedAttr("tokens", b.getI64IntegerAttr(it->second.tokens)),
-                                    b.getNamedAttr("selected", b.getDenseI64ArrayAttr(it->second.selected)),
-                                    b.getNamedAttr("mass", b.getDenseF64ArrayAttr(it->second.mass))}));
+    llvm::SmallVector<mlir::NamedAttribute> stats = {
+        b.getNamedAttr("tokens", b.getI64IntegerAttr(it->second.tokens)),
+        b.getNamedAttr("selected", b.getDenseI64ArrayAttr(it->second.selected)),
+        b.getNamedAttr("mass", b.getDenseF64ArrayAttr(it->second.mass))};
+    if (!it->second.similarity.empty())
+      stats.push_back(b.getNamedAttr("similarity", b.getDenseF64ArrayAttr(it->second.similarity)));
+    w->setAttr("kiln.routing", b.getDictionaryAttr(stats));
   });
   if (!automatic)
-    return runPruneExperts(context, module, options.pruneExperts);
+    return runPruneExperts(context, module, options.pruneExperts, options.mergeExperts);
 
   calib::Evaluation base;
   if (mlir::failed(calib::evaluateAnswers(*lowered, heldOut, options.threads, &base)))
@@ -291,7 +296,7 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
       mlir::ScopedDiagnosticHandler quiet(&context, [](mlir::Diagnostic& d) {
         return mlir::success(d.getSeverity() == mlir::DiagnosticSeverity::Remark);
       });
-      if (mlir::failed(runPruneExperts(context, *candidate, std::to_string(n))))
+      if (mlir::failed(runPruneExperts(context, *candidate, std::to_string(n), options.mergeExperts)))
         return mlir::failure();
       low = lowerForCalibration(context, *candidate, options);
       if (!low)
@@ -314,7 +319,7 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
                         << options.pruneExpertsMaxLoss << " points: every expert kept";
     return mlir::success();
   }
-  return runPruneExperts(context, module, std::to_string(chosen));
+  return runPruneExperts(context, module, std::to_string(chosen), options.mergeExperts);
 }
 
 } // namespace

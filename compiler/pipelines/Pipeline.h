@@ -49,6 +49,7 @@ struct CompileOptions {
   // ("2", "0.25", "25%").
   std::string pruneExperts;
   double pruneExpertsMaxLoss = 1.0;       // auto: held-out accuracy points it may lose
+  bool mergeExperts = false;              // merge pruned experts into their nearest kept one
   // Visual-token pruning: "" none, else kiln-prune-visual-tokens' keep ("72", "0.5", "50%").
   std::string visualTokens;
   std::string visualTokenScore = "distinct";

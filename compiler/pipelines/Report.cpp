@@ -219,25 +219,45 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
     auto selected = pruned.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef();
     auto mass = pruned.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef();
     int64_t tokens = pruned.getAs<mlir::IntegerAttr>("tokens").getInt();
-    // One row per expert of `ids`, with its statistics.
-    auto rows = [&](llvm::ArrayRef<int64_t> ids, llvm::ArrayRef<int64_t> selected, llvm::ArrayRef<double> mass) {
+    auto mergedInto = pruned.getAs<mlir::DenseI64ArrayAttr>("merged_into");
+    // One row per expert of `ids`, with its statistics (and, merged, the expert its
+    // weights went into; null: removed).
+    auto rows = [&](llvm::ArrayRef<int64_t> ids, llvm::ArrayRef<int64_t> selected, llvm::ArrayRef<double> mass,
+                    llvm::ArrayRef<int64_t> into) {
       llvm::json::Array out;
-      for (size_t i = 0; i < ids.size() && i < selected.size() && i < mass.size(); ++i)
-        out.push_back(llvm::json::Object{{"expert", ids[i]},
-                                         {"selected", selected[i]},
-                                         {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
-                                         {"mass", mass[i]}});
+      for (size_t i = 0; i < ids.size() && i < selected.size() && i < mass.size(); ++i) {
+        llvm::json::Object row{{"expert", ids[i]},
+                               {"selected", selected[i]},
+                               {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
+                               {"mass", mass[i]}};
+        if (!into.empty())
+          row["merged_into"] = i < into.size() && into[i] >= 0 ? llvm::json::Value(into[i]) : llvm::json::Value(nullptr);
+        out.push_back(std::move(row));
+      }
       return out;
     };
-    llvm::json::Array experts = rows(ids, selected, mass);
+    llvm::json::Array experts = rows(ids, selected, mass, mergedInto ? mergedInto.asArrayRef() : llvm::ArrayRef<int64_t>());
     // The kept experts' statistics: kiln.routing follows the kept rows.
     llvm::json::Array kept;
     if (auto routing = w->getAttrOfType<mlir::DictionaryAttr>("kiln.routing"))
       kept = rows(keptIdsOf.lookup(w.getSymName()), routing.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef(),
-                  routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef());
+                  routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef(), {});
+    // Merged experts keep their router rows (and statistics): not listed as kept.
+    if (mergedInto) {
+      llvm::json::Array only;
+      for (llvm::json::Value& row : kept)
+        if (auto e = row.getAsObject()->getInteger("expert"); !e || !llvm::is_contained(ids, *e))
+          only.push_back(std::move(row));
+      kept = std::move(only);
+    }
+    // Merged experts keep their router rows: the rows less those merged.
+    int64_t keptCount = w.getTensorType().getDimSize(0);
+    if (mergedInto)
+      for (int64_t t : mergedInto.asArrayRef())
+        keptCount -= t >= 0 ? 1 : 0;
     prunedExperts.push_back(llvm::json::Object{{"router", w.getSymName().str()},
                                                {"calibration_tokens", tokens},
-                                               {"kept", w.getTensorType().getDimSize(0)},
+                                               {"kept", keptCount},
                                                {"pruned", std::move(experts)},
                                                {"kept_experts", std::move(kept)}});
   }

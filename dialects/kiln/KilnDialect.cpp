@@ -169,14 +169,29 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation* op, NamedAttribut
     auto selected = dict ? dict.getAs<DenseI64ArrayAttr>("selected") : DenseI64ArrayAttr();
     auto mass = dict ? dict.getAs<DenseF64ArrayAttr>("mass") : DenseF64ArrayAttr();
     auto ids = dict ? dict.getAs<DenseI64ArrayAttr>("expert_ids") : DenseI64ArrayAttr();
+    // Optional: the experts' weight similarity (routing, experts x experts) and the
+    // expert each pruned one was merged into (pruned_experts, -1: removed).
+    auto extra = dict ? (pruned ? dict.get("merged_into") : dict.get("similarity")) : Attribute();
+    auto similarity = llvm::dyn_cast_or_null<DenseF64ArrayAttr>(extra);
+    auto mergedInto = llvm::dyn_cast_or_null<DenseI64ArrayAttr>(extra);
+    bool extraOk = !extra || (pruned ? static_cast<bool>(mergedInto) : static_cast<bool>(similarity));
     if (!llvm::isa<WeightOp>(op) || !tokens || tokens.getInt() < 0 || !selected || !mass || (pruned && !ids) ||
-        dict.size() != (pruned ? 4u : 3u))
+        !extraOk || dict.size() != (pruned ? 4u : 3u) + (extra ? 1u : 0u))
       return op->emitOpError("attribute 'kiln.")
              << name << "' must be {" << (pruned ? "expert_ids = array<i64>, " : "")
-             << "tokens = N, selected = array<i64>, mass = array<f64>} on a kiln.weight";
+             << "tokens = N, selected = array<i64>, mass = array<f64>"
+             << (pruned ? ", optional merged_into = array<i64>" : ", optional similarity = array<f64>")
+             << "} on a kiln.weight";
     if (pruned && ids.size() != selected.size())
       return op->emitOpError("attribute 'kiln.pruned_experts' has ")
              << ids.size() << " expert ids and " << selected.size() << " selections";
+    if (mergedInto && mergedInto.size() != ids.size())
+      return op->emitOpError("attribute 'kiln.pruned_experts' has ")
+             << ids.size() << " expert ids and " << mergedInto.size() << " merged_into entries";
+    if (similarity && similarity.size() != selected.size() * selected.size())
+      return op->emitOpError("attribute 'kiln.routing' has ")
+             << similarity.size() << " similarities for " << selected.size() << " experts (expected "
+             << selected.size() * selected.size() << ")";
     if (selected.size() != mass.size())
       return op->emitOpError("attribute 'kiln.")
              << name << "' has " << selected.size() << " selections and " << mass.size() << " masses";

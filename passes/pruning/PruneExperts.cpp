@@ -2,7 +2,8 @@
 //
 // kiln-prune-experts: the experts of each mixture-of-experts layer that received
 // the least routing mass on the calibration set leave the model — their router rows,
-// their gate/up/down weights and their entries in expert_ids.
+// their gate/up/down weights and their entries in expert_ids — or, with `merge`, are
+// merged into the kept expert whose weights are most similar.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -62,6 +63,7 @@ struct Routing {
   int64_t tokens = 0;
   llvm::SmallVector<int64_t> selected;
   llvm::SmallVector<double> mass;
+  llvm::SmallVector<double> similarity;  // experts x experts, when measured
 };
 
 mlir::FailureOr<Routing> readRouting(WeightOp router, int64_t experts) {
@@ -85,6 +87,8 @@ mlir::FailureOr<Routing> readRouting(WeightOp router, int64_t experts) {
   r.tokens = tokens.getInt();
   r.selected.assign(selected.asArrayRef().begin(), selected.asArrayRef().end());
   r.mass.assign(mass.asArrayRef().begin(), mass.asArrayRef().end());
+  if (auto sim = dict.getAs<mlir::DenseF64ArrayAttr>("similarity"))
+    r.similarity.assign(sim.asArrayRef().begin(), sim.asArrayRef().end());
   return r;
 }
 
@@ -140,7 +144,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
     const int64_t remove = parsed->of(experts);
     if (remove == 0)
       return mlir::success();
-    if (!first.getNormalizeTopK()) {
+    if (!first.getNormalizeTopK() && !merge) {
       router.emitRemark("kiln-prune-experts: ")
           << router.getSymName()
           << " not pruned: its routing weights are not renormalised over the chosen experts, so removing one "
@@ -154,6 +158,19 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
     mlir::FailureOr<Routing> routing = readRouting(router, experts);
     if (mlir::failed(routing))
       return mlir::failure();
+    if (merge) {
+      for (int64_t e = 0; e < experts; ++e)
+        for (int64_t f = 0; f < e; ++f)
+          if (first.getGate()[e] == first.getGate()[f])
+            return router.emitError("kiln-prune-experts: the experts of ")
+                   << router.getSymName() << " were merged already (experts " << first.getExpertIds()[f] << " and "
+                   << first.getExpertIds()[e] << " share their weights)";
+      if (static_cast<int64_t>(routing->similarity.size()) != experts * experts)
+        return router.emitError("kiln-prune-experts: merging the experts of ")
+               << router.getSymName()
+               << " needs their similarity (kiln.routing's similarity, measured by calibration: kiln-compile "
+                  "--prune-experts-merge runs it)";
+    }
 
     // The least mass goes first; ties: fewer selections, then the later expert.
     llvm::SmallVector<int64_t> order(experts);
@@ -173,10 +190,42 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
       if (!pruned[e])
         keep.push_back(e);
 
+    // merge: each pruned expert's nearest kept one (the highest cosine similarity of
+    // their weights; ties: the lower expert).
+    // An expert without a kept one at least `mergeMinSimilarity` alike is removed.
+    llvm::SmallVector<int64_t> nearest(experts, -1), into(experts, -1);
+    if (merge)
+      for (int64_t e = 0; e < experts; ++e)
+        if (pruned[e]) {
+          for (int64_t k : keep)
+            if (nearest[e] < 0 || routing->similarity[e * experts + k] > routing->similarity[e * experts + nearest[e]])
+              nearest[e] = k;
+          if (routing->similarity[e * experts + nearest[e]] >= mergeMinSimilarity)
+            into[e] = nearest[e];
+        }
+    // Routing weights that are not renormalised: merging keeps every row (exact), but
+    // an expert that cannot merge stays, as removing it would change the others'.
+    if (merge && !first.getNormalizeTopK()) {
+      for (int64_t e = 0; e < experts; ++e)
+        if (pruned[e] && into[e] < 0)
+          pruned[e] = false;
+      keep.clear();
+      for (int64_t e = 0; e < experts; ++e)
+        if (!pruned[e])
+          keep.push_back(e);
+      if (static_cast<int64_t>(keep.size()) == experts) {
+        router.emitRemark("kiln-prune-experts: ")
+            << router.getSymName()
+            << " not pruned: no chosen expert has a kept one alike enough to merge into, and its routing weights are "
+               "not renormalised over the chosen experts, so removing one would change the others'";
+        return mlir::success();
+      }
+    }
+
     // The report's record and the remark, in expert order.
     mlir::Builder b(module.getContext());
     llvm::ArrayRef<int64_t> ids = first.getExpertIds();
-    llvm::SmallVector<int64_t> goneIds, goneSelected;
+    llvm::SmallVector<int64_t> goneIds, goneSelected, goneInto;
     llvm::SmallVector<double> goneMass;
     double totalMass = 0;
     for (double m : routing->mass)
@@ -188,29 +237,58 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
       goneIds.push_back(ids[e]);
       goneSelected.push_back(routing->selected[e]);
       goneMass.push_back(routing->mass[e]);
+      goneInto.push_back(into[e] >= 0 ? ids[into[e]] : -1);
       what += llvm::formatv("{0}expert {1} (selected by {2} of {3} tokens, {4} of the gate mass)",
                             what.empty() ? "" : ", ", ids[e], routing->selected[e], routing->tokens,
                             percent(routing->mass[e], totalMass))
                   .str();
+      if (into[e] >= 0)
+        what += llvm::formatv(" merged into expert {0} (cosine {1:F3})", ids[into[e]],
+                              routing->similarity[e * experts + into[e]])
+                    .str();
+      else if (merge)
+        what += llvm::formatv(" removed: the nearest kept expert, {0}, has cosine {1:F3} < {2}", ids[nearest[e]],
+                              routing->similarity[e * experts + nearest[e]], static_cast<double>(mergeMinSimilarity))
+                    .str();
     }
+    bool anyMerged = llvm::any_of(into, [](int64_t k) { return k >= 0; });
     if (auto before = router->getAttrOfType<mlir::DictionaryAttr>("kiln.pruned_experts")) {
       // Pruned twice: the record lists both rounds.
       auto oldIds = before.getAs<mlir::DenseI64ArrayAttr>("expert_ids");
       auto oldSel = before.getAs<mlir::DenseI64ArrayAttr>("selected");
       auto oldMass = before.getAs<mlir::DenseF64ArrayAttr>("mass");
+      auto oldInto = before.getAs<mlir::DenseI64ArrayAttr>("merged_into");
       if (oldIds && oldSel && oldMass) {
         goneIds.insert(goneIds.begin(), oldIds.asArrayRef().begin(), oldIds.asArrayRef().end());
         goneSelected.insert(goneSelected.begin(), oldSel.asArrayRef().begin(), oldSel.asArrayRef().end());
         goneMass.insert(goneMass.begin(), oldMass.asArrayRef().begin(), oldMass.asArrayRef().end());
+        if (oldInto)
+          goneInto.insert(goneInto.begin(), oldInto.asArrayRef().begin(), oldInto.asArrayRef().end());
+        else
+          goneInto.insert(goneInto.begin(), oldIds.size(), -1);
+        anyMerged |= static_cast<bool>(oldInto);
       }
     }
-    router->setAttr("kiln.pruned_experts",
-                    b.getDictionaryAttr({b.getNamedAttr("expert_ids", b.getDenseI64ArrayAttr(goneIds)),
-                                         b.getNamedAttr("selected", b.getDenseI64ArrayAttr(goneSelected)),
-                                         b.getNamedAttr("mass", b.getDenseF64ArrayAttr(goneMass)),
-                                         b.getNamedAttr("tokens", b.getI64IntegerAttr(routing->tokens))}));
+    llvm::SmallVector<mlir::NamedAttribute> record = {
+        b.getNamedAttr("expert_ids", b.getDenseI64ArrayAttr(goneIds)),
+        b.getNamedAttr("selected", b.getDenseI64ArrayAttr(goneSelected)),
+        b.getNamedAttr("mass", b.getDenseF64ArrayAttr(goneMass)),
+        b.getNamedAttr("tokens", b.getI64IntegerAttr(routing->tokens))};
+    if (anyMerged)
+      record.push_back(b.getNamedAttr("merged_into", b.getDenseI64ArrayAttr(goneInto)));
+    router->setAttr("kiln.pruned_experts", b.getDictionaryAttr(record));
     // The remark's location names the router.
-    router.emitRemark("kiln-prune-experts: pruned ") << what << "; kept " << keep.size() << " of " << experts;
+    router.emitRemark("kiln-prune-experts: pruned ")
+        << what << "; kept " << keep.size() << " of " << experts;
+    if (merge && mlir::failed(mergeLayer(router, ops, into)))
+      return mlir::failure();
+    // The experts removed (not merged) lose their router rows and operands.
+    keep.clear();
+    for (int64_t e = 0; e < experts; ++e)
+      if (!pruned[e] || into[e] >= 0)
+        keep.push_back(e);
+    if (static_cast<int64_t>(keep.size()) == experts)
+      return mlir::success();
 
     // The router keeps the kept experts' rows; its statistics follow them.
     llvm::SmallVector<int64_t> keptIds, keptSelected;
@@ -220,15 +298,23 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
       keptSelected.push_back(routing->selected[e]);
       keptMass.push_back(routing->mass[e]);
     }
+    llvm::SmallVector<mlir::NamedAttribute> keptStats = {
+        b.getNamedAttr("tokens", b.getI64IntegerAttr(routing->tokens)),
+        b.getNamedAttr("selected", b.getDenseI64ArrayAttr(keptSelected)),
+        b.getNamedAttr("mass", b.getDenseF64ArrayAttr(keptMass))};
+    if (!routing->similarity.empty()) {
+      llvm::SmallVector<double> sim;
+      for (int64_t a : keep)
+        for (int64_t c : keep)
+          sim.push_back(routing->similarity[a * experts + c]);
+      keptStats.push_back(b.getNamedAttr("similarity", b.getDenseF64ArrayAttr(sim)));
+    }
     auto oldType = router.getTensorType();
     auto newType = mlir::RankedTensorType::get({static_cast<int64_t>(keep.size()), oldType.getDimSize(1)},
                                                oldType.getElementType());
     router.setSourceAttr(llvm::cast<WeightExprAttrInterface>(keptRows(router, keep)));
     router.setTypeAttr(mlir::TypeAttr::get(newType));
-    router->setAttr("kiln.routing",
-                    b.getDictionaryAttr({b.getNamedAttr("tokens", b.getI64IntegerAttr(routing->tokens)),
-                                         b.getNamedAttr("selected", b.getDenseI64ArrayAttr(keptSelected)),
-                                         b.getNamedAttr("mass", b.getDenseF64ArrayAttr(keptMass))}));
+    router->setAttr("kiln.routing", b.getDictionaryAttr(keptStats));
     module.walk([&](WeightRefOp r) {
       if (r.getName() == router.getSymName())
         r.getResult().setType(newType);
@@ -248,6 +334,56 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
       replacement->setDiscardableAttrs(m->getDiscardableAttrDictionary());
       m.replaceAllUsesWith(replacement.getResult());
       m.erase();
+    }
+    return mlir::success();
+  }
+
+  // Each kept expert k that others merge into gets, for gate, up and down, the mean
+  // of its group's weights (#kiln.weighted_sum; the routing-mass-weighted mean was
+  // measured worse on the demo: docs/pruning.md); the router keeps every row, and a
+  // merged expert's row routes to k's weights. Top-k, its renormalisation and the
+  // routing weights stay as they were: a token choosing k and an expert merged into
+  // it gets k's weights with both routing weights.
+  mlir::LogicalResult mergeLayer(WeightOp router, llvm::ArrayRef<MoeOp> ops, llvm::ArrayRef<int64_t> into) {
+    MoeOp first = ops.front();
+    const int64_t experts = static_cast<int64_t>(into.size());
+    mlir::MLIRContext* ctx = router.getContext();
+    for (int64_t k = 0; k < experts; ++k) {
+      llvm::SmallVector<int64_t> group = {k};
+      for (int64_t e = 0; e < experts; ++e)
+        if (into[e] == k)
+          group.push_back(e);
+      if (group.size() == 1)
+        continue;
+      llvm::SmallVector<double> coeffs(group.size(), 1.0 / static_cast<double>(group.size()));
+      for (mlir::OperandRange part : {first.getGate(), first.getUp(), first.getDown()}) {
+        WeightOp wk = weightOf(part[k]);
+        llvm::SmallVector<mlir::Attribute> operands;
+        for (int64_t e : group) {
+          WeightOp we = weightOf(part[e]);
+          if (!we)
+            return first.emitOpError("kiln-prune-experts: an expert weight of ")
+                   << router.getSymName() << " is not a kiln.weight";
+          operands.push_back(exprOperand(we));
+        }
+        if (!wk)
+          return first.emitOpError("kiln-prune-experts: an expert weight of ")
+                 << router.getSymName() << " is not a kiln.weight";
+        wk.setSourceAttr(llvm::cast<WeightExprAttrInterface>(
+            WeightedSumAttr::get(ctx, operands, mlir::DenseF64ArrayAttr::get(ctx, coeffs))));
+      }
+    }
+    for (MoeOp m : ops) {
+      llvm::SmallVector<mlir::Value> gate, up, down;
+      for (int64_t e = 0; e < experts; ++e) {
+        int64_t from = into[e] >= 0 ? into[e] : e;
+        gate.push_back(m.getGate()[from]);
+        up.push_back(m.getUp()[from]);
+        down.push_back(m.getDown()[from]);
+      }
+      m.getGateMutable().assign(gate);
+      m.getUpMutable().assign(up);
+      m.getDownMutable().assign(down);
     }
     return mlir::success();
   }

@@ -104,6 +104,89 @@ def test_pruned_artifact_equals_the_pruned_reference(mixtral, tiny_dir, prune, k
     assert float(np.abs(np.load(unpruned_logits) - ref).max()) > 10 * err
 
 
+@pytest.fixture(scope="module")
+def mixtral_pairs(mixtral, tiny_dir):
+    """tiny-mixtral whose experts 2 and 3 are experts 0 and 1 plus noise of 5% of their
+    spread (as upcycled experts are after some training): each has a near copy."""
+    d = tiny_dir / "prune-tiny-mixtral-pairs"
+    if not d.exists():
+        shutil.copytree(mixtral, d)
+        tensors = safetensors_io.load_file(str(d / "model.safetensors"))
+        rng = np.random.default_rng(7)
+        for name in list(tensors):
+            for copy, of in ((".experts.2.", ".experts.0."), (".experts.3.", ".experts.1.")):
+                if copy in name:
+                    base = tensors[name.replace(copy, of)].astype(np.float32)
+                    noisy = base + 0.05 * base.std() * rng.standard_normal(base.shape).astype(np.float32)
+                    tensors[name] = noisy.astype(tensors[name].dtype)
+        safetensors_io.save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return d
+
+
+def merged_checkpoint(src, report, out):
+    """`src` with the merges `report` lists: each kept expert and those merged into it
+    all get the group's mean weights; the router and the expert count stay."""
+    shutil.copytree(src, out)
+    tensors = safetensors_io.load_file(str(src / "model.safetensors"))
+    for entry in report["pruned_experts"]:
+        prefix = entry["router"][: -len("gate.weight")]
+        groups = {}
+        for e in entry["pruned"]:
+            groups.setdefault(e["merged_into"], [e["merged_into"]]).append(e["expert"])
+        for group in groups.values():
+            for w in ("w1", "w2", "w3"):
+                names = [f"{prefix}experts.{e}.{w}.weight" for e in group]
+                mean = np.mean([tensors[n].astype(np.float64) for n in names], axis=0)
+                for n in names:
+                    tensors[n] = mean.astype(tensors[n].dtype)
+    safetensors_io.save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_merged_artifact_equals_the_merged_reference(mixtral_pairs, tiny_dir):
+    """--prune-experts=1 --prune-experts-merge: in each layer the expert with the least
+    routing mass goes into its near copy, the artifact shrinks as much as by removing
+    it, and its logits equal those of the PyTorch reference on the checkpoint with the
+    merged weights (router unchanged)."""
+    artifact = tiny_dir / "mixtral-merged.kiln"
+    report_path = tiny_dir / "mixtral-merged.json"
+    out = run([tool("kiln-compile"), mixtral_pairs, "-o", artifact, "--kv-cache=f32", "--prune-experts=1",
+               "--prune-experts-merge", "--report", report_path, "--remarks"])
+    report = json.load(open(report_path))
+    assert len(report["pruned_experts"]) == 2
+    for entry in report["pruned_experts"]:
+        assert entry["kept"] == 3 and len(entry["pruned"]) == 1
+        for e in entry["pruned"]:
+            assert e["merged_into"] == (e["expert"] + 2) % 4, entry
+            assert f"expert {e['expert']} (selected by {e['selected']} of" in out.stderr
+            assert f"merged into expert {e['merged_into']} (cosine 0.99" in out.stderr
+    removed = tiny_dir / "mixtral-pairs-removed.kiln"
+    full = tiny_dir / "mixtral-pairs-unpruned.kiln"
+    run([tool("kiln-compile"), mixtral_pairs, "-o", removed, "--kv-cache=f32", "--prune-experts=1"])
+    run([tool("kiln-compile"), mixtral_pairs, "-o", full, "--kv-cache=f32"])
+    removed_bytes = os.path.getsize(full) - os.path.getsize(removed)
+    assert os.path.getsize(full) - os.path.getsize(artifact) >= 0.95 * removed_bytes
+
+    ref_ckpt = tiny_dir / "mixtral-merged-reference"
+    if ref_ckpt.exists():
+        shutil.rmtree(ref_ckpt)
+    merged_checkpoint(mixtral_pairs, report, ref_ckpt)
+    golden = tiny_dir / "mixtral-merged-golden"
+    run(["/usr/bin/python3", os.path.join(MODELS, "golden.py"), ref_ckpt, "--out", golden,
+         "--prompt", "How do I install this part? Tell me step by step.", "--max-new-tokens", "8"])
+    ref = np.load(golden / "logits.npy")
+    err = {}
+    for name, a in (("merged", artifact), ("unpruned", full)):
+        logits = tiny_dir / f"mixtral-{name}-logits.npy"
+        run([tool("kiln-run"), a, "--input-ids", golden / "input_ids.npy", "--dump-logits", logits,
+             "--max-new-tokens", "1", "--threads", "2", "--quiet"])
+        got = np.load(logits)
+        assert got.shape == ref.shape
+        err[name] = float(np.abs(got - ref).max())
+    assert err["merged"] <= 1e-4 * float(np.abs(ref).max()), err
+    # The merged weights are not the unpruned ones.
+    assert err["unpruned"] > 10 * err["merged"], err
+
+
 def test_the_least_used_experts_go(mixtral, tiny_dir):
     """The pruned experts are those with the least gate mass of their layer, and pruning
     one expert removes the first of the two that pruning two removes."""
@@ -154,6 +237,10 @@ def test_errors_leave_no_artifact(mixtral, tiny_dir):
     # Not a count, fraction or percentage.
     p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts=most"])
     assert p.returncode == 2 and "--prune-experts must be a count (2)" in p.stderr
+    assert not artifact.exists()
+    # Merging needs a count of experts to merge.
+    p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts-merge"])
+    assert p.returncode == 2 and "--prune-experts-merge goes with --prune-experts" in p.stderr
     assert not artifact.exists()
     # auto needs answers in the calibration set.
     p = subprocess_run([tool("kiln-compile"), mixtral, "-o", artifact, "--prune-experts=auto"])

@@ -169,6 +169,12 @@ static cl::opt<double> pruneExpertsMaxLoss(
     "prune-experts-max-loss",
     cl::desc("--prune-experts=auto: accuracy points the pruned model may lose on the held-out calibration samples"),
     cl::init(1.0), cl::cat(kilnCategory));
+static cl::opt<bool> pruneExpertsMerge(
+    "prune-experts-merge",
+    cl::desc("--prune-experts: merge each pruned expert into the kept expert whose weights are most similar (cosine) "
+             "instead of removing it: the kept expert's weights become the routing-mass-weighted mean of the group "
+             "and the pruned expert's router row routes to it, so the artifact shrinks as much"),
+    cl::init(false), cl::cat(kilnCategory));
 static cl::opt<std::string> visualTokens(
     "visual-tokens",
     cl::desc("Image tokens each image keeps after the projector: a count (72), a fraction (0.5) or a percentage "
@@ -306,7 +312,7 @@ int main(int argc, char** argv) {
              &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
              &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &chatTemplate, &pruneExperts,
-             &pruneExpertsMaxLoss, &visualTokens, &visualTokenScore})
+             &pruneExpertsMaxLoss, &pruneExpertsMerge, &visualTokens, &visualTokenScore})
       if (o->getNumOccurrences() > 0) {
         llvm::errs() << "kiln-compile: error: --" << o->ArgStr
                      << " applies to compiling a checkpoint, not to --from-ir\n";
@@ -473,6 +479,7 @@ int main(int argc, char** argv) {
   options.quiet = quiet;
   options.pruneExperts = pruneExperts;
   options.pruneExpertsMaxLoss = pruneExpertsMaxLoss;
+  options.mergeExperts = pruneExpertsMerge;
   if (pruneExperts.getNumOccurrences() > 0 && pruneExperts != "auto" && !kiln::parseCountOrShare(pruneExperts)) {
     llvm::errs() << "kiln-compile: error: --prune-experts must be a count (2), a fraction (0.25), a percentage (25%) "
                     "or auto, got '"
@@ -482,6 +489,10 @@ int main(int argc, char** argv) {
   if (pruneExpertsMaxLoss.getNumOccurrences() > 0 && (pruneExperts != "auto" || !(pruneExpertsMaxLoss >= 0))) {
     llvm::errs() << "kiln-compile: error: --prune-experts-max-loss takes a non-negative number of points and goes "
                     "with --prune-experts=auto\n";
+    return 2;
+  }
+  if (pruneExpertsMerge && pruneExperts.empty()) {
+    llvm::errs() << "kiln-compile: error: --prune-experts-merge goes with --prune-experts (how many experts to merge)\n";
     return 2;
   }
   options.visualTokens = visualTokens;

@@ -146,7 +146,7 @@ kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, 
 
 // -----
 
-// expected-error @+1 {{attribute 'kiln.routing' must be {tokens = N, selected = array<i64>, mass = array<f64>} on a kiln.weight}}
+// expected-error @+1 {{attribute 'kiln.routing' must be {tokens = N, selected = array<i64>, mass = array<f64>, optional similarity = array<f64>} on a kiln.weight}}
 kiln.weight @r : tensor<2x4xf32> from #kiln.source<"m.safetensors", offset = 0, size = 32, dtype = "F32"> as #kiln.encoding<f32> {kiln.routing = {tokens = 3 : i64, selected = [1, 2], mass = array<f64: 1.0, 1.0>}}
 
 // -----
