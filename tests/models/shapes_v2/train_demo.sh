@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains the "shapes v2" demo checkpoints with the schedule they were trained with:
-# checkpoints/dense is stage att6, checkpoints/moe stage moe0 (about 4 h on two cores;
+# checkpoints/dense is stage att8, checkpoints/moe stage moe0 (about 4 h 30 min on two cores;
 # tests/models/README.md says what each stage taught). Copy a stage's files into
 # checkpoints/VARIANT beside the calibration set to bundle it.
 #
@@ -70,8 +70,10 @@ stage dense3 --variant dense --init "$WORK/dense2/train_state.pt" --seed 3 --ste
 #          head on the first named, head 2 on the other, each from its own words)
 #   att5   400 steps, half the pictures with only 25-100% of their image tokens, those
 #          Kiln's --visual-tokens keeps (--prune-visual 0.5)
-#   att6   800 steps, three pictures in four pruned so (--prune-visual 0.75): the bundled
-#          checkpoints/dense
+#   att6   800 steps, three pictures in four pruned so (--prune-visual 0.75); moe0 is
+#          upcycled from it
+#   att7   800 steps, every picture pruned so, position questions drawn twice as often
+#   att8   600 steps at a lower rate, half the pictures pruned: the bundled checkpoints/dense
 LOOK=(--attend-weight 0.5 --attend-layer 1 --attend-head 0)
 HARD=(--kind-weight shape_of_color=2 --kind-weight color_of_shape=0.7 --kind-weight count_shape=1
   --kind-weight count_color=1.5 --kind-weight relation=2 --kind-weight position=2 --kind-weight exists=2
@@ -101,6 +103,13 @@ stage att5 --variant dense --init "$WORK/att4" --seed 9 --steps 400 --lr 1e-4 --
 stage att6 --variant dense --init "$WORK/att5" --seed 10 --steps 800 --lr 1e-4 --warmup 20 --eval-every 0 \
   --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 "${HEADS[@]}" "${KINDS4[@]}" \
   --kind-weight position=3 --kind-weight count_all=1
+KINDS7=(--kind-weight shape_of_color=1 --kind-weight color_of_shape=0.5 --kind-weight count_shape=1.5
+  --kind-weight count_color=1 --kind-weight relation=3 --kind-weight position=4 --kind-weight exists=1
+  --kind-weight read=0.3 --kind-weight count_all=1)
+stage att7 --variant dense --init "$WORK/att6" --seed 12 --steps 800 --lr 1e-4 --warmup 20 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 1.0 "${HEADS[@]}" "${KINDS7[@]}"
+stage att8 --variant dense --init "$WORK/att7" --seed 13 --steps 600 --lr 6e-5 --warmup 20 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS7[@]}"
 # The mixture-of-experts variant, upcycled from att6 (each of 8 experts of width 128 a
 # quarter of the dense MLP, the router learned from scratch), with the same heads.
 stage moe0 --variant moe --upcycle "$WORK/att6" --seed 11 --steps 600 --lr 2e-4 --warmup 30 --eval-every 0 \
