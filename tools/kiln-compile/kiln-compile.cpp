@@ -171,9 +171,9 @@ static cl::opt<double> pruneExpertsMaxLoss(
     cl::init(1.0), cl::cat(kilnCategory));
 static cl::opt<bool> pruneExpertsMerge(
     "prune-experts-merge",
-    cl::desc("--prune-experts: merge each pruned expert into the kept expert whose weights are most similar (cosine) "
-             "instead of removing it: the kept expert's weights become the routing-mass-weighted mean of the group "
-             "and the pruned expert's router row routes to it, so the artifact shrinks as much"),
+    cl::desc("--prune-experts: merge each pruned expert into the kept expert whose weights are most similar "
+             "(cosine at least 0.5; else it is removed) instead of removing it: the kept expert's weights become the "
+             "mean of the group and the pruned expert's router row routes to them, so the artifact shrinks as much"),
     cl::init(false), cl::cat(kilnCategory));
 static cl::opt<std::string> visualTokens(
     "visual-tokens",
