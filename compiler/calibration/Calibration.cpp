@@ -201,6 +201,48 @@ struct Observer {
   }
 };
 
+// Each router's experts' cosine similarity (gate, up and down as one vector), from the
+// loaded f32 weights of the MoE op it feeds (its weights: router, gate x E, up x E,
+// down x E), into the router's statistics: what merging experts reads.
+void addExpertSimilarity(const fb::Model* fbm, const uint8_t* base, std::map<uint32_t, RoutingStats>* routes) {
+  for (const fb::Stage* s : *fbm->stages())
+    for (const fb::Op* op : *s->ops()) {
+      if (op->kind() != fb::OpKind::Moe || !op->weights() || op->weights()->size() < 1)
+        continue;
+      auto it = routes->find(op->weights()->Get(0));
+      if (it == routes->end() || !it->second.similarity.empty())
+        continue;
+      const int64_t experts = static_cast<int64_t>(it->second.selected.size());
+      if (static_cast<int64_t>(op->weights()->size()) != 1 + 3 * experts)
+        continue;
+      auto values = [&](int64_t e, int64_t part) {
+        const fb::Tensor* t = fbm->tensors()->Get(op->weights()->Get(static_cast<uint32_t>(1 + part * experts + e)));
+        uint64_t n = 1;
+        for (uint32_t d : *t->shape())
+          n *= d;
+        return llvm::ArrayRef<float>(reinterpret_cast<const float*>(base + t->offset()), n);
+      };
+      std::vector<double> dot(static_cast<size_t>(experts * experts), 0.0);
+      for (int64_t a = 0; a < experts; ++a)
+        for (int64_t c = a; c < experts; ++c) {
+          double d = 0;
+          for (int64_t part = 0; part < 3; ++part) {
+            llvm::ArrayRef<float> x = values(a, part), y = values(c, part);
+            for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+              d += static_cast<double>(x[i]) * y[i];
+          }
+          dot[a * experts + c] = dot[c * experts + a] = d;
+        }
+      std::vector<double>& sim = it->second.similarity;
+      sim.assign(dot.size(), 0.0);
+      for (int64_t a = 0; a < experts; ++a)
+        for (int64_t c = 0; c < experts; ++c) {
+          double norms = std::sqrt(dot[a * experts + a] * dot[c * experts + c]);
+          sim[a * experts + c] = norms > 0 ? dot[a * experts + c] / norms : 0.0;
+        }
+    }
+}
+
 } // namespace
 
 std::vector<std::string> defaultCandidates() {
@@ -427,44 +469,8 @@ mlir::LogicalResult calibrate(mlir::ModuleOp module, const Options& options, Res
       result->hessians[fbm->tensors()->Get(tensor)->name()->str()] = std::move(h);
     }
   if (options.collectRouting) {
-    // The experts' similarity, from the loaded f32 weights of the op each router feeds
-    // (its weights: router, gate x E, up x E, down x E).
-    for (const fb::Stage* s : *fbm->stages())
-      for (const fb::Op* op : *s->ops()) {
-        if (op->kind() != fb::OpKind::Moe || !op->weights() || op->weights()->size() < 1)
-          continue;
-        auto it = observer.routes.find(op->weights()->Get(0));
-        if (it == observer.routes.end() || !it->second.similarity.empty())
-          continue;
-        const int64_t experts = static_cast<int64_t>(it->second.selected.size());
-        if (static_cast<int64_t>(op->weights()->size()) != 1 + 3 * experts)
-          continue;
-        auto values = [&](int64_t e, int64_t part) {
-          const fb::Tensor* t = fbm->tensors()->Get(op->weights()->Get(static_cast<uint32_t>(1 + part * experts + e)));
-          uint64_t n = 1;
-          for (uint32_t d : *t->shape())
-            n *= d;
-          return llvm::ArrayRef<float>(reinterpret_cast<const float*>(base + t->offset()), n);
-        };
-        std::vector<double> dot(static_cast<size_t>(experts * experts), 0.0);
-        for (int64_t a = 0; a < experts; ++a)
-          for (int64_t c = a; c < experts; ++c) {
-            double d = 0;
-            for (int64_t part = 0; part < 3; ++part) {
-              llvm::ArrayRef<float> x = values(a, part), y = values(c, part);
-              for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-                d += static_cast<double>(x[i]) * y[i];
-            }
-            dot[a * experts + c] = dot[c * experts + a] = d;
-          }
-        std::vector<double>& sim = it->second.similarity;
-        sim.assign(dot.size(), 0.0);
-        for (int64_t a = 0; a < experts; ++a)
-          for (int64_t c = 0; c < experts; ++c) {
-            double norms = std::sqrt(dot[a * experts + a] * dot[c * experts + c]);
-            sim[a * experts + c] = norms > 0 ? dot[a * experts + c] / norms : 0.0;
-          }
-      }
+    if (options.collectSimilarity)
+      addExpertSimilarity(fbm, base, &observer.routes);
     for (auto& [tensor, r] : observer.routes)
       result->routing[fbm->tensors()->Get(tensor)->name()->str()] = std::move(r);
   }

@@ -59,6 +59,7 @@ struct Options {
   std::vector<std::string> candidates;  // encoding labels ("int4_g32", ...)
   bool collectHessians = false;         // for GPTQ
   bool collectRouting = false;          // for expert pruning
+  bool collectSimilarity = false;       // with collectRouting: the experts' similarity (merging)
   bool gptq = false;                    // measure candidates with GPTQ rounding
   int threads = 0;
   bool progress = false;                // draw progress on stderr

@@ -262,6 +262,7 @@ mlir::LogicalResult pruneExperts(mlir::MLIRContext& context, mlir::ModuleOp modu
   calib::Options co;
   co.samples = stats;
   co.collectRouting = true;
+  co.collectSimilarity = options.mergeExperts;
   co.threads = options.threads;
   co.progress = showProgress(options);
   calib::Result result;

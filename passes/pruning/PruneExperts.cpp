@@ -357,7 +357,7 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
         continue;
       llvm::SmallVector<double> coeffs(group.size(), 1.0 / static_cast<double>(group.size()));
       for (mlir::OperandRange part : {first.getGate(), first.getUp(), first.getDown()}) {
-        WeightOp wk = weightOf(part[k]);
+        WeightOp wk = weightOf(part[k]);  // group[0]: checked below
         llvm::SmallVector<mlir::Attribute> operands;
         for (int64_t e : group) {
           WeightOp we = weightOf(part[e]);
@@ -366,9 +366,6 @@ struct PruneExpertsPass : impl::KilnPruneExpertsBase<PruneExpertsPass> {
                    << router.getSymName() << " is not a kiln.weight";
           operands.push_back(exprOperand(we));
         }
-        if (!wk)
-          return first.emitOpError("kiln-prune-experts: an expert weight of ")
-                 << router.getSymName() << " is not a kiln.weight";
         wk.setSourceAttr(llvm::cast<WeightExprAttrInterface>(
             WeightedSumAttr::get(ctx, operands, mlir::DenseF64ArrayAttr::get(ctx, coeffs))));
       }
