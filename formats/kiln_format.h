@@ -40,8 +40,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // 16: the layout int4_p128k4 for the generated SME2 W4A8 matmuls, which older
 // runtimes refuse as an unknown layout; 17: generated float matmuls read a mixture's
 // tokens where they are (kiln_uk_matmul_params_t.x_rows; older artifacts' kernels get
-// the rows copied, as before)
-constexpr uint32_t kSchemaMinor = 17;
+// the rows copied, as before); 18: visual-token pruning with the kept tokens at their
+// original RoPE positions (SelectTokensParams.original_positions; an older runtime
+// ignores it and runs them at consecutive positions, which such a model answers worse)
+constexpr uint32_t kSchemaMinor = 18;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards

@@ -352,6 +352,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importAndLower(mlir::MLIRContext& context,
     KilnPruneVisualTokensOptions o;
     o.keep = options.visualTokens;
     o.score = options.visualTokenScore;
+    o.positions = options.visualTokenPositions;
     pm.addPass(createKilnPruneVisualTokens(o));
     if (mlir::failed(pm.run(*module)))
       return {};

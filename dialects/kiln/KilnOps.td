@@ -644,12 +644,17 @@ def Kiln_SelectTokensOp : Kiln_Op<"select_tokens", [Pure]> {
     cosine similarity of the row to the mean of all rows (tokens unlike the
     image's background). Inserted by kiln-prune-visual-tokens; at run time a
     session may keep fewer rows than `keep` (kiln_session_options_t.image_tokens).
+    With `original_positions`, the decoder gives each kept token the RoPE position
+    it has unpruned (the image's first position plus its row in `input`) and the
+    text after the image the positions it has unpruned; without it, the kept
+    tokens take consecutive positions.
 
     ```mlir
     %y = kiln.select_tokens %x {keep = 8 : i64, score = "distinct"} : tensor<16x64xf32> -> tensor<8x64xf32>
+    %z = kiln.select_tokens %x {keep = 8 : i64, score = "distinct", original_positions} : tensor<16x64xf32> -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$input, I64Attr:$keep, StrAttr:$score);
+  let arguments = (ins Kiln_Activation:$input, I64Attr:$keep, StrAttr:$score, UnitAttr:$original_positions);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;

@@ -32,6 +32,12 @@ struct PruneVisualTokensPass : impl::KilnPruneVisualTokensBase<PruneVisualTokens
       module.emitError("kiln-prune-visual-tokens: score must be norm or distinct, got '") << score << "'";
       return signalPassFailure();
     }
+    if (positions != "consecutive" && positions != "original") {
+      module.emitError("kiln-prune-visual-tokens: positions must be consecutive or original, got '") << positions
+                                                                                                    << "'";
+      return signalPassFailure();
+    }
+    const bool original = positions == "original";
     auto image = module->getAttrOfType<ImageConfigAttr>("kiln.image");
     mlir::func::FuncOp projector;
     for (auto fn : module.getOps<mlir::func::FuncOp>())
@@ -62,7 +68,8 @@ struct PruneVisualTokensPass : impl::KilnPruneVisualTokensBase<PruneVisualTokens
     mlir::OpBuilder b(ret);
     auto resultType = mlir::RankedTensorType::get({kept, type.getDimSize(1)}, type.getElementType());
     mlir::Location loc = mlir::NameLoc::get(b.getStringAttr("multi_modal_projector.select_tokens"), ret.getLoc());
-    auto select = b.create<SelectTokensOp>(loc, resultType, from, b.getI64IntegerAttr(kept), b.getStringAttr(score));
+    auto select = b.create<SelectTokensOp>(loc, resultType, from, b.getI64IntegerAttr(kept), b.getStringAttr(score),
+                                           original ? b.getUnitAttr() : mlir::UnitAttr());
     ret->setOperand(0, select.getResult());
     if (before && before->use_empty())
       before.erase();
@@ -71,7 +78,7 @@ struct PruneVisualTokensPass : impl::KilnPruneVisualTokensBase<PruneVisualTokens
                                                        kept, image.getImageTokenId()));
     select.emitRemark("kiln-prune-visual-tokens: keeps ")
         << kept << " of " << total << " image tokens per image, the highest-scoring by " << score
-        << ", in their order";
+        << ", in their order, at " << (original ? "their original" : "consecutive") << " positions";
   }
 };
 

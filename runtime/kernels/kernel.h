@@ -112,6 +112,9 @@ struct OpContext {
   float* scratch = nullptr;
   size_t scratch_floats = 0;
   KvCache* kv = nullptr;
+  // SelectTokens: receives the kept rows' indices, ascending (the session's, for the
+  // positions of visual tokens kept at their original ones); may be null.
+  int32_t* selected_rows = nullptr;
   const UkernelSet* uk = nullptr;
   WeightInputObserver observer = nullptr;
   void* observer_user = nullptr;

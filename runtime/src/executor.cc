@@ -105,6 +105,7 @@ kiln_status_t RunStage(kiln_session_t* s, const fb::Stage* stage, const Binding*
     ctx.scratch = s->scratch;
     ctx.scratch_floats = s->scratch_floats;
     ctx.kv = &s->kv;
+    ctx.selected_rows = s->image_rows;
     ctx.uk = op_index < generated.size() && generated[op_index] != nullptr ? generated[op_index] : kernel->uk;
     ctx.observer = s->observer;
     ctx.observer_user = s->observer_user;

@@ -35,6 +35,11 @@ struct KvCache {
   // p is written at row p - evicted (row_scratch: [max_prefill] for those rows).
   int64_t evicted = 0;
   int32_t* row_scratch = nullptr;
+  // >= 0: the row of the first position a stage writes (set by the session before
+  // each decoder stage): rows follow on from it, and the positions are RoPE's only,
+  // which may skip (visual tokens kept at their original positions). < 0: position
+  // p's row is p - evicted.
+  int64_t first_row = -1;
   // Spans (INT8/INT4, kiln_uk_attention_params_t.kv_span): > 0, the keys of `span`
   // rows (= group) share a scale per channel, computed when the span's last row is
   // written; until then the span's keys and values are read at full precision from

@@ -26,7 +26,10 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   for (const fb::Stage* s : *f->stages()) m->stages[static_cast<int>(s->kind())] = s;
   if (const fb::Stage* projector = m->stages[static_cast<int>(fb::StageKind::Projector)])
     for (const fb::Op* op : *projector->ops())
-      if (op->kind() == fb::OpKind::SelectTokens) m->image_tokens_scored = op->params_as_SelectTokensParams()->tokens();
+      if (op->kind() == fb::OpKind::SelectTokens) {
+        m->image_tokens_scored = op->params_as_SelectTokensParams()->tokens();
+        m->image_positions_original = op->params_as_SelectTokensParams()->original_positions();
+      }
 
   m->weights.set_allocator(&m->allocator);
   if (!m->weights.resize(f->tensors()->size()))
@@ -151,6 +154,7 @@ kiln_status_t Prepare(kiln_model_t* m, kiln_error_t* error) {
   info.image_tokens = m->multimodal ? static_cast<int32_t>(f->image()->image_tokens()) : 0;
   info.image_token_id = m->multimodal ? static_cast<int32_t>(f->image()->image_token_id()) : -1;
   info.image_tokens_scored = static_cast<int32_t>(m->image_tokens_scored);
+  info.image_positions_original = m->image_positions_original ? 1 : 0;
   info.weight_bytes = f->memory_plan()->weight_bytes();
   info.file_bytes = m->size;
   return KILN_OK;

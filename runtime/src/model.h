@@ -53,6 +53,7 @@ struct kiln_model_t {
 
   bool multimodal = false;
   int64_t image_tokens_scored = 0;  // > 0: the projector selects its image tokens from this many (SelectTokens)
+  bool image_positions_original = false;  // SelectTokens keeps them at their original positions
   kiln::rt::ImagePreprocessSpec preprocess;
   const char* image_token_text = "<image>";
   size_t image_token_text_len = 7;
@@ -133,6 +134,13 @@ struct kiln_session_t {
   float* vision_features = nullptr;
   float* image_features = nullptr;  // [image_tokens, hidden] (the artifact's count)
   int64_t image_tokens = 0;         // image tokens per image in this session (options.image_tokens)
+  // Visual tokens at their original positions (image_positions_original): the row of
+  // each kept token among the projector's tokens, ascending, and the positions the
+  // whole image spans; position_shift: the next decoded token's position minus its
+  // row + evicted.
+  int32_t* image_rows = nullptr;  // [image_tokens]
+  int64_t image_span = 0;
+  int64_t position_shift = 0;
 
   bool has_image = false;     // pixels hold an image
   bool image_encoded = false; // image_features are up to date

@@ -133,7 +133,8 @@ void FreeBuffers(kiln_session_t* s) {
   void* bufs[] = {s->arena,           s->scratch,        s->ids,        s->positions,
                   s->kv_rows,         s->hidden,         s->logits,     s->pixels,
                   s->vision_features, s->image_features, s->cached_ids, s->block_table,
-                  s->kv.open_k,       s->kv.open_v,      s->kv.stage_k, s->kv.stage_v};
+                  s->kv.open_k,       s->kv.open_v,      s->kv.stage_k, s->kv.stage_v,
+                  s->image_rows};
   for (void* b : bufs) s->allocator.Free(b);
   if (s->kv_pool == nullptr) {  // its own cache (else the pool's rows)
     void* kv[] = {s->kv.keys, s->kv.values, s->kv.key_scales, s->kv.value_scales};
@@ -234,9 +235,25 @@ kiln_status_t EncodeImage(kiln_session_t* s, kiln_error_t* error) {
   double t2 = NowSeconds();
   s->stats.vision_encoder_ms = Ms(t1 - t0);
   s->stats.projector_ms = Ms(t2 - t1);
+  // SelectTokens wrote the kept tokens' rows (s->image_rows); the image spans the
+  // positions of all the projector's tokens.
+  s->image_span = s->model->image_tokens_scored > 0 ? s->model->image_tokens_scored : s->image_tokens;
   s->image_encoded = true;
   if (s->model->pressure[KILN_PRESSURE_MEMORY].load() >= KILN_PRESSURE_SERIOUS) DiscardImageWeights(s->model);
   return KILN_OK;
+}
+
+// The RoPE position of a token minus its index in the conversation's ids, given the
+// image tokens before it (`images_before`) and whether it is one: 0 but for an
+// artifact that keeps visual tokens at their original positions, where the j-th image
+// token is at the image's first position + its row among the projector's tokens
+// (s->image_rows[j]) and the text after the image where it is unpruned.
+int64_t PositionShift(const kiln_session_t* s, int64_t images_before, bool image) {
+  if (!s->model->image_positions_original || s->image_tokens < 1) return 0;
+  if (image) return images_before < s->image_tokens ? s->image_rows[images_before] - images_before : 0;
+  if (images_before == 0) return 0;
+  if (images_before >= s->image_tokens) return s->image_span - s->image_tokens;
+  return s->image_rows[images_before - 1] - (images_before - 1);  // text amid the image tokens
 }
 
 // Prefills ids[begin, count) at positions begin.. (the cache already holds the keys
@@ -273,8 +290,10 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     return Fail(error, KILN_ERROR_CONTEXT_FULL, "%zu prompt tokens do not fit the %lld-token context", count,
                 static_cast<long long>(Limit(s)));
   s->cached = s->position;
+  s->position_shift = 0;
   int64_t image_used = 0;
   for (size_t i = 0; i < begin; ++i) image_used += ids[i] == image_id;
+  const int64_t max_positions = m->text()->max_position_embeddings();
   for (size_t start = begin, n = 0; start < count; start += n) {
     n = std::min<size_t>(static_cast<size_t>(s->max_prefill), count - start);
     // A sliding window takes a chunk of at most half its free positions at a time.
@@ -282,10 +301,16 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     if (kiln_status_t st = MakeRoom(s, static_cast<int64_t>(n), error); st != KILN_OK) return st;
     int64_t chunk_images = 0;
     for (size_t i = 0; i < n; ++i) {
+      const bool image = ids[start + i] == image_id;
       s->ids[i] = ids[start + i];
-      s->positions[i] = static_cast<int32_t>(s->position + s->evicted + static_cast<int64_t>(i));
-      chunk_images += ids[start + i] == image_id;
+      s->positions[i] = static_cast<int32_t>(s->position + s->evicted + static_cast<int64_t>(i) +
+                                             PositionShift(s, image_used + chunk_images, image));
+      chunk_images += image;
     }
+    if (s->positions[n - 1] >= max_positions)
+      return Fail(error, KILN_ERROR_CONTEXT_FULL, "position %d is past the model's %lld positions",
+                  s->positions[n - 1], static_cast<long long>(max_positions));
+    s->kv.first_row = s->position;
     Binding in[3] = {{s->ids, static_cast<int64_t>(n)}, {s->positions, static_cast<int64_t>(n)}, {nullptr, 0}};
     int num_in = 2;
     if (mm) {
@@ -301,6 +326,7 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
         st != KILN_OK)
       return st;
     image_used += chunk_images;
+    s->position_shift = PositionShift(s, image_used, false);
     s->position += rows;
     std::memcpy(s->cached_ids + s->cached, ids + start, n * sizeof(int32_t));
     s->cached += rows;
@@ -315,6 +341,7 @@ kiln_status_t Prefill(kiln_session_t* s, const int32_t* ids, size_t count, size_
     if (start + n >= count && n > 1)
       std::memmove(s->hidden, s->hidden + (rows - 1) * hidden, static_cast<size_t>(hidden) * 4);
   }
+  s->position_shift = PositionShift(s, image_used, false);
   return KILN_OK;
 }
 
@@ -486,7 +513,8 @@ kiln_status_t Generate(kiln_session_t* s, const int32_t* ids, size_t count, cons
     st = MakeRoom(s, 1, error);
     if (st != KILN_OK) break;
     s->ids[0] = token;
-    s->positions[0] = static_cast<int32_t>(s->position + s->evicted);
+    s->positions[0] = static_cast<int32_t>(s->position + s->evicted + s->position_shift);
+    s->kv.first_row = s->position;
     Binding in[2] = {{s->ids, 1}, {s->positions, 1}};
     st = RunStage(s, s->model->stages[kDecode], in, 2, Binding{s->hidden, 1}, error);
     if (st != KILN_OK) break;
@@ -654,7 +682,7 @@ struct SessionPlan {
   size_t kv_half = 0, kv_scales_half = 0;  // codes and scales of keys (and of values)
   size_t arena = 0, tokens = 0, hidden = 0, logits = 0;
   size_t cached_ids = 0;  // the ids the KV cache holds: [context]
-  size_t pixels = 0, vision = 0, image = 0;
+  size_t pixels = 0, vision = 0, image = 0, image_rows = 0;
   int64_t image_tokens = 0;  // image tokens per image in this session
   size_t scratch_floats = 0, scratch = 0;
   size_t value_rows = 0;  // the per-value row counts
@@ -679,7 +707,7 @@ struct SessionPlan {
     uint64_t total = buf(sizeof(kiln_session_t)) + sizeof(ThreadPool) + 16 + kv + buf(arena) +
                      3 * buf(tokens) + buf(hidden) + buf(logits) + buf(scratch) + buf(cached_ids) + value_rows + 16;
     if (threads > 1) total += buf(sizeof(std::thread) * (threads - 1));
-    if (multimodal) total += buf(pixels) + buf(vision) + buf(image);
+    if (multimodal) total += buf(pixels) + buf(vision) + buf(image) + buf(image_rows);
     return total;
   }
 };
@@ -754,7 +782,8 @@ kiln_status_t PlanSession(const kiln_model_t* model, const kiln_session_options_
   if (sized && model->multimodal) {
     uint64_t size = m->image()->image_size();
     sized = SizeOf(3, size, size, sizeof(float), &p->pixels) &&
-            SizeOf(m->image()->image_tokens(), hidden, sizeof(float), 1, &p->image);
+            SizeOf(m->image()->image_tokens(), hidden, sizeof(float), 1, &p->image) &&
+            SizeOf(m->image()->image_tokens(), sizeof(int32_t), 1, 1, &p->image_rows);
     p->vision = m->values()->Get(model->stages[kVision]->outputs()->Get(0))->size();
   }
   if (!sized)
@@ -1064,9 +1093,10 @@ kiln_status_t Evict(kiln_session_t* s, int64_t at_least, kiln_error_t* error) {
 // KILN_CONTEXT_SLIDE, when the KV block pool is full.
 kiln_status_t MakeRoom(kiln_session_t* s, int64_t n, kiln_error_t* error) {
   const int64_t max_positions = s->model->fb->text()->max_position_embeddings();
-  if (s->position + s->evicted + n > max_positions)
+  if (s->position + s->evicted + s->position_shift + n > max_positions)
     return Fail(error, KILN_ERROR_CONTEXT_FULL, "position %lld is past the model's %lld positions",
-                static_cast<long long>(s->position + s->evicted + n - 1), static_cast<long long>(max_positions));
+                static_cast<long long>(s->position + s->evicted + s->position_shift + n - 1),
+                static_cast<long long>(max_positions));
   if (const int64_t over = s->position + n - Limit(s); over > 0)
     if (kiln_status_t st = Evict(s, over, error); st != KILN_OK) return st;
   for (;;) {
@@ -1248,6 +1278,9 @@ kiln_status_t kiln_calib_set_image_features(kiln_session_t* s, const float* feat
   size_t n = static_cast<size_t>(s->image_tokens) * s->model->fb->text()->hidden_size();
   if (count != n) return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "image features need %zu floats, got %zu", n, count);
   std::memcpy(s->image_features, features, n * 4);
+  // Features without their selection: the kept tokens take consecutive positions.
+  for (int64_t j = 0; j < s->image_tokens; ++j) s->image_rows[j] = static_cast<int32_t>(j);
+  s->image_span = s->image_tokens;
   s->has_image = true;
   s->image_encoded = true;
   s->image_hash[0] = s->image_hash[1] = 0;  // features of no pixels: the next image is new
@@ -1440,6 +1473,7 @@ kiln_status_t kiln_session_create(kiln_model_t* model, const kiln_session_option
     alloc(plan.pixels, reinterpret_cast<void**>(&s->pixels), "pixel values");
     alloc(plan.vision, reinterpret_cast<void**>(&s->vision_features), "vision features");
     alloc(plan.image, reinterpret_cast<void**>(&s->image_features), "image features");
+    alloc(plan.image_rows, reinterpret_cast<void**>(&s->image_rows), "kept image rows");
   }
   s->scratch_floats = plan.scratch_floats;
   alloc(plan.scratch, reinterpret_cast<void**>(&s->scratch), "kernel scratch");
@@ -1651,10 +1685,14 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
   if (model->multimodal) {
     const size_t size = model->fb->image()->image_size();
     std::memcpy(s->pixels, src->pixels, 3 * size * size * sizeof(float));
-    if (src->image_encoded)
+    if (src->image_encoded) {
       std::memcpy(s->image_features, src->image_features,
                   static_cast<size_t>(s->image_tokens) * model->fb->text()->hidden_size() * 4);
+      std::memcpy(s->image_rows, src->image_rows, static_cast<size_t>(s->image_tokens) * sizeof(int32_t));
+      s->image_span = src->image_span;
+    }
   }
+  s->position_shift = src->position_shift;
   s->has_image = src->has_image;
   s->image_encoded = src->image_encoded;
   s->image_hash[0] = src->image_hash[0];

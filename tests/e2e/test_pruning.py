@@ -275,9 +275,13 @@ def _select(features, keep, score):
     return sorted(order)
 
 
-def _pruned_reference(ckpt, golden, keep, score):
+def _pruned_reference(ckpt, golden, keep, score, original_positions=False, greedy=0):
     """Logits of the PyTorch reference when the projector's tokens are cut to the `keep`
-    the runtime's rule selects, and the prompt carries that many image tokens."""
+    the runtime's rule selects, and the prompt carries that many image tokens. With
+    original_positions, each kept token is at the RoPE position it has unpruned and the
+    text after the image too (kiln-compile --visual-token-positions=original). With
+    greedy > 0, also the `greedy` tokens greedy decoding appends (each from the logits
+    of the prompt and the tokens before it) -> ids, logits[, tokens]."""
     import torch
     from kiln_models.registry import load_checkpoint
     model, _ = load_checkpoint(str(ckpt))
@@ -286,20 +290,38 @@ def _pruned_reference(ckpt, golden, keep, score):
     px = torch.from_numpy(np.load(golden / "pixel_values.npy").astype(np.float32))
     cfg = json.load(open(ckpt / "config.json"))
     image_id = cfg.get("image_token_index", cfg.get("image_token_id"))  # LLaVA, Idefics3
+    body = model.language_model.model if hasattr(model, "language_model") else model.model.text_model
     original = model.get_image_features
     with torch.no_grad():
         feats = original(px)
+        total = feats.reshape(-1, feats.shape[-1]).shape[0]
         rows = _select(feats.reshape(-1, feats.shape[-1]), keep, score)
         model.get_image_features = lambda _px: feats.reshape(1, -1, feats.shape[-1])[:, rows]
         positions = np.flatnonzero(ids[0] == image_id)
         pruned_ids = np.delete(ids, positions[keep:], axis=1)
-        logits = model(torch.from_numpy(pruned_ids), pixel_values=px).numpy()
-    return pruned_ids, logits
+
+        def forward(seq):
+            if original_positions:
+                first = int(positions[0])
+                pos = [i if i < first else first + rows[i - first] if i < first + keep else i + total - keep
+                       for i in range(seq.shape[1])]
+                body_forward = body.forward
+                body.forward = lambda *a, **k: body_forward(*a, **k, position_ids=torch.tensor([pos]))
+            try:
+                return model(torch.from_numpy(seq), pixel_values=px).numpy()
+            finally:
+                body.__dict__.pop("forward", None)
+
+        logits = forward(pruned_ids)
+        tokens, seq = [], pruned_ids
+        for _ in range(greedy):
+            tokens.append(int(np.argmax(forward(seq)[0, -1])))
+            seq = np.concatenate([seq, [[tokens[-1]]]], axis=1)
+    return (pruned_ids, logits, tokens) if greedy else (pruned_ids, logits)
 
 
-@pytest.mark.parametrize("preset", ["tiny-llava", "tiny-idefics3"])
-@pytest.mark.parametrize("score", ["distinct", "norm"])
-def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
+def _vt_checkpoint(tiny_dir, preset):
+    """A generated tiny checkpoint and its golden prompt and image (16 image tokens)."""
     ckpt = tiny_dir / f"vt-{preset}"
     golden = tiny_dir / f"vt-{preset}-golden"
     if not ckpt.exists():
@@ -309,6 +331,13 @@ def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
         Image.fromarray(rng.integers(0, 255, (6, 9, 3), dtype=np.uint8)).resize((90, 60)).save(tiny_dir / "vt.png")
         run(["/usr/bin/python3", os.path.join(MODELS, "golden.py"), ckpt, "--out", golden,
              "--prompt", "How do I install this part?", "--image", tiny_dir / "vt.png", "--max-new-tokens", "1"])
+    return ckpt, golden
+
+
+@pytest.mark.parametrize("preset", ["tiny-llava", "tiny-idefics3"])
+@pytest.mark.parametrize("score", ["distinct", "norm"])
+def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
+    ckpt, golden = _vt_checkpoint(tiny_dir, preset)
     artifact = tiny_dir / f"vt-{preset}-{score}.kiln"
     out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%",
                f"--visual-token-score={score}", "--remarks"])
@@ -333,6 +362,48 @@ def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
         assert got.shape == ref.shape
         err = float(np.abs(got - ref).max())
         assert err <= 1e-4 * float(np.abs(ref).max()), f"{preset} {score} keep {keep}: max abs error {err}"
+
+
+@pytest.mark.parametrize("preset", ["tiny-llava", "tiny-idefics3"])
+def test_original_positions_equal_the_reference(tiny_dir, preset):
+    """--visual-token-positions=original: the prompt's logits and the greedy tokens decoded
+    after it equal the reference's with each kept token at its unpruned RoPE position,
+    for the artifact's 8 tokens and a session's 4; the consecutive artifact is far off."""
+    ckpt, golden = _vt_checkpoint(tiny_dir, preset)
+    artifact = tiny_dir / f"vt-{preset}-original.kiln"
+    consecutive = tiny_dir / f"vt-{preset}-distinct.kiln"
+    out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%",
+               "--visual-token-positions=original", "--remarks"])
+    assert "keeps 8 of 16 image tokens per image" in out.stderr and "at their original positions" in out.stderr
+    if not consecutive.exists():
+        run([tool("kiln-compile"), ckpt, "-o", consecutive, "--kv-cache=f32", "--visual-tokens=50%"])
+    assert "kept (score distinct) at their original positions" in run([tool("kiln-inspect"), artifact]).stdout
+    info = json.loads(run([tool("kiln-inspect"), artifact, "--json"]).stdout)
+    assert info["image"]["visual_token_positions"] == "original"
+    px = np.load(golden / "pixel_values.npy").astype(np.float32)
+    np.save(tiny_dir / f"vt-{preset}-px.npy", px.reshape(px.shape[-3:]))
+    for session_tokens in (0, 4):
+        keep = session_tokens or 8
+        ids, ref, greedy = _pruned_reference(ckpt, golden, keep, "distinct", original_positions=True, greedy=4)
+        np.save(tiny_dir / "vt-ids.npy", ids)
+        logits = tiny_dir / "vt-logits.npy"
+        far = {}
+        for name, path in (("original", artifact), ("consecutive", consecutive)):
+            cmd = [tool("kiln-run"), path, "--input-ids", tiny_dir / "vt-ids.npy", "--pixel-values",
+                   tiny_dir / f"vt-{preset}-px.npy", "--dump-logits", logits, "--max-new-tokens", "4",
+                   "--threads", "2"]
+            if session_tokens:
+                cmd += ["--image-tokens", str(session_tokens)]
+            stdout = run(cmd).stdout
+            got = np.load(logits)
+            assert got.shape == ref.shape
+            far[name] = float(np.abs(got - ref).max()) / float(np.abs(ref).max())
+            if name == "original":
+                # The answer after the prompt: decoded at the positions after the unpruned image.
+                tokens = [int(t) for t in stdout.split("tokens:")[1].split()]
+                assert len(tokens) >= 2 and tokens == greedy[:len(tokens)], (tokens, greedy)
+        assert far["original"] <= 1e-4, f"{preset} keep {keep}: relative error {far['original']}"
+        assert far["consecutive"] > 100 * max(far["original"], 1e-7), far
 
 
 def test_prompt_follows_the_kept_tokens_and_sessions_cannot_ask_for_more(tiny_dir):
@@ -374,6 +445,9 @@ def test_visual_token_errors_leave_no_artifact(mixtral, tiny_dir):
         ([ckpt, "--visual-tokens=lots"], "--visual-tokens must be a count (72)"),
         ([ckpt, "--visual-tokens=8", "--visual-token-score=attention"], "--visual-token-score must be distinct or norm"),
         ([ckpt, "--visual-token-score=norm"], "--visual-token-score goes with --visual-tokens"),
+        ([ckpt, "--visual-tokens=8", "--visual-token-positions=sorted"],
+         "--visual-token-positions must be consecutive or original"),
+        ([ckpt, "--visual-token-positions=original"], "--visual-token-positions goes with --visual-tokens"),
         ([mixtral, "--visual-tokens=8"], "the model takes no images"),
     ]
     for args, message in cases:

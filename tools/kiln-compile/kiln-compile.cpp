@@ -184,6 +184,11 @@ static cl::opt<std::string> visualTokenScore(
     "visual-token-score", cl::desc("How --visual-tokens ranks image tokens: distinct (unlike the image's mean "
                                    "token; the default) or norm (L2 norm)"),
     cl::init("distinct"), cl::cat(kilnCategory));
+static cl::opt<std::string> visualTokenPositions(
+    "visual-token-positions",
+    cl::desc("RoPE positions of the image tokens --visual-tokens keeps: consecutive (the default) or original (each "
+             "at the position it has unpruned, the text after the image too); use what the model was trained with"),
+    cl::init("consecutive"), cl::cat(kilnCategory));
 static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
                             cl::cat(kilnCategory));
 
@@ -312,7 +317,7 @@ int main(int argc, char** argv) {
              &emit, &maxPrefillTokens, &kvCache, &memoryBudget, &bitsPerWeight, &tiersOption,
              static_cast<cl::Option*>(std::addressof(precisionOverrides)),
              &calibration, &calibrationSamples, &quantizer, &cacheDir, &threads, &promptTemplate, &chatTemplate, &pruneExperts,
-             &pruneExpertsMaxLoss, &pruneExpertsMerge, &visualTokens, &visualTokenScore})
+             &pruneExpertsMaxLoss, &pruneExpertsMerge, &visualTokens, &visualTokenScore, &visualTokenPositions})
       if (o->getNumOccurrences() > 0) {
         llvm::errs() << "kiln-compile: error: --" << o->ArgStr
                      << " applies to compiling a checkpoint, not to --from-ir\n";
@@ -510,6 +515,16 @@ int main(int argc, char** argv) {
   }
   if (visualTokenScore.getNumOccurrences() > 0 && visualTokens.empty()) {
     llvm::errs() << "kiln-compile: error: --visual-token-score goes with --visual-tokens\n";
+    return 2;
+  }
+  options.visualTokenPositions = visualTokenPositions;
+  if (visualTokenPositions != "consecutive" && visualTokenPositions != "original") {
+    llvm::errs() << "kiln-compile: error: --visual-token-positions must be consecutive or original, got '"
+                 << visualTokenPositions << "'\n";
+    return 2;
+  }
+  if (visualTokenPositions.getNumOccurrences() > 0 && visualTokens.empty()) {
+    llvm::errs() << "kiln-compile: error: --visual-token-positions goes with --visual-tokens\n";
     return 2;
   }
   options.kernelLibrary = emit == EmitKind::StaticLibrary;

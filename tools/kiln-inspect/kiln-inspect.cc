@@ -276,8 +276,8 @@ void PrintText(const fb::Model* m, const std::string& path, uint64_t file_size, 
                 m->image()->image_size(), m->image()->image_size(), m->image()->image_tokens(),
                 m->image()->image_token_id(), fb::EnumNameImageProcessor(p->processor()), p->resample());
     if (const fb::SelectTokensParams* sel = SelectTokensOf(m))
-      std::printf("  visual tokens    %u of %u kept (score %s); a session may keep fewer\n", sel->keep(),
-                  sel->tokens(), ScoreName(sel));
+      std::printf("  visual tokens    %u of %u kept (score %s) at %s positions; a session may keep fewer\n",
+                  sel->keep(), sel->tokens(), ScoreName(sel), sel->original_positions() ? "their original" : "consecutive");
   }
   const fb::Tokenizer* tok = m->tokenizer() != nullptr ? m->tokenizer() : mem.root->tokenizer();  // a tier shares the root's
   std::printf("  tokenizer        byte-level BPE (%s), %u ids, %u merges, %u added tokens, bos %d%s\n",
@@ -414,9 +414,11 @@ void PrintJson(const fb::Model* m, const std::string& path, uint64_t file_size, 
   if (m->image()) {
     const fb::SelectTokensParams* sel = SelectTokensOf(m);
     std::printf("  \"image\": {\"image_size\": %u, \"image_tokens\": %u, \"image_tokens_scored\": %u, "
-                "\"visual_token_score\": %s, \"image_token_id\": %" PRId64 ", \"processor\": %s},\n",
+                "\"visual_token_score\": %s, \"visual_token_positions\": %s, \"image_token_id\": %" PRId64
+                ", \"processor\": %s},\n",
                 m->image()->image_size(), m->image()->image_tokens(), sel ? sel->tokens() : 0,
                 sel ? J(ScoreName(sel)).c_str() : "null",
+                sel ? (sel->original_positions() ? "\"original\"" : "\"consecutive\"") : "null",
                 m->image()->image_token_id(), J(fb::EnumNameImageProcessor(m->preprocess()->processor())).c_str());
   }
   {

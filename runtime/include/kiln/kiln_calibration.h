@@ -41,7 +41,9 @@ KILN_API kiln_status_t kiln_calib_get_image_features(kiln_session_t* session, fl
                                                      kiln_error_t* out_error);
 
 /* Uses `features` [image_tokens, hidden] as the session's encoded image (the vision
- * encoder and projector are skipped). */
+ * encoder and projector are skipped). Without the projector's selection, the tokens of
+ * an artifact that keeps visual tokens at their original positions take consecutive
+ * positions. */
 KILN_API kiln_status_t kiln_calib_set_image_features(kiln_session_t* session, const float* features,
                                                      size_t count, kiln_error_t* out_error);
 

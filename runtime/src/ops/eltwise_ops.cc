@@ -123,15 +123,19 @@ kiln_status_t KvRows(const OpContext& c, const int32_t* pos, int64_t rows, const
   KvCache* kv = c.kv;
   // A sliding window evicted positions before these: their rows are that much lower
   // (each new row attends to the rows before it).
+  // The session may give the rows instead (positions that skip, KvCache::first_row).
   const int32_t* row = pos;
-  if (kv->evicted > 0) {
+  if (kv->first_row >= 0) {
+    for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(kv->first_row + t);
+    row = kv->row_scratch;
+  } else if (kv->evicted > 0) {
     for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(pos[t] - kv->evicted);
     row = kv->row_scratch;
   }
   for (int64_t t = 0; t < rows; ++t) {
     if (row[t] < 0 || row[t] >= kv->context)
-      return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d is outside the %lld-token context", pos[t],
-                  static_cast<long long>(kv->context));
+      return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d (row %d) is outside the %lld-token context", pos[t],
+                  row[t], static_cast<long long>(kv->context));
     if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
       return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
                   static_cast<long long>(kv->mapped));
@@ -430,6 +434,7 @@ kiln_status_t RunSelectTokens(const OpContext& c) {
   Sort(order, order + keep, [](int32_t a, int32_t b) { return a < b; });
   for (int64_t k = 0; k < keep; ++k)
     std::memcpy(c.output.f32() + k * d, x.f32() + static_cast<int64_t>(order[k]) * d, static_cast<size_t>(d) * 4);
+  if (c.selected_rows != nullptr) std::memcpy(c.selected_rows, order, static_cast<size_t>(keep) * sizeof(int32_t));
   return KILN_OK;
 }
 size_t ScratchSelectTokens(const fb::Op* op, const WeightView*, int, int64_t, int64_t, int) {

@@ -7,6 +7,10 @@
 // RUN: not kiln-opt %s --kiln-prune-visual-tokens=keep=0 2>&1 | FileCheck %s --check-prefix=NONE
 // RUN: not kiln-opt %s --kiln-prune-visual-tokens=keep=half 2>&1 | FileCheck %s --check-prefix=SPEC
 // RUN: not kiln-opt %s --kiln-prune-visual-tokens="keep=8 score=attention" 2>&1 | FileCheck %s --check-prefix=SCORE
+// RUN: kiln-opt %s --kiln-prune-visual-tokens="keep=8 positions=original" | FileCheck %s --check-prefix=ORIG
+// RUN: kiln-opt %s --kiln-prune-visual-tokens="keep=8 positions=original" -mlir-print-op-generic | kiln-opt | FileCheck %s --check-prefix=ORIG
+// RUN: kiln-opt %s --kiln-prune-visual-tokens="keep=12 positions=original" --kiln-prune-visual-tokens=keep=6 | FileCheck %s --check-prefix=TWICE
+// RUN: not kiln-opt %s --kiln-prune-visual-tokens="keep=8 positions=sorted" 2>&1 | FileCheck %s --check-prefix=POS
 
 // The projector's 16 tokens: 50% keeps 8, selected by a kiln.select_tokens before the
 // return; the stage's result type and the module's image_tokens follow, the decoder is
@@ -29,13 +33,18 @@
 // NONE: error: kiln-prune-visual-tokens: keeping '0' of 16 image tokens leaves none
 // SPEC: error: kiln-prune-visual-tokens: keep must be a count (72), a fraction (0.5) or a percentage (50%), got 'half'
 // SCORE: error: kiln-prune-visual-tokens: score must be norm or distinct, got 'attention'
+// The kept tokens at the RoPE positions they have unpruned (the runtime's choice,
+// stored in the artifact's SelectTokensParams.original_positions); it survives a round
+// trip through the generic form.
+// ORIG: kiln.select_tokens %{{.*}} {keep = 8 : i64, original_positions, score = "distinct"} : tensor<16x64xf32> -> tensor<8x64xf32>
+// POS: error: kiln-prune-visual-tokens: positions must be consecutive or original, got 'sorted'
 
 module attributes {kiln.image = #kiln.image_config<image_size = 32, channels = 3, image_tokens = 16, image_token_id = 7>} {
   kiln.weight @p : tensor<64x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 8192, dtype = "F32"> as #kiln.encoding<f32>
   func.func @projector(%x: tensor<16x32xf32>) -> tensor<16x64xf32> attributes {kiln.stage = #kiln.stage<projector>} {
     %w = kiln.weight_ref @p : tensor<64x32xf32>
     %y = kiln.linear %x, %w : tensor<16x32xf32>, tensor<64x32xf32> -> tensor<16x64xf32>
-    // expected-remark @+1 {{kiln-prune-visual-tokens: keeps 8 of 16 image tokens per image, the highest-scoring by distinct, in their order}}
+    // expected-remark @+1 {{kiln-prune-visual-tokens: keeps 8 of 16 image tokens per image, the highest-scoring by distinct, in their order, at consecutive positions}}
     return %y : tensor<16x64xf32>
   }
   func.func @decoder_prefill(%ids: tensor<?xi32>, %pos: tensor<?xi32>, %img: tensor<?x64xf32>) -> tensor<?x64xf32> attributes {kiln.stage = #kiln.stage<decoder_prefill>} {
