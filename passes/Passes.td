@@ -198,10 +198,11 @@ def KilnPruneVisualTokens : Pass<"kiln-prune-visual-tokens", "::mlir::ModuleOp">
     linear). Keeping all tokens is a no-op (remark); pruning twice selects once,
     from the original tokens. At run time a session may keep fewer
     (`kiln_session_options_t.image_tokens`, `kiln-run --image-tokens`).
-    `positions`: `consecutive` (the default: the kept tokens take consecutive RoPE
-    positions, as a model trained with pruned pictures that way expects) or
-    `original` (each kept token keeps the position it has unpruned, and the text
-    after the image too: the gaps of the removed tokens stay).
+    `positions`: `original` (the default: each kept token keeps the RoPE position it
+    has unpruned, and the text after the image too, so the gaps of the removed
+    tokens stay and the decoder sees every token where it saw it in training) or
+    `consecutive` (the kept tokens take consecutive positions, for a model trained
+    with pruned pictures that way).
 
     ```mlir
     func.func @projector(%x: tensor<16x32xf32>) -> tensor<8x64xf32> ... {
@@ -216,8 +217,8 @@ def KilnPruneVisualTokens : Pass<"kiln-prune-visual-tokens", "::mlir::ModuleOp">
            "Image tokens to keep per image: a count (72), a fraction (0.5) or a percentage (50%)">,
     Option<"score", "score", "std::string", /*default=*/"\"distinct\"",
            "How tokens are ranked: distinct (unlike the image's mean token) or norm (L2 norm)">,
-    Option<"positions", "positions", "std::string", /*default=*/"\"consecutive\"",
-           "RoPE positions of the kept tokens: consecutive, or original (those they have unpruned)">,
+    Option<"positions", "positions", "std::string", /*default=*/"\"original\"",
+           "RoPE positions of the kept tokens: original (those they have unpruned) or consecutive">,
   ];
 }
 

@@ -53,7 +53,7 @@ struct CompileOptions {
   // Visual-token pruning: "" none, else kiln-prune-visual-tokens' keep ("72", "0.5", "50%").
   std::string visualTokens;
   std::string visualTokenScore = "distinct";
-  std::string visualTokenPositions = "consecutive";  // or "original": kiln-prune-visual-tokens{positions}
+  std::string visualTokenPositions = "original";  // or "consecutive": kiln-prune-visual-tokens{positions}
   int threads = 0;
   bool quiet = false;  // --quiet: no progress on a terminal
   /// --emit=static-library: generated kernels go to <output stem>.kernels.a (and its

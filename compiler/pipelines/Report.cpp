@@ -211,6 +211,12 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
       keptIdsOf[ref.getName()] = m.getExpertIds();
   });
   llvm::json::Array prunedExperts;
+  // Where any layer merged, every pruned row says merged_into (null: removed), also in
+  // a layer that merged none (both of a pair chosen, or no kept expert alike).
+  bool anyMerged = false;
+  for (WeightOp w : module.getOps<WeightOp>())
+    if (auto pruned = w->getAttrOfType<mlir::DictionaryAttr>("kiln.pruned_experts"))
+      anyMerged |= static_cast<bool>(pruned.get("merged_into"));
   for (WeightOp w : module.getOps<WeightOp>()) {
     auto pruned = w->getAttrOfType<mlir::DictionaryAttr>("kiln.pruned_experts");
     if (!pruned)
@@ -223,25 +229,26 @@ mlir::LogicalResult writePrecisionReport(mlir::ModuleOp module, const CompileOpt
     // One row per expert of `ids`, with its statistics (and, merged, the expert its
     // weights went into; null: removed).
     auto rows = [&](llvm::ArrayRef<int64_t> ids, llvm::ArrayRef<int64_t> selected, llvm::ArrayRef<double> mass,
-                    llvm::ArrayRef<int64_t> into) {
+                    llvm::ArrayRef<int64_t> into, bool withMerged) {
       llvm::json::Array out;
       for (size_t i = 0; i < ids.size() && i < selected.size() && i < mass.size(); ++i) {
         llvm::json::Object row{{"expert", ids[i]},
                                {"selected", selected[i]},
                                {"selection_share", tokens > 0 ? static_cast<double>(selected[i]) / tokens : 0.0},
                                {"mass", mass[i]}};
-        if (!into.empty())
+        if (withMerged)
           row["merged_into"] = i < into.size() && into[i] >= 0 ? llvm::json::Value(into[i]) : llvm::json::Value(nullptr);
         out.push_back(std::move(row));
       }
       return out;
     };
-    llvm::json::Array experts = rows(ids, selected, mass, mergedInto ? mergedInto.asArrayRef() : llvm::ArrayRef<int64_t>());
+    llvm::json::Array experts =
+        rows(ids, selected, mass, mergedInto ? mergedInto.asArrayRef() : llvm::ArrayRef<int64_t>(), anyMerged);
     // The kept experts' statistics: kiln.routing follows the kept rows.
     llvm::json::Array kept;
     if (auto routing = w->getAttrOfType<mlir::DictionaryAttr>("kiln.routing"))
       kept = rows(keptIdsOf.lookup(w.getSymName()), routing.getAs<mlir::DenseI64ArrayAttr>("selected").asArrayRef(),
-                  routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef(), {});
+                  routing.getAs<mlir::DenseF64ArrayAttr>("mass").asArrayRef(), {}, false);
     // Merged experts keep their router rows (and statistics): not listed as kept.
     if (mergedInto) {
       llvm::json::Array only;

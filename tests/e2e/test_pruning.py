@@ -340,7 +340,7 @@ def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
     ckpt, golden = _vt_checkpoint(tiny_dir, preset)
     artifact = tiny_dir / f"vt-{preset}-{score}.kiln"
     out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%",
-               f"--visual-token-score={score}", "--remarks"])
+               f"--visual-token-score={score}", "--visual-token-positions=consecutive", "--remarks"])
     assert "keeps 8 of 16 image tokens per image" in out.stderr
     inspect = run([tool("kiln-inspect"), artifact]).stdout
     assert f"visual tokens    8 of 16 kept (score {score})" in inspect
@@ -366,17 +366,17 @@ def test_pruned_visual_tokens_equal_the_reference(tiny_dir, preset, score):
 
 @pytest.mark.parametrize("preset", ["tiny-llava", "tiny-idefics3"])
 def test_original_positions_equal_the_reference(tiny_dir, preset):
-    """--visual-token-positions=original: the prompt's logits and the greedy tokens decoded
+    """--visual-token-positions=original (the default): the prompt's logits and the greedy tokens decoded
     after it equal the reference's with each kept token at its unpruned RoPE position,
     for the artifact's 8 tokens and a session's 4; the consecutive artifact is far off."""
     ckpt, golden = _vt_checkpoint(tiny_dir, preset)
     artifact = tiny_dir / f"vt-{preset}-original.kiln"
     consecutive = tiny_dir / f"vt-{preset}-distinct.kiln"
-    out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%",
-               "--visual-token-positions=original", "--remarks"])
+    out = run([tool("kiln-compile"), ckpt, "-o", artifact, "--kv-cache=f32", "--visual-tokens=50%", "--remarks"])
     assert "keeps 8 of 16 image tokens per image" in out.stderr and "at their original positions" in out.stderr
     if not consecutive.exists():
-        run([tool("kiln-compile"), ckpt, "-o", consecutive, "--kv-cache=f32", "--visual-tokens=50%"])
+        run([tool("kiln-compile"), ckpt, "-o", consecutive, "--kv-cache=f32", "--visual-tokens=50%",
+             "--visual-token-positions=consecutive"])
     assert "kept (score distinct) at their original positions" in run([tool("kiln-inspect"), artifact]).stdout
     info = json.loads(run([tool("kiln-inspect"), artifact, "--json"]).stdout)
     assert info["image"]["visual_token_positions"] == "original"

@@ -3,7 +3,8 @@ tests/models/shapes_v2/train.py writes it (one step from initialisation) compile
 Kiln's scores of the answers equal the PyTorch reference's on the prompts the training
 builds: the LLaVA layouts with "USER: <image>x144\\n...", Idefics3 with its image
 wrapped in <fake_token_around_image><global-img> ... <fake_token_around_image>; with
---visual-tokens, the rows the pruning-aware training keeps are the ones Kiln keeps.
+--visual-tokens, the rows the pruning-aware training keeps are the ones Kiln keeps, at
+the positions it gives them (original or consecutive, train.py --original-positions).
 The reference side is the training's own packed forward (one question per row)."""
 
 import json
@@ -51,7 +52,7 @@ def checkpoint(work):
     return get
 
 
-def reference_scores(ckpt, qfile, keep):
+def reference_scores(ckpt, qfile, keep, original_positions):
     model, config = load_checkpoint(str(ckpt))
     model.eval()
     tok = ByteLevelBPE.load(str(ckpt))
@@ -63,24 +64,27 @@ def reference_scores(ckpt, qfile, keep):
             ids, labels, positions, segments = pipe.pack([(q["prompt"], q["answer"], q["kind"])], keep)
             px = torch.from_numpy(pipe.pixels(load_image(q["image"])))[None]
             logits = sm.forward_packed(model, torch.tensor([ids]), px, torch.tensor([keep]),
-                                       torch.tensor([positions]), torch.tensor([segments]))[0]
+                                       torch.tensor([positions]), torch.tensor([segments]),
+                                       original_positions=original_positions)[0]
             lp = torch.log_softmax(logits.double(), -1)
             assert [t for t in labels if t != -100] == sm.answer_ids(tok, q["answer"])
             out[q["id"]] = sum(float(lp[t, a]) for t, a in enumerate(labels) if a != -100)
     return out
 
 
-@pytest.mark.parametrize("variant,keep", [("dense", 144), ("moe", 144), ("idefics3", 144), ("dense", 72),
-                                          ("idefics3", 36)])
-def test_kiln_scores_the_training_prompts_as_the_reference(variant, keep, work, checkpoint):
+@pytest.mark.parametrize("variant,keep,positions", [
+    ("dense", 144, None), ("moe", 144, None), ("idefics3", 144, None), ("dense", 72, "original"),
+    ("moe", 100, "original"), ("idefics3", 36, "original"), ("dense", 72, "consecutive")])
+def test_kiln_scores_the_training_prompts_as_the_reference(variant, keep, positions, work, checkpoint):
     ckpt = checkpoint(variant)
-    artifact = work / f"{variant}-{keep}.kiln"
-    flags = [] if keep == sm.NUM_IMAGE_TOKENS else [f"--visual-tokens={keep}"]
+    artifact = work / f"{variant}-{keep}-{positions}.kiln"
+    flags = [] if keep == sm.NUM_IMAGE_TOKENS else [f"--visual-tokens={keep}",
+                                                    f"--visual-token-positions={positions}"]
     run([tool("kiln-compile"), ckpt, "-o", artifact, *flags])
     out = run([tool("kiln-run"), artifact, "--batch", work / "q.jsonl", "--score", "--answer-suffix", "</s>",
                "--threads", "2"]).stdout
     kiln = {s["id"]: s for s in map(json.loads, out.splitlines())}
-    ref = reference_scores(ckpt, work / "q.jsonl", keep)
+    ref = reference_scores(ckpt, work / "q.jsonl", keep, positions == "original")
     assert set(kiln) == set(ref)
     for qid, r in ref.items():
         assert abs(kiln[qid]["logprob"] - r) < 1e-3 * max(1.0, abs(r)), (variant, keep, qid, kiln[qid], r)

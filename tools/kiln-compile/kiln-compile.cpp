@@ -186,9 +186,10 @@ static cl::opt<std::string> visualTokenScore(
     cl::init("distinct"), cl::cat(kilnCategory));
 static cl::opt<std::string> visualTokenPositions(
     "visual-token-positions",
-    cl::desc("RoPE positions of the image tokens --visual-tokens keeps: consecutive (the default) or original (each "
-             "at the position it has unpruned, the text after the image too); use what the model was trained with"),
-    cl::init("consecutive"), cl::cat(kilnCategory));
+    cl::desc("RoPE positions of the image tokens --visual-tokens keeps: original (the default: each at the position "
+             "it has unpruned, the text after the image too) or consecutive (for a model trained with pruned "
+             "pictures so)"),
+    cl::init("original"), cl::cat(kilnCategory));
 static cl::opt<int> threads("calibration-threads", cl::desc("Threads for calibration (default: every CPU)"), cl::init(0),
                             cl::cat(kilnCategory));
 

@@ -283,9 +283,10 @@ typedef struct kiln_model_info_t {
                                  from: "tokenizer_config.json", "chat_template.json",
                                  "built-in llava", a file; NULL: none, a prompt is
                                  tokenized as it is (prompt_template "plain") */
-  int32_t image_positions_original; /* compiled with --visual-token-positions=original: each
-                                 kept image token has the RoPE position it has unpruned and
-                                 the text after the image too; 0: consecutive positions */
+  int32_t image_positions_original; /* visual-token pruning with original positions (the
+                                 default): each kept image token has the RoPE position it
+                                 has unpruned and the text after the image too; 0: not
+                                 pruned, or consecutive positions */
 } kiln_model_info_t;
 
 /* Facts about a loaded model. The strings are owned by the model. Thread-safe.

@@ -2122,7 +2122,7 @@ TEST(VisualTokens, DamagedSelectionsAreRefusedAndSessionsKeepAtMostTheArtifacts)
   ASSERT_EQ(kiln_model_get_info(model, &info), KILN_OK);
   EXPECT_EQ(info.image_tokens, 8);
   EXPECT_EQ(info.image_tokens_scored, 16);
-  EXPECT_EQ(info.image_positions_original, 0);  // --visual-token-positions=consecutive, the default
+  EXPECT_EQ(info.image_positions_original, 1);  // --visual-token-positions=original, the default
   for (int32_t n : {0, 1, 4, 8, 9, -1}) {
     kiln_session_options_t so;
     kiln_session_options_init(&so);
