@@ -16,6 +16,7 @@ Writes JSON (and prints Markdown tables). Needs a host build (build/host/bin).
 
     /usr/bin/python3 scripts/eval_pruning.py --out build/eval-pruning.json [--questions 500] [--threads 2]
         [--reps 5] [--only experts|visual-tokens|smolvlm] [--demo v1|v2] [--checkpoints DIR]
+        [--variants dense,moe] [--positions original|consecutive]
 
 --demo v2 uses the shapes_v2 test set (tests/models/shapes_v2/test/test.jsonl) and
 checkpoints (--checkpoints: a directory with dense/ and moe/ of a run in training).
@@ -123,9 +124,11 @@ def visual_tokens(args, tmp, qfile):
                 if keep == "100%" and score == "norm":
                     continue  # the same artifact as distinct's
                 artifact = os.path.join(tmp, f"{variant}-vt.kiln")
-                flags = [] if keep == "100%" else [f"--visual-tokens={keep}", f"--visual-token-score={score}"]
+                flags = [] if keep == "100%" else [f"--visual-tokens={keep}", f"--visual-token-score={score}",
+                                                   f"--visual-token-positions={args.positions}"]
                 run([f"{BIN}/kiln-compile", ckpt, "-o", artifact, *flags])
                 row = {"model": variant, "visual_tokens": keep, "score": score if keep != "100%" else None,
+                       "positions": args.positions if keep != "100%" else None,
                        **accuracy(artifact, qfile, args.threads), **bench(artifact, args.threads, args.reps, tmp)}
                 rows.append(row)
                 print(f"visual tokens {variant} {keep} {score}: {row['accuracy']:.1f}%", file=sys.stderr)
@@ -155,6 +158,8 @@ def main():
     ap.add_argument("--demo", choices=sorted(DEMOS), default="v1", help="demo model (default v1)")
     ap.add_argument("--checkpoints", help="directory holding the demo model's variants (default: the demo's)")
     ap.add_argument("--variants", default="dense,moe", help="demo variants of the visual-token table")
+    ap.add_argument("--positions", choices=["original", "consecutive"], default="original",
+                    help="--visual-token-positions of the visual-token table")
     ap.add_argument("--only", choices=["experts", "visual-tokens", "smolvlm"], action="append",
                     help="run only these parts (repeatable; default: all)")
     args = ap.parse_args()

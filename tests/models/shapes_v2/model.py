@@ -371,13 +371,16 @@ def segment_mask(segments: torch.Tensor) -> torch.Tensor:
 
 def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tensor, positions: torch.Tensor,
                    segments: torch.Tensor, attend=None, attend_layer: int = 1, attend_heads=(0, -1, -1),
-                   word_heads=(-1, -1, -1)):
+                   word_heads=(-1, -1, -1), original_positions: bool = False):
     """The model's forward on packed rows (Pipeline.batch), sample b's image tokens cut to
     keeps[b] (its ids carry that many) -> logits [B, T, vocab]: each segment's logits
     are those of its question asked alone. With `attend` (attention_targets) -> logits
     and the attention loss of the lookup, count and second heads attend_heads in layer
     attend_layer (attention_loss), plus that of the word heads word_heads (by role) in the
-    layer before (word_loss)."""
+    layer before (word_loss). With original_positions, a kept image token is at the
+    position it has unpruned and the tokens after the image are where they are unpruned
+    (kiln-compile --visual-token-positions=original); else the kept tokens are
+    consecutive (original_position_ids)."""
     if hasattr(model, "language_model"):  # LLaVA
         lm = model.language_model
         image_id, body, logits = model.image_token_index, lm.model, lm.logits
@@ -386,6 +389,8 @@ def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tens
     mask = ids == image_id
     features = model.get_image_features(px)
     kept = torch.cat([keep_tokens(features[b], int(keeps[b])) for b in range(features.shape[0])])
+    if original_positions:
+        positions = original_position_ids(positions, mask, features, keeps)
     h = body.embed(ids)
     h = h.masked_scatter(mask[..., None].expand_as(h), kept.to(h.dtype))
     cos, sin = body.rotary_emb(positions)
@@ -403,6 +408,25 @@ def forward_packed(model, ids: torch.Tensor, px: torch.Tensor, keeps: torch.Tens
     if attend is None:
         return out
     return out, (extra if extra is not None else out.new_zeros(()))
+
+
+def original_position_ids(positions: torch.Tensor, mask: torch.Tensor, features: torch.Tensor,
+                          keeps: torch.Tensor) -> torch.Tensor:
+    """Packed rows' positions [B, T] with each pruned picture's kept image tokens (mask
+    [B, T]: the image tokens) at their positions in the unpruned picture, and every
+    token after the image moved on by the tokens removed: the RoPE positions Kiln gives
+    an artifact compiled with --visual-token-positions=original."""
+    positions = positions.clone()
+    for b in range(features.shape[0]):
+        keep = int(keeps[b])
+        if keep >= features.shape[1]:
+            continue
+        where = torch.nonzero(mask[b]).flatten()
+        first, last = int(where[0]), int(where[-1])
+        base = int(positions[b, first])
+        positions[b, where] = base + torch.tensor(kept_rows(features[b], keep), dtype=positions.dtype)
+        positions[b, last + 1:] += features.shape[1] - keep
+    return positions
 
 
 # Auxiliary per-patch classes: colour (the 6 colours, the sign, empty) and shape

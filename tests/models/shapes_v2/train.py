@@ -118,6 +118,9 @@ def main() -> int:
     ap.add_argument("--prune-visual", type=float, default=0.0, metavar="P",
                     help="share of pictures trained with only 25-100%% of their image tokens, those "
                          "--visual-tokens (score distinct) keeps: makes the model robust to the pruning")
+    ap.add_argument("--original-positions", action="store_true",
+                    help="a pruned picture's kept image tokens keep their unpruned RoPE positions, and the "
+                         "text after it too (kiln-compile --visual-token-positions=original)")
     ap.add_argument("--kind-weight", action="append", default=[], metavar="KIND=W",
                     help="draw question KIND W times as often as the others (default 1); repeatable")
     ap.add_argument("--init", help="start from the weights of this checkpoint directory or a stage's "
@@ -209,7 +212,7 @@ def main() -> int:
         else:  # CLIP: the class token first
             hook = model.vision_tower.register_forward_hook(lambda m, i, o: vision_states.append(o.hidden_states[-1][:, 1:]))
         logits, attend_loss = sm.forward_packed(model, ids, px, keeps, positions, segments, attend,
-                                                args.attend_layer, heads, word_heads)
+                                                args.attend_layer, heads, word_heads, args.original_positions)
         hook.remove()
         extra = args.attend_weight * attend_loss
         if args.aux_position:

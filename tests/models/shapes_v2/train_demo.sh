@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains the "shapes v2" demo checkpoints with the schedule they were trained with:
-# checkpoints/dense is stage att8, checkpoints/moe stage moe0 (about 4 h 30 min on two cores;
+# checkpoints/dense is stage att9, checkpoints/moe stage moe1 (about 5 h on two cores;
 # tests/models/README.md says what each stage taught). Copy a stage's files into
 # checkpoints/VARIANT beside the calibration set to bundle it.
 #
@@ -73,7 +73,13 @@ stage dense3 --variant dense --init "$WORK/dense2/train_state.pt" --seed 3 --ste
 #   att6   800 steps, three pictures in four pruned so (--prune-visual 0.75); moe0 is
 #          upcycled from it
 #   att7   800 steps, every picture pruned so, position questions drawn twice as often
-#   att8   600 steps at a lower rate, half the pictures pruned: the bundled checkpoints/dense
+#   att8   600 steps at a lower rate, half the pictures pruned
+#   att9   800 steps, three pictures in four pruned, each kept token at the RoPE position
+#          it has unpruned (--original-positions, kiln-compile
+#          --visual-token-positions=original): the bundled checkpoints/dense
+#   moe0   the mixture-of-experts variant, upcycled from att6 (bundled until moe1)
+#   moe1   the same, upcycled from att9 and trained with original positions: the
+#          bundled checkpoints/moe
 LOOK=(--attend-weight 0.5 --attend-layer 1 --attend-head 0)
 HARD=(--kind-weight shape_of_color=2 --kind-weight color_of_shape=0.7 --kind-weight count_shape=1
   --kind-weight count_color=1.5 --kind-weight relation=2 --kind-weight position=2 --kind-weight exists=2
@@ -110,7 +116,12 @@ stage att7 --variant dense --init "$WORK/att6" --seed 12 --steps 800 --lr 1e-4 -
   --save-every 100 --describe-fraction 0.03 --prune-visual 1.0 "${HEADS[@]}" "${KINDS7[@]}"
 stage att8 --variant dense --init "$WORK/att7" --seed 13 --steps 600 --lr 6e-5 --warmup 20 --eval-every 0 \
   --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS7[@]}"
-# The mixture-of-experts variant, upcycled from att6 (each of 8 experts of width 128 a
-# quarter of the dense MLP, the router learned from scratch), with the same heads.
+stage att9 --variant dense --init "$WORK/att8" --seed 14 --steps 800 --lr 1e-4 --warmup 20 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 --original-positions "${HEADS[@]}" "${KINDS7[@]}"
+# The mixture-of-experts variant, upcycled (each of 8 experts of width 128 a quarter of
+# the dense MLP, the router learned from scratch), with the same heads: moe0 from att6,
+# moe1 (bundled) from att9 with original positions.
 stage moe0 --variant moe --upcycle "$WORK/att6" --seed 11 --steps 600 --lr 2e-4 --warmup 30 --eval-every 0 \
   --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS4[@]}"
+stage moe1 --variant moe --upcycle "$WORK/att9" --seed 15 --steps 600 --lr 2e-4 --warmup 30 --eval-every 0 \
+  --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 --original-positions "${HEADS[@]}" "${KINDS7[@]}"
