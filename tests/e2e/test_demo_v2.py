@@ -94,7 +94,7 @@ def test_kiln_answers_as_the_reference_does(variant, answers):
 
 # Floors a few points under the accuracies measured (500 questions, tests/models/README.md).
 ACCURACY_FLOOR = {"dense": 0.90, "moe": 0.90}
-# Per question kind; the relations are barely learned (60% dense, 56% moe measured,
+# Per question kind; the relations are barely learned (56% dense, 74% moe measured,
 # chance 50%): their floor is chance.
 KIND_FLOOR = {"relation": 0.5}
 KIND_FLOOR_DEFAULT = 0.85
@@ -116,20 +116,22 @@ def test_accuracy_on_the_test_set(variant, answers):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_half_the_visual_tokens(variant, artifacts, answers):
-    """--visual-tokens=50%: the artifact keeps 72 of the 144 image tokens it scores, and
-    its accuracy stays within HALF_TOKENS_MAX_LOSS of the whole model's."""
+    """--visual-tokens=50%: the artifact keeps 72 of the 144 image tokens it scores, at
+    their original positions (the default), and its accuracy stays within
+    HALF_TOKENS_MAX_LOSS of the whole model's."""
     info = json.loads(run([tool("kiln-inspect"), artifacts(variant, "--visual-tokens=50%"), "--json"]).stdout)
     assert (info["image"]["image_tokens"], info["image"]["image_tokens_scored"]) == (
         sm.NUM_IMAGE_TOKENS // 2, sm.NUM_IMAGE_TOKENS), info["image"]
+    assert info["image"]["visual_token_positions"] == "original", info["image"]
     qs = load_test_set()
     acc = {"whole": accuracy(answers(variant), qs), "half": accuracy(answers(variant, "--visual-tokens=50%"), qs)}
     assert acc["half"] >= acc["whole"] - HALF_TOKENS_MAX_LOSS, (variant, acc)
 
 
-# Measured (docs/pruning.md): 2.6 points lost (dense, 94.6% to 92.0%), 4.0 (moe, upcycled
-# from the dense model before its last two stages): the kept tokens move to other
-# positions, and the models read an object's column partly from its token's position.
-HALF_TOKENS_MAX_LOSS = 0.05
+# The issue's bound (docs/pruning.md measures 0.2 points gained, dense: 94.8% to 95.0%).
+# Both variants were trained with pruned pictures at original positions; at
+# consecutive ones the dense model loses 20 points.
+HALF_TOKENS_MAX_LOSS = 0.02
 
 
 def test_the_test_set_is_refused_when_damaged(artifacts, tmp_path):
@@ -143,18 +145,21 @@ def test_the_test_set_is_refused_when_damaged(artifacts, tmp_path):
 def test_a_quarter_of_the_experts_merged(artifacts, answers, tmp_path):
     """--prune-experts=25% --prune-experts-merge on the MoE variant: the 2 experts of
     each layer with the least routing mass go into their most similar kept expert (the
-    upcycled experts' partners: cosine about 0.995), the artifact shrinks as much as by
-    removing them, and the accuracy stays within MERGED_MAX_LOSS of the whole model's,
-    at least that of removing the same experts less MERGED_SLACK."""
+    upcycled experts' partners: cosine about 0.995) or, where both of a pair go, are
+    removed; the artifact shrinks as much as by removing them, and the accuracy stays
+    within MERGED_MAX_LOSS of the whole model's, at least that of removing the same
+    experts less MERGED_SLACK."""
     report = tmp_path / "merged.json"
     merged = artifacts("moe", "--prune-experts=25%", "--prune-experts-merge", "--report", str(report))
     layers = json.load(open(report))["pruned_experts"]
     assert len(layers) == 4
     for layer in layers:
         assert layer["kept"] == 6 and len(layer["pruned"]) == 2, layer
+        gone = {e["expert"] for e in layer["pruned"]}
         for e in layer["pruned"]:
             # Experts e and e + 4 started as copies (train.py --upcycle).
-            assert e["merged_into"] == (e["expert"] + 4) % 8, layer
+            partner = (e["expert"] + 4) % 8
+            assert e["merged_into"] == (None if partner in gone else partner), layer
     removed = artifacts("moe", "--prune-experts=25%")
     whole = artifacts("moe")
     removed_bytes = os.path.getsize(whole) - os.path.getsize(removed)
@@ -168,7 +173,7 @@ def test_a_quarter_of_the_experts_merged(artifacts, answers, tmp_path):
     assert merged_acc >= removed_acc - MERGED_SLACK, acc
 
 
-# Measured (docs/pruning.md, 500 questions): whole 94.4%, a quarter removed 92.4%,
-# merged 94.4%.
+# Measured (docs/pruning.md, 500 questions, stage moe1): whole 96.8%, a quarter removed
+# 95.8%, merged 96.6% (6 merged, 2 removed: layer 0 chose both of a pair).
 MERGED_MAX_LOSS = 0.01
 MERGED_SLACK = 0.0
