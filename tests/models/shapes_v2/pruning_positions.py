@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """An experiment with the PyTorch reference: visual-token pruning as Kiln does it (the
 `distinct` score keeps K of the 144 projected image tokens, in their order) with the kept
-tokens at consecutive positions, as Kiln runs them, against each kept token at its
-original RoPE position (and the text after the image at the positions it has unpruned).
-Greedy answers on the shipped test set, exact match per question kind.
+tokens at consecutive positions (kiln-compile --visual-token-positions=consecutive)
+against each kept token at its original RoPE position and the text after the image at
+the positions it has unpruned (=original, the default). Greedy answers on the shipped
+test set, exact match per question kind.
 
     /usr/bin/python3 tests/models/shapes_v2/pruning_positions.py tests/models/shapes_v2/checkpoints/dense 72
 """
