@@ -31,14 +31,11 @@ struct KvCache {
   const int32_t* blocks = nullptr;  // paged: the session's block table
   int32_t block_shift = 0;
   int64_t mapped = 0;  // positions with a row: the context, or the blocks held x their positions
-  // A sliding window evicted this many positions before the ones written now: position
-  // p is written at row p - evicted (row_scratch: [max_prefill] for those rows).
-  int64_t evicted = 0;
+  // The row of the first position a decoder stage writes, set by the session before
+  // each one: the rows follow on from it (row_scratch: [max_prefill] for them), and the
+  // positions are RoPE's only, which skip where a sliding window evicted some or
+  // visual tokens keep their original positions. < 0: not set (refused).
   int32_t* row_scratch = nullptr;
-  // >= 0: the row of the first position a stage writes (set by the session before
-  // each decoder stage): rows follow on from it, and the positions are RoPE's only,
-  // which may skip (visual tokens kept at their original positions). < 0: position
-  // p's row is p - evicted.
   int64_t first_row = -1;
   // Spans (INT8/INT4, kiln_uk_attention_params_t.kv_span): > 0, the keys of `span`
   // rows (= group) share a scale per channel, computed when the span's last row is

@@ -1007,7 +1007,6 @@ void ClearHole(kiln_session_t* s) {
   s->hole_at = s->evicted = 0;
   s->evicted_hash[0] = kHashSeed[0];
   s->evicted_hash[1] = kHashSeed[1];
-  s->kv.evicted = 0;
 }
 
 // Whether a full context evicts positions instead of failing: the session's choice,
@@ -1084,7 +1083,6 @@ kiln_status_t Evict(kiln_session_t* s, int64_t at_least, kiln_error_t* error) {
   s->cached -= n;
   s->hole_at = keep;
   s->evicted += n;
-  s->kv.evicted = s->evicted;
   return KILN_OK;
 }
 
@@ -1718,7 +1716,7 @@ kiln_status_t kiln_session_fork(kiln_session_t* src, kiln_session_t** out_sessio
   }
   s->position = s->cached;
   s->hole_at = src->hole_at;  // and the same window
-  s->evicted = s->kv.evicted = src->evicted;
+  s->evicted = src->evicted;
   s->evicted_hash[0] = src->evicted_hash[0];
   s->evicted_hash[1] = src->evicted_hash[1];
   *out_session = s;

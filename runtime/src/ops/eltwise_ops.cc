@@ -121,17 +121,13 @@ size_t ScratchRope(const fb::Op* op, const WeightView*, int, int64_t, int64_t, i
 
 kiln_status_t KvRows(const OpContext& c, const int32_t* pos, int64_t rows, const int32_t** out) {
   KvCache* kv = c.kv;
-  // A sliding window evicted positions before these: their rows are that much lower
-  // (each new row attends to the rows before it).
-  // The session may give the rows instead (positions that skip, KvCache::first_row).
-  const int32_t* row = pos;
-  if (kv->first_row >= 0) {
-    for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(kv->first_row + t);
-    row = kv->row_scratch;
-  } else if (kv->evicted > 0) {
-    for (int64_t t = 0; t < rows; ++t) kv->row_scratch[t] = static_cast<int32_t>(pos[t] - kv->evicted);
-    row = kv->row_scratch;
-  }
+  // The rows follow on from the one the session gave (KvCache::first_row): the
+  // positions are RoPE's, which a sliding window's eviction or visual tokens at their
+  // original positions make skip.
+  if (kv->first_row < 0)
+    return Fail(c.error, KILN_ERROR_INTERNAL, "the session gave no KV row for these positions");
+  int32_t* row = kv->row_scratch;
+  for (int64_t t = 0; t < rows; ++t) row[t] = static_cast<int32_t>(kv->first_row + t);
   for (int64_t t = 0; t < rows; ++t) {
     if (row[t] < 0 || row[t] >= kv->context)
       return Fail(c.error, KILN_ERROR_CONTEXT_FULL, "position %d (row %d) is outside the %lld-token context", pos[t],
@@ -139,8 +135,6 @@ kiln_status_t KvRows(const OpContext& c, const int32_t* pos, int64_t rows, const
     if (row[t] >= kv->mapped)  // the session maps blocks before it runs a stage
       return Fail(c.error, KILN_ERROR_INTERNAL, "position %d has no KV block (%lld positions mapped)", pos[t],
                   static_cast<long long>(kv->mapped));
-    if (row[t] != row[0] + t)  // a session's rows are consecutive
-      return Fail(c.error, KILN_ERROR_INTERNAL, "position %d does not follow position %d", pos[t], pos[0]);
   }
   *out = row;
   return KILN_OK;
