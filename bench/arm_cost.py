@@ -21,9 +21,11 @@ Per shape M x N x K (output channels N, depth K; M = 1 is decode's GEMV) and enc
   mca      for every translation block of the kernel that executes >= 0.5% of its
            instructions: llvm-mca-19 -mcpu=neoverse-v2 cycles per iteration x executions,
            summed (compute only: no cache misses, no memory bandwidth), per MAC.
-The harness first checks the kernel against the reference kernel on small shapes (21 and 3 x 296 x
-256: row blocks of 16 and 5, and SME2's outer products and dot products; whole panels and a partial one of both int4_p16k8 (16 rows) and
-int4_p128k4 (128 rows); within 1e-4 of the largest output).
+The harness first checks the kernel against the reference kernel on small shapes (21, 3, 1 and 30 x
+296 x 256: row blocks of 16 and 5, and SME2's outer products and dot products; whole panels and a partial
+one of both int4_p16k8 (16 rows) and int4_p128k4 (128 rows); int4_p16k16, whole panels only, over 288:
+tiles of 12 and 8 rows, row pairs and a row alone, a block of 24 and one of 6; int4 also in groups of
+64 and 128; within 1e-4 of the largest output).
 Dynamic counts are deterministic: no repetitions. JSON out; never pass/fail.
 """
 
@@ -152,7 +154,11 @@ def main() -> None:
             for enc in a.encodings.split(","):
                 # 21 rows (SME2: outer products) and 3 (SME2: the dot-product GEMV).
                 check = run([*qemu, harness, "check", "21", "296", "256", enc]).stdout.strip()
-                check += "\n" + run([*qemu, harness, "check", "3", "296", "256", enc]).stdout.strip()
+                for m in ("3", "1", "30"):
+                    check += "\n" + run([*qemu, harness, "check", m, "296", "256", enc]).stdout.strip()
+                if enc == "int4":  # the group not a constant of the kernel
+                    for m, group in (("21", "64"), ("1", "128")):
+                        check += "\n" + run([*qemu, harness, "check", m, "296", "256", enc, "1", group]).stdout.strip()
                 kernel = check.splitlines()[0].split()[-1]
                 for M, N, K in shapes:
                     macs = M * N * K

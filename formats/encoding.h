@@ -251,6 +251,20 @@ struct Int4View {
 //   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
 //   no zero points (symmetric only). Needs the group a multiple of 4.
 //
+// kLayoutInt4P16K16: a symmetric int4 weight for the generated matmuls with int8
+// activations on Arm with the int8 matrix multiply (i8mm), which multiply 2 x 8 blocks
+// of activations by 8 x 2 blocks of weights (SMMLA): a channel pair's codes of 8
+// columns are one operand, so no zips. Same bytes as row major:
+//   codes   rows in panels of 16 (every panel whole: rows a multiple of 16); a panel
+//           is, for each step of 16 columns in order, its 8 channel pairs' 16 bytes:
+//           bytes 0-7 row 2j of the panel, 8-15 row 2j + 1, byte i of a row holding
+//           column 16s + i in the low nibble and 16s + 8 + i in the high nibble, the
+//           codes c as stored row major (0..15), so that `bytes & 0x0F` and
+//           `bytes >> 4` are the pair's operands of columns 16s..16s+7 and
+//           16s+8..16s+15;
+//   scales  f16 per (row, group) in the same panels: for each group, the panel's rows;
+//   no zero points (symmetric only). Needs the group a multiple of 16.
+//
 // kLayoutInt8P16K4: an int8 weight for the same kernels (int8 or float activations).
 // Same bytes as row major:
 //   codes   rows in panels of 16 (the last panel holds the rows left over); a panel
@@ -263,9 +277,11 @@ enum LayoutId : uint8_t {
   kLayoutInt4P16K8 = 3,
   kLayoutInt8P16K4 = 4,
   kLayoutInt4P128K4 = 5,
+  kLayoutInt4P16K16 = 6,
 };
 constexpr uint64_t kPanel16Rows = 16, kP16K8Rows = 16, kP16K8Step = 8, kP16K4Step = 4;
 constexpr uint64_t kP128K4Rows = 128, kP128K4Step = 4;
+constexpr uint64_t kP16K16Rows = 16, kP16K16Step = 16;
 
 inline const char* LayoutName(uint8_t id) {
   switch (id) {
@@ -274,6 +290,7 @@ inline const char* LayoutName(uint8_t id) {
     case kLayoutInt4P16K8: return "int4_p16k8";
     case kLayoutInt8P16K4: return "int8_p16k4";
     case kLayoutInt4P128K4: return "int4_p128k4";
+    case kLayoutInt4P16K16: return "int4_p16k16";
     default: return nullptr;
   }
 }
@@ -293,6 +310,9 @@ inline bool LayoutFits(uint8_t layout, const EncodingSpec& e, uint64_t rows, uin
     case kLayoutInt4P128K4:
       return e.id == kEncINT4 && e.symmetric && rows > 0 && cols > 0 && e.group != 0 && e.group % kP128K4Step == 0 &&
              cols % e.group == 0;
+    case kLayoutInt4P16K16:
+      return e.id == kEncINT4 && e.symmetric && rows > 0 && rows % kP16K16Rows == 0 && cols > 0 && e.group != 0 &&
+             e.group % kP16K16Step == 0 && cols % e.group == 0;
     default: return false;
   }
 }
@@ -370,6 +390,35 @@ inline void RepackInt4P128K4(bool pack, const EncodingSpec& e, const uint8_t* in
   }
 }
 
+// Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p16k16
+// (`pack`) or back (`!pack`). `out` must not overlap `in`; both hold
+// StorageBytes(e, rows, cols).
+inline void RepackInt4P16K16(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
+                             uint8_t* out) {
+  const uint64_t steps = cols / kP16K16Step, groups = cols / e.group;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t panel = r / kP16K16Rows, pr = r % kP16K16Rows;
+    for (uint64_t s = 0; s < steps; ++s) {
+      // The panel's steps of 8 pairs x 16 bytes; the row's 8 bytes in its pair.
+      const uint64_t at = panel * kP16K16Rows * cols / 2 + s * 8 * kP16K16Step + (pr / 2) * 16 + (pr % 2) * 8;
+      for (uint64_t i = 0; i < 8; ++i) {
+        const uint64_t lo = r * cols + s * kP16K16Step + i, hi = lo + 8;
+        if (pack) {
+          out[at + i] = static_cast<uint8_t>(Int4View::Code(in, lo) | (Int4View::Code(in, hi) << 4));
+        } else {
+          Int4View::SetCode(out, lo, in[at + i] & 0xF);
+          Int4View::SetCode(out, hi, in[at + i] >> 4);
+        }
+      }
+    }
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP16K16Rows, rows, groups, r, g);
+      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
+      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
+    }
+  }
+}
+
 // Rearranges a row-major int8 weight (LayoutFits) into int8_p16k4 (`pack`) or back
 // (`!pack`). `out` must not overlap `in`; both hold StorageBytes(e, rows, cols).
 inline void RepackInt8P16K4(bool pack, const uint8_t* in, uint64_t rows, uint64_t cols, uint8_t* out) {
@@ -391,6 +440,7 @@ inline void RepackLayout(bool pack, uint8_t layout, const EncodingSpec& e, const
     case kLayoutInt4P16K8: RepackInt4P16K8(pack, e, in, rows, cols, out); return;
     case kLayoutInt8P16K4: RepackInt8P16K4(pack, in, rows, cols, out); return;
     case kLayoutInt4P128K4: RepackInt4P128K4(pack, e, in, rows, cols, out); return;
+    case kLayoutInt4P16K16: RepackInt4P16K16(pack, e, in, rows, cols, out); return;
     case kLayoutPanel16:
       if (e.id == kEncFP8_E4M3 || e.id == kEncFP8_E5M2) {
         RepackPanel16(pack, 1, in, rows, cols, out);

@@ -42,8 +42,10 @@ constexpr uint32_t kSchemaMajor = 1;
 // tokens where they are (kiln_uk_matmul_params_t.x_rows; older artifacts' kernels get
 // the rows copied, as before); 18: visual-token pruning with the kept tokens at their
 // original RoPE positions (SelectTokensParams.original_positions; an older runtime
-// ignores it and runs them at consecutive positions, which such a model answers worse)
-constexpr uint32_t kSchemaMinor = 18;
+// ignores it and runs them at consecutive positions, which such a model answers worse);
+// 19: the layout int4_p16k16 for the generated i8mm W4A8 matmuls, which older
+// runtimes refuse as an unknown layout
+constexpr uint32_t kSchemaMinor = 19;
 constexpr uint32_t kSchemaVersion = kSchemaMajor * 1000 + kSchemaMinor;
 
 // The code segment's checksum: FNV-1a over the object's bytes (64-bit). It guards
@@ -189,7 +191,8 @@ inline const KernelInfo* FindKernelInfo(uint32_t id) {
 // matmul weight slot (int4_p16k8 also the generated embedding gather's table);
 // panel16 only the generated matmuls with float activations, for a matmul weight slot;
 // int4_p128k4 only the generated matmuls of code that assumes SME2 (`cpu_features`),
-// for a slot the op multiplies with int8 per-token activations.
+// int4_p16k16 only those of code that assumes i8mm, each for a slot the op multiplies
+// with int8 per-token activations.
 inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_encodings, uint16_t op_kind,
                               uint32_t slot, bool int8_activations, uint64_t cpu_features) {
   if (layout == kLayoutRowMajor) return true;
@@ -211,6 +214,9 @@ inline bool KernelReadsLayout(uint8_t layout, bool generated, uint32_t kernel_en
   if (layout == kLayoutInt4P128K4)
     return int8_activations && slot_reads && (kernel_encodings & EncodingBit(kEncINT4)) != 0 &&
            (cpu_features & kCpuArmSme2) != 0;
+  if (layout == kLayoutInt4P16K16)
+    return int8_activations && slot_reads && (kernel_encodings & EncodingBit(kEncINT4)) != 0 &&
+           (cpu_features & kCpuArmI8mm) != 0;
   // panel16: float and fp8 weights multiplied with float activations.
   return layout == kLayoutPanel16 && matmul && !int8_activations && HasSlot(op->quantizable_weights, slot) &&
          (kernel_encodings & (EncodingBit(kEncF32) | EncodingBit(kEncF16) | EncodingBit(kEncBF16) |

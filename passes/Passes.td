@@ -65,7 +65,7 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
     artifact writer rearranges its bytes at compile time, and the runtime maps them
     as they are (no repacking at load).
 
-    Four layouts (formats/encoding.h): `int4_p16k8` and `int8_p16k4`, for
+    Five layouts (formats/encoding.h): `int4_p16k8` and `int8_p16k4`, for
     symmetric int4 (group a multiple of 8) and int8 (input dimension a multiple of
     4) weights of the generated matmuls (linear, LM head, gated MLP, mixture of
     experts, patch embedding), with int8 per-token activations (W4A8, W8A8) or
@@ -80,7 +80,12 @@ def KilnPackWeights : Pass<"kiln-pack-weights", "::mlir::ModuleOp"> {
     multiple of 4) that only generated W4A8 matmuls read on a target with SME2:
     rows in panels of 128, for each step of 4 columns each row's 4 codes as
     consecutive nibbles, which LUTI4 expands two vectors at a time into signed
-    operands at any streaming vector length (it is tried first). The generated
+    operands at any streaming vector length (it is tried first); `int4_p16k16`,
+    for symmetric int4 weights (group a multiple of 16, rows a multiple of 16)
+    that only generated W4A8 matmuls read on a target with i8mm (tried next): rows
+    in panels of 16, for each step of 16 columns each channel pair's 16 bytes
+    together, the low nibbles the first 8 columns, so that a mask and a shift give
+    SMMLA's 8 x 2 operands of two steps without zips. The generated
     embedding gather reads `int4_p16k8` too, so
     that an embedding table tied to a W4A8 or W4A16 LM head is packed for the head;
     a weight that only gathers read,

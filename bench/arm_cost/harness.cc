@@ -1,6 +1,7 @@
 // The program bench/arm_cost.py runs under qemu-aarch64 to count the instructions of
 // one generated int8-activation matmul (W4A8 int4 g32 or W8A8 int8, packed as
-// kiln-compile stores them: int4_p128k4 on SME2, else int4_p16k8 or int8_p16k4), with the activations' dynamic quantisation beside it.
+// kiln-compile stores them: int4_p128k4 on SME2, int4_p16k16 with i8mm, else int4_p16k8; int8_p16k4), with the
+// activations' dynamic quantisation beside it.
 //
 //   harness quant|matmul|check|none M N K int4|int8 [calls [group]]
 //
@@ -51,7 +52,8 @@ int Usage() {
 int main(int argc, char** argv) {
   if (argc < 6) return Usage();
   const std::string mode = argv[1], enc = argv[5];
-  const int64_t M = std::atoll(argv[2]), N = std::atoll(argv[3]), K = std::atoll(argv[4]);
+  const int64_t M = std::atoll(argv[2]), K = std::atoll(argv[4]);
+  int64_t N = std::atoll(argv[3]);
   const int calls = argc > 6 ? std::atoi(argv[6]) : 1;
   const int64_t group = argc > 7 ? std::atoll(argv[7]) : 32;  // int4's group
   const bool int4 = enc == "int4";
@@ -61,7 +63,8 @@ int main(int argc, char** argv) {
 
   // The generated kernel for this encoding's packed layout: the shortest name that
   // reads it (a model with both layouts also has a dispatcher reading either). int4:
-  // int4_p128k4 where the library has it (SME2 targets), else int4_p16k8.
+  // int4_p128k4 where the library has it (SME2 targets), else int4_p16k16 (i8mm), else
+  // int4_p16k8.
   kiln_uk_matmul_fn kernel = nullptr;
   std::string chosen;
   auto find = [&](const char* layout) {
@@ -75,13 +78,21 @@ int main(int argc, char** argv) {
     }
   };
   const bool lut = int4 && (find("_p128k4"), kernel != nullptr);
-  const char* layout = !int4 ? "_p16k4" : lut ? "_p128k4" : "_p16k8";
+  const bool pairs = int4 && !lut && (find("_p16k16"), kernel != nullptr);
+  const char* layout = !int4 ? "_p16k4" : lut ? "_p128k4" : pairs ? "_p16k16" : "_p16k8";
   if (!kernel) find(layout);
   if (!kernel) {
     std::fprintf(stderr, "harness: the kernel library has no matmul reading %s\n", layout + 1);
     return 1;
   }
   if (mode == "check") std::printf("kernel %s\n", chosen.c_str());
+  // int4_p16k16 holds whole panels of 16 rows only: a check's N is rounded down.
+  const uint8_t layoutId = lut ? fmt::kLayoutInt4P128K4 : pairs ? fmt::kLayoutInt4P16K16
+                           : int4 ? fmt::kLayoutInt4P16K8 : fmt::kLayoutInt8P16K4;
+  if (pairs && N % 16 != 0) {
+    if (mode != "check" || N < 16) return Usage();
+    N = N / 16 * 16;
+  }
 
   // Weight: codes, then scales (int4: f16 per row and group; int8: f32 per row).
   fmt::EncodingSpec spec;
@@ -111,10 +122,7 @@ int main(int argc, char** argv) {
       uint16_t h = kiln::numeric::F32ToF16(0.01f + 0.001f * (i % 7));
       std::memcpy(plain.data() + codes + 2 * i, &h, 2);
     }
-    if (lut)
-      fmt::RepackInt4P128K4(true, spec, plain.data(), N, K, packed.data());
-    else
-      fmt::RepackInt4P16K8(true, spec, plain.data(), N, K, packed.data());
+    fmt::RepackLayout(true, layoutId, spec, plain.data(), N, K, packed.data());
   } else {
     for (int64_t i = 0; i < N; ++i) {
       float s = 0.01f + 0.001f * (i % 7);
@@ -141,7 +149,7 @@ int main(int argc, char** argv) {
   p.w.encoding = spec.id;
   p.w.symmetric = 1;
   p.w.int8_activations = 1;
-  p.w.layout = lut ? fmt::kLayoutInt4P128K4 : int4 ? fmt::kLayoutInt4P16K8 : fmt::kLayoutInt8P16K4;
+  p.w.layout = layoutId;
   p.w.group = spec.group;
   p.y = y.data();
   p.ldy = N;
@@ -164,9 +172,9 @@ int main(int argc, char** argv) {
       worst = std::fmax(worst, std::fabs(static_cast<double>(y[i]) - ref[i]));
       largest = std::fmax(largest, std::fabs(static_cast<double>(ref[i])));
     }
-    std::printf("check %s M=%lld N=%lld K=%lld: max |generated - reference| %.3g, max |reference| %.3g\n",
-                enc.c_str(), static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), worst,
-                largest);
+    std::printf("check %s M=%lld N=%lld K=%lld group %lld: max |generated - reference| %.3g, max |reference| %.3g\n",
+                enc.c_str(), static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                static_cast<long long>(int4 ? group : 0), worst, largest);
     return worst <= 1e-4 * largest ? 0 : 1;
   } else if (mode != "none") {
     return Usage();

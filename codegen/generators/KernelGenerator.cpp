@@ -3527,6 +3527,333 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   b.create<mlir::func::ReturnOp>(loc);
 }
 
+// y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 per-token activations and an
+// int4_p16k16 weight (formats/encoding.h; Arm with i8mm), the same operations as
+// buildMatmulIntPanels: y = s_x * sum over groups of float(sum_group x (c - 8)) *
+// s_group. Rows go in blocks of 16. A block's rows are paired in the scratch: per step
+// of 8 columns and pair, [row 2p: 8 bytes | row 2p + 1: 8 bytes] (an odd last row
+// paired with itself), and per (group, pair) the offset shares [o, o, o', o'] (-8 x the
+// activations' group sum) that start the integer sums. A channel pair's 16 bytes of a
+// step of 16 columns, masked and shifted, are SMMLA's weight operands of two steps of
+// 8: each SMMLA adds a 2x2 block (rows x channels) of sums, and no operand is zipped.
+//  - 8 rows (4 pairs) x a quarter panel (4 channels, 2 pairs) per tile while 8 rows
+//    are left: a step's two weight operands serve 4 pairs of rows; per group the sums
+//    are converted and multiply-added with the channels' scales loaded as [s0 s1 s0 s1].
+//  - the rows left (decode's single row) a pair at a time against a whole panel (8
+//    channel pairs): per group each quarter's two sums give its 4 channels of the
+//    pair's first row (and of the second, unless the row is alone), multiplied by the
+//    quarter's 4 scales.
+// Every output is the same sequence of operations whatever tile computes it; outputs
+// outside [begin, end) are computed and not stored.
+void buildMatmulInt4Pairs(mlir::ModuleOp kernels, llvm::StringRef name, const Target& target, bool isPublic,
+                          mlir::Location loc) {
+  constexpr int64_t kBlock = 24, kPairs = kBlock / 2;  // rows per block, and their pairs
+  mlir::func::FuncOp fn = newKernel(kernels, name, loc, /*scratch=*/true, isPublic);
+  mlir::OpBuilder b(fn.getBody());
+  b.setInsertionPointToStart(&fn.getBody().front());
+  FnBuilder f(b, loc);
+  auto i8 = b.getI8Type(), i16 = b.getI16Type();
+  auto v4i32 = mlir::VectorType::get({4}, f.i32);
+  auto vf32 = mlir::VectorType::get({4}, f.f32);
+  auto vbytes = mlir::VectorType::get({16}, i8);
+  auto vi32x16 = mlir::VectorType::get({16}, f.i32);
+  auto mask1 = [&](int64_t n) { return mlir::VectorType::get({n}, b.getI1Type()); };
+  Value params = fn.getArgument(0), scratch = fn.getArgument(3);
+  const MatmulArgs args(f, fn, hasF16Conversion(target));
+  Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
+  Value nBegin = args.nBegin, nEnd = args.nEnd;
+  Value zero = f.cI64(0), one = f.cI64(1), two = f.cI64(2), p16 = f.cI64(16);
+  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
+  auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
+  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
+  auto load = [&](mlir::VectorType t, Value at) { return loadVector(f, t, at, Value(), 1); };
+  auto smmla = [&](Value acc, Value a, Value wv) {
+    return b.create<mlir::LLVM::CallIntrinsicOp>(loc, v4i32, b.getStringAttr("llvm.aarch64.neon.smmla"),
+                                                 mlir::ValueRange{acc, a, wv})
+        .getResult(0);
+  };
+  auto shuffle = [&](Value a, Value c, llvm::ArrayRef<int64_t> pick) {
+    return b.create<mlir::vector::ShuffleOp>(loc, a, c, pick).getResult();
+  };
+  Value runtimeGroup = b.create<mlir::arith::ExtUIOp>(
+      loc, f.i64, f.field(params, offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
+  // For the 4 channels from `first`: the lanes stored (channel in [begin, end)) and
+  // their biases.
+  auto prefixMask = [&](Value n) -> Value {
+    Value c = maxI(zero, minI(n, f.cI64(4)));
+    return b.create<mlir::vector::CreateMaskOp>(
+        loc, mask1(4), mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), c)});
+  };
+  auto storeMaskAt = [&](Value first) -> Value {
+    Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(4), true));
+    return b.create<mlir::arith::AndIOp>(loc, prefixMask(sub(nEnd, first)),
+                                         b.create<mlir::arith::XOrIOp>(loc, prefixMask(sub(nBegin, first)), all));
+  };
+  auto biasAt = [&](Value first) {
+    Value bv = f.splat(vf32, 0.0);
+    for (int64_t j = 0; j < 4; ++j)
+      bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, f.addi(first, f.cI64(j))), bv, j);
+    return bv;
+  };
+  auto storeRow = [&](Value total, Value row, Value c0, Value bias, Value mask) {
+    Value val = f.mul(total, b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, xsc, f.f32, row)));
+    val = f.add(val, bias);
+    b.create<mlir::LLVM::MaskedStoreOp>(loc, val, f.gep(y, f.f32, f.addi(f.muli(row, ldy), c0)), mask, 4);
+  };
+
+  auto emit = [&](Value group, std::optional<int64_t> constGroup) {
+    Value groups = divs(K, group), per16 = divs(group, p16);
+    Value scales = f.gep(w, i8, divs(f.muli(N, K), two));
+    // Scratch: the shares of the block's rows [block rows x groups] (i32), the pairs'
+    // shares [groups x pairs] ([o, o, o', o'] twice, one per channel pair of a quarter,
+    // or in a block of fewer than 8 rows 8 times, one per sum of a pair tile: each sum
+    // starts from its own load, not a vector move), the pairs' activations
+    // (16 bytes each), for each step of 16 columns: its first 8 columns' pairs, then its
+    // last 8's (the tiles of rows load consecutive pairs of a step with LDP); or, in a
+    // block of fewer than 8 rows (decode), each pair's two halves side by side (the pair
+    // tile loads both with one LDP).
+    Value pairShares = f.gep(scratch, f.i32, f.muli(f.cI64(kBlock), groups));
+    Value acts = f.gep(pairShares, f.i32, f.muli(f.cI64(std::max<int64_t>(8 * kPairs, 32 * 4)), groups));
+    auto actAt = [&](Value t, int64_t h, Value p, bool pairMajor) {
+      Value at = pairMajor ? f.addi(f.muli(p, f.cI64(32)), f.cI64(16 * h))
+                           : f.addi(f.muli(p, p16), f.cI64(16 * kPairs * h));
+      return f.gep(acts, i8, f.addi(f.muli(t, f.cI64(32 * kPairs)), at));
+    };
+    // Copy j of pair p's shares in group gi; `small`: a block of fewer than 8 rows (at
+    // most 4 pairs), whose shares are stored 8 times, one per sum of a pair tile (their
+    // loads, not moves, start the sums).
+    auto shareIndex = [&](Value gi, Value p, Value small) -> Value {
+      return b.create<mlir::arith::SelectOp>(loc, small, f.muli(f.addi(f.muli(gi, f.cI64(4)), p), f.cI64(32)),
+                                             f.muli(f.addi(f.muli(gi, f.cI64(kPairs)), p), f.cI64(8)));
+    };
+    auto shareOf = [&](Value gi, Value p, int64_t j, bool small) {
+      Value at = small ? f.muli(f.addi(f.muli(gi, f.cI64(4)), p), f.cI64(32))
+                       : f.muli(f.addi(f.muli(gi, f.cI64(kPairs)), p), f.cI64(8));
+      return load(v4i32, f.gep(pairShares, f.i32, f.addi(at, f.cI64(4 * j))));
+    };
+    // A group's loop: totals (f32) carried over the groups; body(gi, totals) returns
+    // the next totals.
+    auto overGroups = [&](int64_t count, llvm::function_ref<llvm::SmallVector<Value>(Value, llvm::ArrayRef<Value>)> body) {
+      auto loop = b.create<mlir::scf::ForOp>(loc, zero, groups, one, llvm::SmallVector<Value>(count, f.splat(vf32, 0.0)));
+      {
+        mlir::OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(loop.getBody());
+        llvm::SmallVector<Value> in(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+        b.create<mlir::scf::YieldOp>(loc, body(loop.getInductionVar(), in));
+      }
+      return llvm::SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+    };
+    // The group's steps of 16 columns: step(t, acc) -> acc, unrolled for a constant group.
+    auto overSteps = [&](Value gi, llvm::SmallVector<Value> acc,
+                         llvm::function_ref<void(Value, llvm::SmallVector<Value>&)> step) {
+      Value t0 = f.muli(gi, per16);
+      if (constGroup) {
+        for (int64_t u = 0; u < *constGroup / 16; ++u)
+          step(f.addi(t0, f.cI64(u)), acc);
+        return acc;
+      }
+      auto loop = b.create<mlir::scf::ForOp>(loc, t0, f.addi(t0, per16), one, acc);
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(loop.getBody());
+      llvm::SmallVector<Value> in(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
+      step(loop.getInductionVar(), in);
+      b.create<mlir::scf::YieldOp>(loc, in);
+      return llvm::SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+    };
+    auto nibbles = [&](Value raw, bool high) -> Value {
+      return high ? b.create<mlir::arith::ShRUIOp>(loc, raw, f.splatInt(vbytes, 4)).getResult()
+                  : b.create<mlir::arith::AndIOp>(loc, raw, f.splatInt(vbytes, 0x0F)).getResult();
+    };
+
+    // 2 tilePairs rows from the block's row m0 x the 4 channels of quarter q of panel pn.
+    auto quarterTile = [&](Value mb0, Value m0, Value pn, Value q, int64_t tilePairs) {
+      Value n0 = f.muli(pn, p16), c0 = f.addi(n0, f.muli(q, f.cI64(4)));
+      Value codes = f.gep(w, i8, f.addi(divs(f.muli(n0, K), two), f.muli(q, f.cI64(32))));
+      Value pair0 = divs(m0, two);
+      Value storeMask = storeMaskAt(c0), bias = biasAt(c0);
+      llvm::SmallVector<Value> totals = overGroups(2 * tilePairs, [&](Value gi, llvm::ArrayRef<Value> in) {
+        llvm::SmallVector<Value> acc;
+        for (int64_t p = 0; p < tilePairs; ++p)
+          for (int64_t j = 0; j < 2; ++j)
+            acc.push_back(shareOf(gi, f.addi(pair0, f.cI64(p)), j, false));
+        acc = overSteps(gi, acc, [&](Value t, llvm::SmallVector<Value>& a) {
+          Value raw[2];
+          for (int64_t j = 0; j < 2; ++j)
+            raw[j] = load(vbytes, f.gep(codes, i8, f.addi(f.muli(t, f.cI64(128)), f.cI64(16 * j))));
+          for (int64_t h = 0; h < 2; ++h) {
+            Value wv[2] = {nibbles(raw[0], h), nibbles(raw[1], h)};
+            for (int64_t p = 0; p < tilePairs; ++p) {
+              Value x = load(vbytes, actAt(t, h, f.addi(pair0, f.cI64(p)), false));
+              for (int64_t j = 0; j < 2; ++j)
+                a[p * 2 + j] = smmla(a[p * 2 + j], x, wv[j]);
+            }
+          }
+        });
+        // Channel pair j's scales [s_2j, s_2j+1, s_2j, s_2j+1].
+        Value scaleAt = f.gep(scales, i16, f.addi(f.muli(n0, groups), f.addi(f.muli(gi, p16), f.muli(q, f.cI64(4)))));
+        Value sv[2];
+        for (int64_t j = 0; j < 2; ++j) {
+          Value word = b.create<mlir::LLVM::LoadOp>(loc, f.i32, f.gep(scaleAt, i16, f.cI64(2 * j)), 2);
+          Value dup = b.create<mlir::vector::SplatOp>(loc, mlir::VectorType::get({2}, f.i32), word);
+          Value half = b.create<mlir::LLVM::BitcastOp>(loc, mlir::VectorType::get({4}, b.getF16Type()), dup);
+          sv[j] = b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+        }
+        llvm::SmallVector<Value> next;
+        for (int64_t c = 0; c < 2 * tilePairs; ++c)
+          next.push_back(fmaContract(f, b.create<mlir::arith::SIToFPOp>(loc, vf32, acc[c]), sv[c % 2], in[c]));
+        return next;
+      });
+      for (int64_t p = 0; p < tilePairs; ++p)
+        for (int64_t h = 0; h < 2; ++h) {
+          // Row 2p + h's 4 channels: lanes 2h, 2h + 1 of both channel pairs' sums.
+          Value val = shuffle(totals[2 * p], totals[2 * p + 1], {2 * h, 2 * h + 1, 2 * h + 4, 2 * h + 5});
+          storeRow(val, f.addi(f.addi(mb0, m0), f.cI64(2 * p + h)), c0, bias, storeMask);
+        }
+    };
+
+    // Pair p of the block (rows 2p and 2p + 1, or 2p alone) x the 16 channels of panel pn.
+    auto pairTile = [&](Value mb0, Value p, Value pn, bool alone, bool pairMajor) {
+      Value n0 = f.muli(pn, p16);
+      Value codes = f.gep(w, i8, divs(f.muli(n0, K), two));
+      Value storeMask[4], bias[4];
+      for (int64_t q = 0; q < 4; ++q) {
+        storeMask[q] = storeMaskAt(f.addi(n0, f.cI64(4 * q)));
+        bias[q] = biasAt(f.addi(n0, f.cI64(4 * q)));
+      }
+      const int64_t rows = alone ? 1 : 2;
+      llvm::SmallVector<Value> totals = overGroups(4 * rows, [&](Value gi, llvm::ArrayRef<Value> in) {
+        llvm::SmallVector<Value> acc;
+        for (int64_t j = 0; j < 8; ++j)
+          acc.push_back(pairMajor || j < 2 ? shareOf(gi, p, j, pairMajor) : acc[j % 2]);
+        acc = overSteps(gi, acc, [&](Value t, llvm::SmallVector<Value>& a) {
+          Value x0 = load(vbytes, actAt(t, 0, p, pairMajor));
+          Value x1 = load(vbytes, actAt(t, 1, p, pairMajor));
+          for (int64_t j = 0; j < 8; ++j) {
+            Value raw = load(vbytes, f.gep(codes, i8, f.addi(f.muli(t, f.cI64(128)), f.cI64(16 * j))));
+            a[j] = smmla(smmla(a[j], x0, nibbles(raw, false)), x1, nibbles(raw, true));
+          }
+        });
+        Value scaleAt = f.gep(scales, i16, f.addi(f.muli(n0, groups), f.muli(gi, p16)));
+        llvm::SmallVector<Value> next(4 * rows);
+        for (int64_t q = 0; q < 4; ++q) {
+          Value half = b.create<mlir::LLVM::LoadOp>(loc, mlir::VectorType::get({4}, b.getF16Type()),
+                                                    f.gep(scaleAt, i16, f.cI64(4 * q)), 2);
+          Value sc = b.create<mlir::arith::ExtFOp>(loc, vf32, half);
+          for (int64_t h = 0; h < rows; ++h) {
+            // Row h's channels 4q..4q+3: lanes 2h, 2h + 1 of channel pairs 2q and 2q + 1.
+            Value sums = shuffle(acc[2 * q], acc[2 * q + 1], {2 * h, 2 * h + 1, 2 * h + 4, 2 * h + 5});
+            next[h * 4 + q] = fmaContract(f, b.create<mlir::arith::SIToFPOp>(loc, vf32, sums), sc, in[h * 4 + q]);
+          }
+        }
+        return next;
+      });
+      Value r0 = f.addi(mb0, f.muli(p, two));
+      for (int64_t h = 0; h < rows; ++h)
+        for (int64_t q = 0; q < 4; ++q)
+          storeRow(totals[h * 4 + q], f.addi(r0, f.cI64(h)), f.addi(n0, f.cI64(4 * q)), bias[q], storeMask[q]);
+    };
+
+    Value pBegin = divs(nBegin, p16), pEnd = divs(f.addi(nEnd, f.cI64(15)), p16);
+    f.loop(zero, M, f.cI64(kBlock), [&](Value mb0) {
+      Value mb = minI(f.cI64(kBlock), sub(M, mb0));
+      // Each row's offset share per group: -8 x the sum of its activations, 16 bytes at
+      // a time (the group is a multiple of 16).
+      f.loop(zero, mb, one, [&](Value i) {
+        Value rowAt = f.muli(f.addi(mb0, i), K);
+        f.loop(zero, groups, one, [&](Value gi) {
+          Value k0 = f.muli(gi, group);
+          auto sum = b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), p16,
+                                                mlir::ValueRange{f.splatInt(vi32x16, 0)});
+          {
+            mlir::OpBuilder::InsertionGuard g(b);
+            b.setInsertionPointToStart(sum.getBody());
+            Value bytes = load(vbytes, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())));
+            b.create<mlir::scf::YieldOp>(
+                loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0],
+                                             b.create<mlir::arith::ExtSIOp>(loc, vi32x16, bytes))});
+          }
+          Value total =
+              b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0));
+          f.store(b.create<mlir::arith::MulIOp>(loc, total, b.create<mlir::arith::ConstantIntOp>(loc, -8, 32)),
+                  scratch, f.i32, f.addi(f.muli(i, groups), gi));
+        });
+      });
+      // The pairs: activations and shares.
+      Value pairs = divs(f.addi(mb, one), two);
+      // Fewer than 8 rows: pair tiles only, the activations pair by pair.
+      Value small = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::slt, mb, f.cI64(8));
+      Value strideP = b.create<mlir::arith::SelectOp>(loc, small, f.cI64(32), p16);
+      Value strideH = b.create<mlir::arith::SelectOp>(loc, small, p16, f.cI64(16 * kPairs));
+      f.loop(zero, pairs, one, [&](Value p) {
+        Value i0 = f.muli(p, two), i1 = minI(f.addi(i0, one), sub(mb, one));
+        Value at0 = f.muli(f.addi(mb0, i0), K), at1 = f.muli(f.addi(mb0, i1), K);
+        auto vi64x2 = mlir::VectorType::get({2}, f.i64);
+        f.loop(zero, divs(K, p16), one, [&](Value t) {
+          for (int64_t h = 0; h < 2; ++h) {
+            Value k = f.addi(f.muli(t, p16), f.cI64(8 * h));
+            Value a = b.create<mlir::LLVM::LoadOp>(loc, f.i64, f.gep(xq, i8, f.addi(at0, k)), 1);
+            Value c = b.create<mlir::LLVM::LoadOp>(loc, f.i64, f.gep(xq, i8, f.addi(at1, k)), 1);
+            Value v = b.create<mlir::vector::InsertOp>(loc, a, f.splatInt(vi64x2, 0), 0);
+            v = b.create<mlir::vector::InsertOp>(loc, c, v, 1);
+            Value at = f.addi(f.addi(f.muli(t, f.cI64(32 * kPairs)), f.muli(p, strideP)), f.muli(f.cI64(h), strideH));
+            b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(acts, i8, at), 1);
+          }
+        });
+        f.loop(zero, groups, one, [&](Value gi) {
+          Value o0 = f.load(f.i32, scratch, f.i32, f.addi(f.muli(i0, groups), gi));
+          Value o1 = f.load(f.i32, scratch, f.i32, f.addi(f.muli(i1, groups), gi));
+          auto v8i32 = mlir::VectorType::get({8}, f.i32);
+          Value v = f.splatInt(v8i32, 0);
+          for (int64_t l = 0; l < 8; ++l)
+            v = b.create<mlir::vector::InsertOp>(loc, l % 4 < 2 ? o0 : o1, v, l);
+          Value at = shareIndex(gi, p, small);
+          b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(pairShares, f.i32, at), 4);
+          auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, small, false);
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          for (int64_t c = 1; c < 4; ++c)
+            b.create<mlir::LLVM::StoreOp>(loc, v, f.gep(pairShares, f.i32, f.addi(at, f.cI64(8 * c))), 4);
+        });
+      });
+      // Rows in tiles of 12, then one of 8 if 8 are left, then pairs.
+      Value m12 = f.muli(divs(mb, f.cI64(12)), f.cI64(12));
+      Value has8 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::sge, sub(mb, m12), f.cI64(8));
+      Value mI = b.create<mlir::arith::SelectOp>(loc, has8, f.addi(m12, f.cI64(8)), m12);
+      Value fullPairs = divs(mb, two);
+      Value alone = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::ne,
+                                                  b.create<mlir::arith::RemSIOp>(loc, mb, two), zero);
+      f.loop(pBegin, pEnd, one, [&](Value pn) {
+        f.loop(zero, f.cI64(4), one, [&](Value q) {
+          f.loop(zero, m12, f.cI64(12), [&](Value m0) { quarterTile(mb0, m0, pn, q, 6); });
+          auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, has8, false);
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          quarterTile(mb0, m12, pn, q, 4);
+        });
+        auto smallIf = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, small, true);
+        for (bool pairMajor : {true, false}) {
+          mlir::OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(pairMajor ? smallIf.thenBlock() : smallIf.elseBlock());
+          f.loop(divs(mI, two), fullPairs, one, [&](Value p) { pairTile(mb0, p, pn, false, pairMajor); });
+          auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, alone, false);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          pairTile(mb0, fullPairs, pn, true, pairMajor);
+        }
+      });
+    });
+  };
+  // Group 32 (the common one) with the group a constant, any other at run time.
+  Value is32 = b.create<mlir::arith::CmpIOp>(loc, mlir::arith::CmpIPredicate::eq, runtimeGroup, f.cI64(32));
+  auto ifOp = b.create<mlir::scf::IfOp>(loc, mlir::TypeRange{}, is32, true);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  emit(f.cI64(32), 32);
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  emit(runtimeGroup, std::nullopt);
+  b.setInsertionPointToEnd(&fn.getBody().front());
+  b.create<mlir::func::ReturnOp>(loc);
+}
+
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) with float activations, for a weight packed
 // in panels of 16 output channels (formats/encoding.h):
 //   panel16     f32, f16, bf16 (widened per load) or fp8 codes (decoded per load, the
@@ -3859,7 +4186,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
   for (uint8_t e : {format::kEncINT8, format::kEncINT4})
     if (intEncodings & format::EncodingBit(e))
       variants.push_back({e, true});
-  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4})
+  for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4,
+                         format::kLayoutInt4P16K16})
     if (packedLayouts & (1u << layout))
       variants.push_back({layout == format::kLayoutInt8P16K4 ? format::kEncINT8 : format::kEncINT4, true, layout});
   for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4})
@@ -3873,6 +4201,8 @@ void buildMatmul(mlir::ModuleOp kernels, llvm::StringRef name, uint32_t floatEnc
       buildMatmulPanels(kernels, fnName, v.encoding, v.layout, target, isPublic, loc);
     else if (v.layout == format::kLayoutInt4P128K4)
       buildMatmulInt4Lut(kernels, fnName, isPublic, loc);
+    else if (v.layout == format::kLayoutInt4P16K16)
+      buildMatmulInt4Pairs(kernels, fnName, target, isPublic, loc);
     else if (v.layout == format::kLayoutInt4P16K8 || v.layout == format::kLayoutInt8P16K4)
       buildMatmulIntPanels(kernels, fnName, v.encoding, target, isPublic, loc);
     else if (v.a8)
@@ -4268,7 +4598,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         if (w.bias)
           continue;
         if (w.layout == format::kLayoutInt4P16K8 || w.layout == format::kLayoutInt8P16K4 ||
-            w.layout == format::kLayoutInt4P128K4)
+            w.layout == format::kLayoutInt4P128K4 || w.layout == format::kLayoutInt4P16K16)
           (w.a8 ? packedLayouts : a16Layouts) |= 1u << w.layout;
         else if (w.layout == format::kLayoutPanel16)
           panels |= format::EncodingBit(w.spec.id);
@@ -4286,7 +4616,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::ModuleOp model, const 
         if (ints & format::EncodingBit(e))
           add(encodingTag(e));
       }
-      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4}) {
+      for (uint8_t layout : {format::kLayoutInt4P16K8, format::kLayoutInt8P16K4, format::kLayoutInt4P128K4,
+                             format::kLayoutInt4P16K16}) {
         if (packedLayouts & (1u << layout))
           add(format::LayoutName(layout));
         if (a16Layouts & (1u << layout))

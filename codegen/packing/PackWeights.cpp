@@ -65,6 +65,7 @@ struct PackWeightsPass : impl::KilnPackWeightsBase<PackWeightsPass> {
         continue;
       // The first packed layout that holds the weight and every reader reads.
       for (auto [layout, kind] : {std::pair{format::kLayoutInt4P128K4, LayoutKind::int4_p128k4},
+                                  std::pair{format::kLayoutInt4P16K16, LayoutKind::int4_p16k16},
                                   std::pair{format::kLayoutInt4P16K8, LayoutKind::int4_p16k8},
                                   std::pair{format::kLayoutInt8P16K4, LayoutKind::int8_p16k4},
                                   std::pair{format::kLayoutPanel16, LayoutKind::panel16}}) {

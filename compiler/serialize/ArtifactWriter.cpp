@@ -142,6 +142,7 @@ fb::Layout toFb(LayoutKind k) {
   case LayoutKind::int4_p16k8: return fb::Layout::Int4P16K8;
   case LayoutKind::int8_p16k4: return fb::Layout::Int8P16K4;
   case LayoutKind::int4_p128k4: return fb::Layout::Int4P128K4;
+  case LayoutKind::int4_p16k16: return fb::Layout::Int4P16K16;
   }
   return fb::Layout::RowMajor;
 }

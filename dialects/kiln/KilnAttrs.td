@@ -62,7 +62,8 @@ def Kiln_LayoutKind : I32EnumAttr<"LayoutKind", "weight storage layout", [
     I32EnumAttrCase<"panel16", 2>,
     I32EnumAttrCase<"int4_p16k8", 3>,
     I32EnumAttrCase<"int8_p16k4", 4>,
-    I32EnumAttrCase<"int4_p128k4", 5>]> {
+    I32EnumAttrCase<"int4_p128k4", 5>,
+    I32EnumAttrCase<"int4_p16k16", 6>]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
 }
@@ -82,8 +83,12 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
     int4 weight packed for the generated SME2 matmuls with int8 activations
     (W4A8), which expand the codes with a table lookup (LUTI4): rows in panels of
     128, columns in steps of 4, each row's 4 codes of a step in two bytes, the
-    first column in the low nibble, scales interleaved by panel
-    (formats/encoding.h gives the bytes of all four).
+    first column in the low nibble, scales interleaved by panel. `int4_p16k16`
+    is a symmetric int4 weight packed for the generated matmuls with int8
+    activations on Arm with i8mm (SMMLA): rows in panels of 16 (whole panels
+    only), columns in steps of 16, each channel pair's 16 bytes of a step
+    together (the low nibbles the first 8 columns), scales interleaved by panel
+    (formats/encoding.h gives the bytes of all five).
 
     ```mlir
     #kiln.layout<row_major>
@@ -91,6 +96,7 @@ def Kiln_LayoutAttr : EnumAttr<Kiln_Dialect, Kiln_LayoutKind, "layout"> {
     #kiln.layout<int4_p16k8>
     #kiln.layout<int8_p16k4>
     #kiln.layout<int4_p128k4>
+    #kiln.layout<int4_p16k16>
     ```
   }];
   let assemblyFormat = "`<` $value `>`";

@@ -218,6 +218,17 @@ LogicalResult WeightOp::verify() {
                            << enc << " for " << type;
     break;
   }
+  case LayoutKind::int4_p16k16: {
+    EncodingAttr enc = getEncoding();
+    const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
+    const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;
+    if (enc.getKind() != EncodingKind::int4 || !enc.getSymmetric() || enc.getGroupSize() <= 0 ||
+        enc.getGroupSize() % 16 != 0 || cols == 0 || cols % enc.getGroupSize() != 0 || rows % 16 != 0)
+      return weightError() << "layout int4_p16k16 needs symmetric int4 with a group that is a multiple of 16 and "
+                              "divides the input dimension, and rows a multiple of 16, got "
+                           << enc << " for " << type;
+    break;
+  }
   case LayoutKind::int8_p16k4: {
     const int64_t rows = type.getRank() ? type.getDimSize(0) : 0;
     const int64_t cols = rows > 0 ? type.getNumElements() / rows : 0;

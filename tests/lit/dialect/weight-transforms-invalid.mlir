@@ -139,7 +139,7 @@ kiln.weight @w : tensor<4x8xf32> from #kiln.encoding<f32> as #kiln.encoding<f32>
 // -----
 
 // An unknown layout.
-// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major, panel16, int4_p16k8, int8_p16k4, int4_p128k4}}
+// expected-error @+2 {{expected ::kiln::LayoutKind to be one of: row_major, panel16, int4_p16k8, int8_p16k4, int4_p128k4, int4_p16k16}}
 // expected-error @+1 {{failed to parse Kiln_LayoutAttr parameter 'value'}}
 kiln.weight @w : tensor<4x8xf32> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "F32"> as #kiln.encoding<f32> layout #kiln.layout<tiled>
 
@@ -164,6 +164,18 @@ kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0,
 
 // expected-error @+1 {{layout int4_p128k4 needs symmetric int4}}
 kiln.weight @w : tensor<4x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 512, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym> layout #kiln.layout<int4_p128k4>
+
+// -----
+
+// int4_p16k16 holds symmetric int4 with a group that is a multiple of 16, in whole
+// panels of 16 rows.
+// expected-error @+1 {{'kiln.weight' op weight 'w': layout int4_p16k16 needs symmetric int4 with a group that is a multiple of 16 and divides the input dimension, and rows a multiple of 16, got #kiln.encoding<int4, group = 32> for 'tensor<8x32xf32>'}}
+kiln.weight @w : tensor<8x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 1024, dtype = "F32"> as #kiln.encoding<int4, group = 32> layout #kiln.layout<int4_p16k16>
+
+// -----
+
+// expected-error @+1 {{layout int4_p16k16 needs symmetric int4}}
+kiln.weight @w : tensor<16x32xf32> from #kiln.source<"m.safetensors", offset = 0, size = 2048, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym> layout #kiln.layout<int4_p16k16>
 
 // -----
 

@@ -2,6 +2,7 @@
 // RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod" --kiln-pack-weights | FileCheck %s
 // RUN: kiln-opt %s --kiln-select-kernels=target=portable --kiln-pack-weights | FileCheck %s --check-prefix=PORTABLE
 // RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod,+i8mm,+sme,+sme2" --kiln-pack-weights | FileCheck %s --check-prefix=SME2
+// RUN: kiln-opt %s --kiln-select-kernels="target=aarch64-linux-android cpu-features=+dotprod,+i8mm" --kiln-pack-weights | FileCheck %s --check-prefix=I8MM
 
 // kiln-pack-weights: symmetric int4 weights that only generated W4A8 matmuls read
 // are stored packed in panels of 16 rows (int4_p16k8), int8 ones likewise
@@ -41,12 +42,29 @@
 // SME2-NOT: layout
 // SME2-LABEL: kiln.weight @tied
 // SME2-SAME: layout <int4_p16k8>
+//
+// With i8mm, int4 weights that only W4A8 matmuls read are packed by channel pairs for
+// SMMLA (int4_p16k16) where their rows fill whole panels of 16 (@wide); @gate and @up
+// (12 rows) keep int4_p16k8, and so does the table the embedding gather also reads.
+// I8MM-LABEL: kiln.weight @gate
+// I8MM-SAME: layout <int4_p16k8>
+// I8MM-LABEL: kiln.weight @up
+// I8MM-SAME: layout <int4_p16k8>
+// I8MM-LABEL: kiln.weight @down
+// I8MM-SAME: layout <int8_p16k4>
+// I8MM-LABEL: kiln.weight @asym
+// I8MM-NOT: layout
+// I8MM-LABEL: kiln.weight @tied
+// I8MM-SAME: layout <int4_p16k8>
+// I8MM-LABEL: kiln.weight @wide
+// I8MM-SAME: layout <int4_p16k16>
 
 kiln.weight @gate : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
 kiln.weight @up : tensor<12x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int4, group = 64, act = int8_per_token>
 kiln.weight @down : tensor<64x12xf32> from #kiln.source<"m.safetensors", offset = 0, size = 3072, dtype = "F32"> as #kiln.encoding<int8, act = int8_per_token>
 kiln.weight @asym : tensor<64x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 16384, dtype = "F32"> as #kiln.encoding<int4, group = 32, asym, act = int8_per_token>
 kiln.weight @tied : tensor<100x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 25600, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
+kiln.weight @wide : tensor<32x64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 8192, dtype = "F32"> as #kiln.encoding<int4, group = 32, act = int8_per_token>
 kiln.weight @proj : tensor<64x64xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 8192, dtype = "BF16"> as #kiln.encoding<bf16>
 kiln.weight @proj_bias : tensor<64xbf16> from #kiln.source<"m.safetensors", offset = 0, size = 128, dtype = "BF16"> as #kiln.encoding<bf16>
 kiln.weight @norm : tensor<64xf32> from #kiln.source<"m.safetensors", offset = 0, size = 256, dtype = "F32"> as #kiln.encoding<f32>
@@ -64,6 +82,8 @@ func.func @stage(%ids: tensor<?xi32>) -> tensor<?x100xf32> attributes {kiln.stag
   %pw = kiln.weight_ref @proj : tensor<64x64xbf16>
   %pb = kiln.weight_ref @proj_bias : tensor<64xbf16>
   %yp = kiln.linear %yn, %pw, %pb : tensor<?x64xf32>, tensor<64x64xbf16>, tensor<64xbf16> -> tensor<?x64xf32>
+  %ww = kiln.weight_ref @wide : tensor<32x64xf32>
+  %yw = kiln.linear %yp, %ww : tensor<?x64xf32>, tensor<32x64xf32> -> tensor<?x32xf32>
   %s = kiln.slice_rows %yp {start = 0 : i64} : tensor<?x64xf32> -> tensor<?x64xf32>
   %l = kiln.lm_head %s, %t : tensor<?x64xf32>, tensor<100x64xf32> -> tensor<?x100xf32>
   return %l : tensor<?x100xf32>

@@ -1904,7 +1904,8 @@ TEST(Moe, GatheredRowsAreCopiedOnlyWhereThereIsRoom) {
 
 // Packed weight layouts (formats/encoding.h int4_p16k8): the generated W4A8 artifacts
 // store their int4 weights packed, and the verifier refuses a packed weight that the
-// bound kernel does not read (int4_p128k4: only SME2 code) or whose encoding and
+// bound kernel does not read (int4_p128k4: only SME2 code; int4_p16k16: only i8mm
+// code; the artifact assumes neither) or whose encoding and
 // shape the layout cannot hold.
 TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
   const std::string dir = ArtifactsDir();
@@ -1943,6 +1944,8 @@ TEST(PackedLayout, OnlyTheKernelsThatReadItMayBeBoundToIt) {
        [&](fb::ModelT& mt) { mt.tensors[f32Tensor]->layout = fb::Layout::Int4P16K8; }},
       {"int4_p128k4 in code that does not assume SME2", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p128k4",
        [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = fb::Layout::Int4P128K4; }},
+      {"int4_p16k16 in code that does not assume i8mm", KILN_ERROR_ARTIFACT_UNKNOWN_KERNEL, "in layout int4_p16k16",
+       [&](fb::ModelT& mt) { mt.tensors[tensor]->layout = fb::Layout::Int4P16K16; }},
       {"packed with zero points", KILN_ERROR_ARTIFACT_SHAPE, "",
        [&](fb::ModelT& mt) { mt.tensors[tensor]->symmetric = false; }},
       {"unknown layout", KILN_ERROR_UNSUPPORTED, "layout 9",

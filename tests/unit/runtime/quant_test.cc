@@ -247,6 +247,68 @@ TEST(Layouts, Int4P128K4IsReadOnlyBySme2GeneratedW4A8) {
   EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P128K4, true, int4, fmt::kOpEmbedding, 0, true, fmt::kCpuArmSme2));
 }
 
+// int4_p16k16 (formats/encoding.h): panels of 16 rows, each step of 16 columns its 8
+// channel pairs' 16 bytes (row 2j's 8 bytes, then row 2j + 1's), byte i holding
+// columns 16s + i (low nibble) and 16s + 8 + i (high), the scales by panel; the
+// repacking is undone exactly and refuses what the layout cannot hold.
+TEST(Layouts, Int4P16K16PlacesEachCodeAndScale) {
+  namespace fmt = kiln::format;
+  fmt::EncodingSpec spec;
+  spec.id = fmt::kEncINT4;
+  spec.group = 32;
+  spec.symmetric = true;
+  const uint64_t rows = 48, cols = 96, groups = cols / 32;
+  const uint64_t bytes = fmt::StorageBytes(spec, rows, cols);
+  std::vector<uint8_t> plain(bytes), packed(bytes), back(bytes);
+  uint32_t state = 4321;
+  for (uint8_t& b : plain) b = static_cast<uint8_t>((state = state * 1103515245u + 12345u) >> 16);
+  ASSERT_TRUE(fmt::LayoutFits(fmt::kLayoutInt4P16K16, spec, rows, cols));
+  fmt::RepackLayout(true, fmt::kLayoutInt4P16K16, spec, plain.data(), rows, cols, packed.data());
+  fmt::RepackLayout(false, fmt::kLayoutInt4P16K16, spec, packed.data(), rows, cols, back.data());
+  EXPECT_EQ(plain, back);
+  for (uint64_t r : {0ull, 1ull, 14ull, 15ull, 16ull, 33ull, 47ull})
+    for (uint64_t c = 0; c < cols; ++c) {
+      // Panel of r, then step-major: 128 bytes a step, 16 a pair, 8 a row.
+      const uint64_t byte = r / 16 * 16 * cols / 2 + (c / 16) * 128 + (r % 16 / 2) * 16 + (r % 2) * 8 + c % 8;
+      const uint8_t code = c % 16 < 8 ? packed[byte] & 0xF : packed[byte] >> 4;
+      ASSERT_EQ(code, fmt::Int4View::Code(plain.data(), r * cols + c)) << "row " << r << " column " << c;
+    }
+  const uint64_t scales = fmt::Int4ScalesOffset(rows, cols);
+  for (uint64_t r : {0ull, 17ull, 47ull})
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint64_t at = scales + 2 * (r / 16 * 16 * groups + g * 16 + r % 16);
+      EXPECT_EQ(0, std::memcmp(packed.data() + at, plain.data() + scales + 2 * (r * groups + g), 2));
+    }
+  // Rows not a multiple of 16, a group not a multiple of 16, zero points, int8: not
+  // this layout.
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P16K16, spec, 40, cols));
+  fmt::EncodingSpec g8 = spec;
+  g8.group = 8;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P16K16, g8, rows, cols));
+  fmt::EncodingSpec asym = spec;
+  asym.symmetric = false;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P16K16, asym, rows, cols));
+  fmt::EncodingSpec i8;
+  i8.id = fmt::kEncINT8;
+  EXPECT_FALSE(fmt::LayoutFits(fmt::kLayoutInt4P16K16, i8, rows, cols));
+  EXPECT_STREQ(fmt::LayoutName(fmt::kLayoutInt4P16K16), "int4_p16k16");
+}
+
+// Only the generated W4A8 matmuls of code that assumes i8mm read int4_p16k16.
+TEST(Layouts, Int4P16K16IsReadOnlyByI8mmGeneratedW4A8) {
+  namespace fmt = kiln::format;
+  const uint32_t int4 = fmt::EncodingBit(fmt::kEncINT4);
+  EXPECT_TRUE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, int4, fmt::kOpLinear, 0, true, fmt::kCpuArmI8mm));
+  EXPECT_TRUE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, int4, fmt::kOpGatedMlp, 0, true,
+                                     fmt::kCpuArmDotProd | fmt::kCpuArmI8mm));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, int4, fmt::kOpLinear, 0, true, fmt::kCpuArmDotProd));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, int4, fmt::kOpLinear, 0, false, fmt::kCpuArmI8mm));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, false, int4, fmt::kOpLinear, 0, true, fmt::kCpuArmI8mm));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, int4, fmt::kOpEmbedding, 0, true, fmt::kCpuArmI8mm));
+  EXPECT_FALSE(fmt::KernelReadsLayout(fmt::kLayoutInt4P16K16, true, fmt::EncodingBit(fmt::kEncINT8), fmt::kOpLinear, 0,
+                                      true, fmt::kCpuArmI8mm));
+}
+
 TEST(KvCodec, RoundTripAndLayout) {
   using namespace kiln::format;
   std::vector<float> x(128);
