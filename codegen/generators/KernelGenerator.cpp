@@ -2898,6 +2898,77 @@ int64_t decodePrefetchBytes(const Target& target) {
   return target.arch == TargetArch::X86_64 ? 4096 : 1024;
 }
 
+// Each row's offset share per group for rows [mb0, mb0 + mb) of the int8 activations
+// xq [., K]: `factor` (-8 for int4, -128 for int8) x the sum of its group's bytes, 16
+// at a time, then `chunk` at a time (the group's rest), stored at scratch[i x groups +
+// gi] (i32). Every call sums all its rows again (each thread's range of channels): 16
+// bytes at a time made a SigLIP encoder's W8A8 linears 1.06x (1 thread) and 1.12x (2
+// threads, 4 ranges each) faster than 4 at a time.
+void storeOffsetShares(FnBuilder& f, Value xq, Value K, Value mb0, Value mb, Value groups, Value group,
+                       int64_t chunk, int32_t factor, Value scratch) {
+  mlir::OpBuilder& b = f.b;
+  mlir::Location loc = f.loc;
+  auto i8 = b.getI8Type();
+  const int64_t wide = 16;
+  Value zero = f.cI64(0), one = f.cI64(1);
+  auto sumBytes = [&](Value rowAt, Value from, Value to, int64_t step, Value init) -> Value {
+    auto vc = mlir::VectorType::get({step}, i8);
+    auto vci32 = mlir::VectorType::get({step}, f.i32);
+    auto sum = b.create<mlir::scf::ForOp>(loc, from, to, f.cI64(step), mlir::ValueRange{f.splatInt(vci32, 0)});
+    {
+      mlir::OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(sum.getBody());
+      Value bytes = loadVector(f, vc, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())), Value(), 1);
+      b.create<mlir::scf::YieldOp>(
+          loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0], b.create<mlir::arith::ExtSIOp>(loc, vci32, bytes))});
+    }
+    return b.create<mlir::arith::AddIOp>(
+        loc, init, b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0)));
+  };
+  auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
+  f.loop(zero, mb, one, [&](Value i) {
+    Value rowAt = f.muli(f.addi(mb0, i), K);
+    f.loop(zero, groups, one, [&](Value gi) {
+      Value k0 = f.muli(gi, group);
+      Value kWide = f.addi(k0, f.muli(divs(group, f.cI64(wide)), f.cI64(wide)));
+      Value total = sumBytes(rowAt, k0, kWide, wide, b.create<mlir::arith::ConstantIntOp>(loc, 0, 32));
+      total = sumBytes(rowAt, kWide, f.addi(k0, group), chunk, total);
+      Value scaled = b.create<mlir::arith::MulIOp>(loc, total, b.create<mlir::arith::ConstantIntOp>(loc, factor, 32));
+      f.store(scaled, scratch, f.i32, f.addi(f.muli(i, groups), gi));
+    });
+  });
+}
+
+// Lanes [0, n) of a mask of `lanes`, n clamped to [0, lanes].
+Value prefixLaneMask(FnBuilder& f, int64_t lanes, Value n) {
+  mlir::OpBuilder& b = f.b;
+  Value c = b.create<mlir::arith::MaxSIOp>(f.loc, f.cI64(0), b.create<mlir::arith::MinSIOp>(f.loc, n, f.cI64(lanes)));
+  return b.create<mlir::vector::CreateMaskOp>(
+      f.loc, mlir::VectorType::get({lanes}, b.getI1Type()),
+      mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(f.loc, b.getIndexType(), c)});
+}
+
+// For the `lanes` output channels from `first`: the lanes a kernel stores (channel in
+// [begin, end)).
+Value channelStoreMask(FnBuilder& f, int64_t lanes, Value first, Value begin, Value end) {
+  mlir::OpBuilder& b = f.b;
+  auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(f.loc, a, c).getResult(); };
+  Value all = b.create<mlir::arith::ConstantOp>(
+      f.loc, mlir::DenseElementsAttr::get(mlir::VectorType::get({lanes}, b.getI1Type()), true));
+  return b.create<mlir::arith::AndIOp>(f.loc, prefixLaneMask(f, lanes, sub(end, first)),
+                                       b.create<mlir::arith::XOrIOp>(f.loc, prefixLaneMask(f, lanes, sub(begin, first)), all));
+}
+
+// The biases of the `lanes` output channels from `first` (a channel past `last`, the
+// weight's last, reads the last one's).
+Value channelBiases(FnBuilder& f, const MatmulArgs& args, int64_t lanes, Value first, Value last) {
+  Value bv = f.splat(mlir::VectorType::get({lanes}, f.f32), 0.0);
+  for (int64_t j = 0; j < lanes; ++j)
+    bv = f.b.create<mlir::vector::InsertOp>(
+        f.loc, args.bias(f, f.b.create<mlir::arith::MinSIOp>(f.loc, f.addi(first, f.cI64(j)), last)), bv, j);
+  return bv;
+}
+
 // y[m, n] = x[m, :] . W[n, :] (+ bias[n]) for int8 per-token activations
 // (kiln_uk_matmul_params_t with xq/xs; output channels [begin, end)) and a weight in
 // panels of 16 output channels (formats/encoding.h), exactly as the reference sums:
@@ -2960,7 +3031,6 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
   auto vi32 = mlir::VectorType::get({L}, f.i32);
   auto vf32 = mlir::VectorType::get({L}, f.f32);
   auto vbytes = mlir::VectorType::get({4 * L}, i8);
-  auto mask1 = [&](int64_t n) { return mlir::VectorType::get({n}, b.getI1Type()); };
 
   Value params = fn.getArgument(0), scratch = fn.getArgument(3);
   const MatmulArgs args(f, fn, hasF16Conversion(target));
@@ -3016,12 +3086,7 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     // SMMLA 16 rows, whose shares, pair-interleaved shares and activations it holds.
     Value blockRows = mmla ? f.cI64(kMmlaBlockRows) : f.muli(f.cI64(16), group);
 
-    // Lanes [0, n) of a vector of `lanes`, n clamped to [0, lanes].
-    auto prefixMask = [&](int64_t lanes, Value n) -> Value {
-      Value c = maxI(zero, minI(n, f.cI64(lanes)));
-      return b.create<mlir::vector::CreateMaskOp>(
-          loc, mask1(lanes), mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), c)});
-    };
+    auto prefixMask = [&](int64_t lanes, Value n) { return prefixLaneMask(f, lanes, n); };
     auto load = [&](mlir::VectorType t, Value at, Value mask) { return loadVector(f, t, at, mask, 1); };
     // A row's 4 activation bytes from column k, broadcast to every lane.
     auto xWord = [&](Value row, Value k) -> Value {
@@ -3035,17 +3100,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
     // For the L channels from `first`: the lanes stored (channel in [begin, end)), and
     // their biases (a channel past the weight's last reads the last one's).
     Value lastN = sub(N, one);
-    auto storeMaskAt = [&](Value first) -> Value {
-      Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(L), true));
-      return b.create<mlir::arith::AndIOp>(loc, prefixMask(L, sub(nEnd, first)),
-                                           b.create<mlir::arith::XOrIOp>(loc, prefixMask(L, sub(nBegin, first)), all));
-    };
-    auto biasAt = [&](Value first) {
-      Value bv = f.splat(vf32, 0.0);
-      for (int64_t j = 0; j < L; ++j)
-        bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, minI(f.addi(first, f.cI64(j)), lastN)), bv, j);
-      return bv;
-    };
+    auto storeMaskAt = [&](Value first) { return channelStoreMask(f, L, first, nBegin, nEnd); };
+    auto biasAt = [&](Value first) { return channelBiases(f, args, L, first, lastN); };
     auto tile = [&](Value mb0, Value r0, int64_t rows, Value pn, int64_t panels, bool whole) {
       struct Panel {
         Value n0, height, codes, scaleAt, storeMask[4], bias[4], rowScale[4];
@@ -3424,36 +3480,8 @@ void buildMatmulIntPanels(mlir::ModuleOp kernels, llvm::StringRef name, uint8_t 
       Value mb = minI(blockRows, sub(M, mb0));
       if (sums) {
         // The offset's share of each (row, group): -8 (int4) or -128 (int8) x the sum
-        // of its activations, 16 bytes at a time, then 8 (int4) or 4 (int8: K may end
-        // in 4) at a time. Every call sums all its rows again (each thread's range of
-        // channels): 16 bytes at a time made a SigLIP encoder's W8A8 linears 1.06x (1
-        // thread) and 1.12x (2 threads, 4 ranges each) faster than 4 at a time.
-        const int64_t chunk = int4 ? 8 : 4, wide = 16;
-        auto sumBytes = [&](Value rowAt, Value from, Value to, int64_t step, Value init) -> Value {
-          auto vc = mlir::VectorType::get({step}, i8);
-          auto vci32 = mlir::VectorType::get({step}, f.i32);
-          auto sum = b.create<mlir::scf::ForOp>(loc, from, to, f.cI64(step), mlir::ValueRange{f.splatInt(vci32, 0)});
-          {
-            mlir::OpBuilder::InsertionGuard g(b);
-            b.setInsertionPointToStart(sum.getBody());
-            Value bytes = load(vc, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())), Value());
-            b.create<mlir::scf::YieldOp>(
-                loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0], b.create<mlir::arith::ExtSIOp>(loc, vci32, bytes))});
-          }
-          return b.create<mlir::arith::AddIOp>(
-              loc, init, b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0)));
-        };
-        f.loop(zero, mb, one, [&](Value i) {
-          Value rowAt = f.muli(f.addi(mb0, i), K);
-          f.loop(zero, groups, one, [&](Value gi) {
-            Value k0 = f.muli(gi, group);
-            Value kWide = f.addi(k0, f.muli(divs(group, f.cI64(wide)), f.cI64(wide)));
-            Value total = sumBytes(rowAt, k0, kWide, wide, b.create<mlir::arith::ConstantIntOp>(loc, 0, 32));
-            total = sumBytes(rowAt, kWide, f.addi(k0, group), chunk, total);
-            Value factor = b.create<mlir::arith::ConstantIntOp>(loc, int4 ? -8 : -128, 32);
-            f.store(b.create<mlir::arith::MulIOp>(loc, total, factor), scratch, f.i32, f.addi(f.muli(i, groups), gi));
-          });
-        });
+        // of its activations, then 8 (int4) or 4 (int8: K may end in 4) at a time.
+        storeOffsetShares(f, xq, K, mb0, mb, groups, group, int4 ? 8 : 4, int4 ? -8 : -128, scratch);
       }
       // The block's panels in groups of `group` side by side (whole ones), then one at a
       // time (the whole ones left, the last one under masks).
@@ -3556,8 +3584,6 @@ void buildMatmulInt4Pairs(mlir::ModuleOp kernels, llvm::StringRef name, const Ta
   auto v4i32 = mlir::VectorType::get({4}, f.i32);
   auto vf32 = mlir::VectorType::get({4}, f.f32);
   auto vbytes = mlir::VectorType::get({16}, i8);
-  auto vi32x16 = mlir::VectorType::get({16}, f.i32);
-  auto mask1 = [&](int64_t n) { return mlir::VectorType::get({n}, b.getI1Type()); };
   Value params = fn.getArgument(0), scratch = fn.getArgument(3);
   const MatmulArgs args(f, fn, hasF16Conversion(target));
   Value xq = args.xq, xsc = args.xs, M = args.M, K = args.K, w = args.w, N = args.N, y = args.y, ldy = args.ldy;
@@ -3566,7 +3592,6 @@ void buildMatmulInt4Pairs(mlir::ModuleOp kernels, llvm::StringRef name, const Ta
   auto divs = [&](Value a, Value c) { return b.create<mlir::arith::DivSIOp>(loc, a, c).getResult(); };
   auto sub = [&](Value a, Value c) { return b.create<mlir::arith::SubIOp>(loc, a, c).getResult(); };
   auto minI = [&](Value a, Value c) { return b.create<mlir::arith::MinSIOp>(loc, a, c).getResult(); };
-  auto maxI = [&](Value a, Value c) { return b.create<mlir::arith::MaxSIOp>(loc, a, c).getResult(); };
   auto load = [&](mlir::VectorType t, Value at) { return loadVector(f, t, at, Value(), 1); };
   auto smmla = [&](Value acc, Value a, Value wv) {
     return b.create<mlir::LLVM::CallIntrinsicOp>(loc, v4i32, b.getStringAttr("llvm.aarch64.neon.smmla"),
@@ -3579,23 +3604,10 @@ void buildMatmulInt4Pairs(mlir::ModuleOp kernels, llvm::StringRef name, const Ta
   Value runtimeGroup = b.create<mlir::arith::ExtUIOp>(
       loc, f.i64, f.field(params, offsetof(kiln_uk_matmul_params_t, w) + offsetof(kiln_uk_weight_t, group), f.i32));
   // For the 4 channels from `first`: the lanes stored (channel in [begin, end)) and
-  // their biases.
-  auto prefixMask = [&](Value n) -> Value {
-    Value c = maxI(zero, minI(n, f.cI64(4)));
-    return b.create<mlir::vector::CreateMaskOp>(
-        loc, mask1(4), mlir::ValueRange{b.create<mlir::arith::IndexCastOp>(loc, b.getIndexType(), c)});
-  };
-  auto storeMaskAt = [&](Value first) -> Value {
-    Value all = b.create<mlir::arith::ConstantOp>(loc, mlir::DenseElementsAttr::get(mask1(4), true));
-    return b.create<mlir::arith::AndIOp>(loc, prefixMask(sub(nEnd, first)),
-                                         b.create<mlir::arith::XOrIOp>(loc, prefixMask(sub(nBegin, first)), all));
-  };
-  auto biasAt = [&](Value first) {
-    Value bv = f.splat(vf32, 0.0);
-    for (int64_t j = 0; j < 4; ++j)
-      bv = b.create<mlir::vector::InsertOp>(loc, args.bias(f, f.addi(first, f.cI64(j))), bv, j);
-    return bv;
-  };
+  // their biases (whole panels: every channel is the weight's).
+  Value lastN = sub(N, one);
+  auto storeMaskAt = [&](Value first) { return channelStoreMask(f, 4, first, nBegin, nEnd); };
+  auto biasAt = [&](Value first) { return channelBiases(f, args, 4, first, lastN); };
   auto storeRow = [&](Value total, Value row, Value c0, Value bias, Value mask) {
     Value val = f.mul(total, b.create<mlir::vector::SplatOp>(loc, vf32, f.load(f.f32, xsc, f.f32, row)));
     val = f.add(val, bias);
@@ -3757,28 +3769,9 @@ void buildMatmulInt4Pairs(mlir::ModuleOp kernels, llvm::StringRef name, const Ta
     Value pBegin = divs(nBegin, p16), pEnd = divs(f.addi(nEnd, f.cI64(15)), p16);
     f.loop(zero, M, f.cI64(kBlock), [&](Value mb0) {
       Value mb = minI(f.cI64(kBlock), sub(M, mb0));
-      // Each row's offset share per group: -8 x the sum of its activations, 16 bytes at
-      // a time (the group is a multiple of 16).
-      f.loop(zero, mb, one, [&](Value i) {
-        Value rowAt = f.muli(f.addi(mb0, i), K);
-        f.loop(zero, groups, one, [&](Value gi) {
-          Value k0 = f.muli(gi, group);
-          auto sum = b.create<mlir::scf::ForOp>(loc, k0, f.addi(k0, group), p16,
-                                                mlir::ValueRange{f.splatInt(vi32x16, 0)});
-          {
-            mlir::OpBuilder::InsertionGuard g(b);
-            b.setInsertionPointToStart(sum.getBody());
-            Value bytes = load(vbytes, f.gep(xq, i8, f.addi(rowAt, sum.getInductionVar())));
-            b.create<mlir::scf::YieldOp>(
-                loc, mlir::ValueRange{f.addi(sum.getRegionIterArgs()[0],
-                                             b.create<mlir::arith::ExtSIOp>(loc, vi32x16, bytes))});
-          }
-          Value total =
-              b.create<mlir::vector::ReductionOp>(loc, mlir::vector::CombiningKind::ADD, sum.getResult(0));
-          f.store(b.create<mlir::arith::MulIOp>(loc, total, b.create<mlir::arith::ConstantIntOp>(loc, -8, 32)),
-                  scratch, f.i32, f.addi(f.muli(i, groups), gi));
-        });
-      });
+      // Each row's offset share per group: -8 x the sum of its activations (the group is
+      // a multiple of 16: no rest).
+      storeOffsetShares(f, xq, K, mb0, mb, groups, group, 16, -8, scratch);
       // The pairs: activations and shares.
       Value pairs = divs(f.addi(mb, one), two);
       // Fewer than 8 rows: pair tiles only, the activations pair by pair.
