@@ -338,12 +338,24 @@ inline void RepackPanel16(bool pack, uint64_t element_bytes, const uint8_t* in, 
     }
 }
 
+// Moves row `r`'s f16 group scales of an int4 weight between row-major order and
+// panels of `panel_rows` (for each group, the panel's rows), the scales' order in every
+// int4 panel layout: to panels when `pack`, back when `!pack`.
+inline void RepackInt4ScalesRow(bool pack, uint64_t panel_rows, const uint8_t* in, uint64_t rows, uint64_t cols,
+                                uint64_t groups, uint64_t r, uint8_t* out) {
+  for (uint64_t g = 0; g < groups; ++g) {
+    const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(panel_rows, rows, groups, r, g);
+    const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
+    std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
+  }
+}
+
 // Rearranges a row-major int4 weight (symmetric, LayoutFits) into int4_p16k8
 // (`pack`) or back (`!pack`). `out` must not overlap `in`; both hold
 // StorageBytes(e, rows, cols).
 inline void RepackInt4P16K8(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
                             uint8_t* out) {
-  const uint64_t steps = cols / kP16K8Step, groups = cols / e.group;
+  const uint64_t steps = cols / kP16K8Step;
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t s = 0; s < steps; ++s) {
       const uint64_t at = 4 * PanelOffset(kP16K8Rows, rows, steps, r, s);
@@ -357,11 +369,7 @@ inline void RepackInt4P16K8(bool pack, const EncodingSpec& e, const uint8_t* in,
         }
       }
     }
-    for (uint64_t g = 0; g < groups; ++g) {
-      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP16K8Rows, rows, groups, r, g);
-      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
-      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
-    }
+    RepackInt4ScalesRow(pack, kP16K8Rows, in, rows, cols, cols / e.group, r, out);
   }
 }
 
@@ -370,7 +378,7 @@ inline void RepackInt4P16K8(bool pack, const EncodingSpec& e, const uint8_t* in,
 // StorageBytes(e, rows, cols).
 inline void RepackInt4P128K4(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
                              uint8_t* out) {
-  const uint64_t steps = cols / kP128K4Step, groups = cols / e.group;
+  const uint64_t steps = cols / kP128K4Step;
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t s = 0; s < steps; ++s) {
       const uint64_t at = kP128K4Step * PanelOffset(kP128K4Rows, rows, steps, r, s);  // in codes
@@ -382,11 +390,7 @@ inline void RepackInt4P128K4(bool pack, const EncodingSpec& e, const uint8_t* in
           Int4View::SetCode(out, plain, Int4View::Code(in, at + i));
       }
     }
-    for (uint64_t g = 0; g < groups; ++g) {
-      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP128K4Rows, rows, groups, r, g);
-      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
-      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
-    }
+    RepackInt4ScalesRow(pack, kP128K4Rows, in, rows, cols, cols / e.group, r, out);
   }
 }
 
@@ -395,7 +399,7 @@ inline void RepackInt4P128K4(bool pack, const EncodingSpec& e, const uint8_t* in
 // StorageBytes(e, rows, cols).
 inline void RepackInt4P16K16(bool pack, const EncodingSpec& e, const uint8_t* in, uint64_t rows, uint64_t cols,
                              uint8_t* out) {
-  const uint64_t steps = cols / kP16K16Step, groups = cols / e.group;
+  const uint64_t steps = cols / kP16K16Step;
   for (uint64_t r = 0; r < rows; ++r) {
     const uint64_t panel = r / kP16K16Rows, pr = r % kP16K16Rows;
     for (uint64_t s = 0; s < steps; ++s) {
@@ -411,11 +415,7 @@ inline void RepackInt4P16K16(bool pack, const EncodingSpec& e, const uint8_t* in
         }
       }
     }
-    for (uint64_t g = 0; g < groups; ++g) {
-      const uint64_t packed = Int4ScalesOffset(rows, cols) + 2 * PanelOffset(kP16K16Rows, rows, groups, r, g);
-      const uint64_t plain = Int4ScalesOffset(rows, cols) + 2 * (r * groups + g);
-      std::memcpy(out + (pack ? packed : plain), in + (pack ? plain : packed), 2);
-    }
+    RepackInt4ScalesRow(pack, kP16K16Rows, in, rows, cols, cols / e.group, r, out);
   }
 }
 
