@@ -78,26 +78,29 @@ def test_kiln_answers_as_the_reference_does(variant, answers):
     """The first 60 test questions."""
     ckpt = os.path.join(CHECKPOINTS, variant)
     kiln = answers(variant)
-    model, _ = load_checkpoint(ckpt)
+    model, config = load_checkpoint(ckpt)
     model.eval()
     tok = ByteLevelBPE.load(ckpt)
-    pipe = sm.Pipeline(tok)
+    pipe = sm.Pipeline(tok, sm.variant_of(config))
     differing = []
     with torch.no_grad():
         for q in load_test_set()[:60]:
             px = torch.from_numpy(pipe.pixels(load_image(os.path.join(os.path.dirname(TEST_SET), q["image"]))))
-            ref = tok.decode(generate(model, px, sm.prompt_ids(tok, q["prompt"]), sm.SPECIALS["</s>"])).strip()
+            ref = tok.decode(generate(model, px, pipe.prompt_ids(q["prompt"]), sm.SPECIALS["</s>"])).strip()
             if ref != kiln[q["id"]]:
                 differing.append((q["prompt"], ref, kiln[q["id"]]))
     assert not differing, f"{variant}: answers differ: {differing[:5]}"
 
 
 # Floors a few points under the accuracies measured (500 questions, tests/models/README.md).
-ACCURACY_FLOOR = {"dense": 0.90, "moe": 0.90}
-# Per question kind; the relations are barely learned (56% dense, 74% moe measured,
-# chance 50%): their floor is chance.
+ACCURACY_FLOOR = {"dense": 0.90, "moe": 0.90, "idefics3": 0.85}
+# Per question kind; the relations are barely learned (56% dense, 74% moe, 66% idefics3
+# measured, chance 50%): their floor is chance. The idefics3 variant (2,000 steps from
+# the dense decoder, its encoder from scratch) counts by shape at 58% (chance about 10%)
+# and answers the other kinds at 87-100%.
 KIND_FLOOR = {"relation": 0.5}
-KIND_FLOOR_DEFAULT = 0.85
+KIND_FLOOR_DEFAULT = {"dense": 0.85, "moe": 0.85, "idefics3": 0.80}
+VARIANT_KIND_FLOOR = {("idefics3", "count_shape"): 0.45}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -109,7 +112,8 @@ def test_accuracy_on_the_test_set(variant, answers):
     low = {}
     for kind in task.QUESTION_KINDS:
         k_acc = accuracy(kiln, [q for q in qs if q["kind"] == kind])
-        if k_acc < KIND_FLOOR.get(kind, KIND_FLOOR_DEFAULT):
+        floor = VARIANT_KIND_FLOOR.get((variant, kind), KIND_FLOOR.get(kind, KIND_FLOOR_DEFAULT[variant]))
+        if k_acc < floor:
             low[kind] = round(k_acc, 3)
     assert not low, f"{variant}: question kinds under their floor: {low}"
 

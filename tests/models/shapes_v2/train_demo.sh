@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Trains the "shapes v2" demo checkpoints with the schedule they were trained with:
-# checkpoints/dense is stage att9, checkpoints/moe stage moe1 (about 5 h on two cores;
-# tests/models/README.md says what each stage taught). Copy a stage's files into
-# checkpoints/VARIANT beside the calibration set to bundle it.
+# checkpoints/dense is stage att9, checkpoints/moe stage moe1, checkpoints/idefics3 stage
+# idf0 (about 8 h on two cores; tests/models/README.md says what each stage taught).
+# Copy a stage's files into checkpoints/VARIANT beside the calibration set to bundle it.
 #
 #     tests/models/shapes_v2/train_demo.sh
 #
@@ -125,3 +125,10 @@ stage moe0 --variant moe --upcycle "$WORK/att6" --seed 11 --steps 600 --lr 2e-4 
   --save-every 100 --describe-fraction 0.03 --prune-visual 0.5 "${HEADS[@]}" "${KINDS4[@]}"
 stage moe1 --variant moe --upcycle "$WORK/att9" --seed 15 --steps 600 --lr 2e-4 --warmup 30 --eval-every 0 \
   --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 --original-positions "${HEADS[@]}" "${KINDS7[@]}"
+# The Idefics3/SmolVLM-layout variant: att9's decoder (--init-text), its SigLIP encoder
+# (8 px patches: 576), pixel shuffle and connector trained from scratch with the same heads,
+# pruning and original positions: idf0 (2000 steps, about 2 h 45 min), the bundled
+# checkpoints/idefics3 (with the dense variant's calibration set).
+stage idf0 --variant idefics3 --init-text "$WORK/att9" --seed 16 --steps 2000 --lr 2e-4 --warmup 50 \
+  --eval-every 500 --save-every 100 --describe-fraction 0.03 --prune-visual 0.75 --original-positions \
+  "${HEADS[@]}" "${KINDS7[@]}"
