@@ -1,6 +1,7 @@
 #include "image/preprocess.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -26,6 +27,14 @@
 #define KILN_IMAGE_VECTOR_HORIZONTAL 1
 #else
 #define KILN_IMAGE_VECTOR_HORIZONTAL 0
+#endif
+
+// On x86-64 the resampling loops are compiled a second time for AVX2 (32-bit vector
+// multiplies, 8 lanes) and chosen at run time on a CPU that has it.
+#if (defined(__clang__) || defined(__GNUC__)) && defined(__x86_64__) && !defined(__AVX2__)
+#define KILN_IMAGE_AVX2_LOOPS 1
+#else
+#define KILN_IMAGE_AVX2_LOOPS 0
 #endif
 
 namespace kiln::rt {
@@ -215,6 +224,165 @@ kiln_status_t NearestTable(int32_t in_size, int32_t out_size, int32_t first, int
 }
 
 // ------------------------------------------------------------------------------------
+// Resampling loops
+// ------------------------------------------------------------------------------------
+
+// The inner loops of one horizontal and one vertical pass, inlined into the baseline
+// build's functions and, on x86-64, into AVX2 ones as well (KILN_IMAGE_AVX2_LOOPS). The
+// sums are integers: every version gives the same bytes.
+#define KILN_RESAMPLE_INLINE inline __attribute__((always_inline))
+
+typedef int32_t V4i __attribute__((vector_size(16)));
+typedef uint8_t V4u8 __attribute__((vector_size(4)));
+typedef int32_t V8i __attribute__((vector_size(32)));
+typedef uint8_t V8u8 __attribute__((vector_size(8)));
+
+// What one horizontal pass reads: per output column of the region, the first source
+// pixel and the tap count (bounds), ksize coefficients; columns [0, vector_end) never
+// read the last source pixel.
+struct HorizontalPass {
+  const int32_t* bounds;
+  const int32_t* coeffs;
+  size_t ksize;
+  int32_t vector_end;
+  int32_t width;
+};
+
+// ImagingResampleHorizontal_8bpc for one row (region columns only). `in` is a full
+// source row. The sums are integers (order-independent, no overflow: Pillow relies on
+// the same), so the three channels can be accumulated as lanes of one vector. kLanes 4:
+// each tap loads 4 bytes (R, G, B and the next pixel's R, whose lane is ignored); 8: two
+// taps at a time load 8 bytes (two pixels and the R, G of the next), lanes 0-2 take the
+// first tap's coefficient and 3-5 the second's. Outputs whose window reaches the last
+// source pixel would load past the row: scalar path (kLanes 0 is scalar throughout).
+template <int kLanes>
+KILN_RESAMPLE_INLINE void HorizontalLoop(const HorizontalPass& h, const uint8_t* in, uint8_t* out) {
+  int32_t i = 0;
+  if constexpr (kLanes == 8) {
+    typedef int32_t V2i __attribute__((vector_size(8)));
+    for (; i < h.vector_end; ++i) {
+      const int32_t xmin = h.bounds[2 * i];
+      const int32_t taps = h.bounds[2 * i + 1];
+      const int32_t* k = h.coeffs + static_cast<size_t>(i) * h.ksize;
+      const uint8_t* p = in + 3 * static_cast<size_t>(xmin);
+      V8i acc = {kHalf, kHalf, kHalf, 0, 0, 0, 0, 0};
+      int32_t t = 0;
+      for (; t + 2 <= taps; t += 2) {
+        V8u8 px;
+        std::memcpy(&px, p + 3 * static_cast<size_t>(t), 8);
+        V2i kk;
+        std::memcpy(&kk, k + t, 8);
+        acc += __builtin_convertvector(px, V8i) * __builtin_shufflevector(kk, kk, 0, 0, 0, 1, 1, 1, 1, 1);
+      }
+      int32_t s0 = acc[0] + acc[3], s1 = acc[1] + acc[4], s2 = acc[2] + acc[5];
+      if (t < taps) {
+        const uint8_t* q = p + 3 * static_cast<size_t>(t);
+        s0 += q[0] * k[t];
+        s1 += q[1] * k[t];
+        s2 += q[2] * k[t];
+      }
+      out[3 * static_cast<size_t>(i)] = Clip8(s0);
+      out[3 * static_cast<size_t>(i) + 1] = Clip8(s1);
+      out[3 * static_cast<size_t>(i) + 2] = Clip8(s2);
+    }
+  }
+  if constexpr (kLanes == 4) {
+    for (; i < h.vector_end; ++i) {
+      const int32_t xmin = h.bounds[2 * i];
+      const int32_t taps = h.bounds[2 * i + 1];
+      const int32_t* k = h.coeffs + static_cast<size_t>(i) * h.ksize;
+      const uint8_t* p = in + 3 * static_cast<size_t>(xmin);
+      V4i acc = {kHalf, kHalf, kHalf, kHalf};
+      for (int32_t t = 0; t < taps; ++t) {
+        V4u8 px;
+        std::memcpy(&px, p + 3 * static_cast<size_t>(t), 4);
+        acc += __builtin_convertvector(px, V4i) * k[t];
+      }
+      out[3 * static_cast<size_t>(i)] = Clip8(acc[0]);
+      out[3 * static_cast<size_t>(i) + 1] = Clip8(acc[1]);
+      out[3 * static_cast<size_t>(i) + 2] = Clip8(acc[2]);
+    }
+  }
+  for (; i < h.width; ++i) {
+    const int32_t xmin = h.bounds[2 * i];
+    const int32_t taps = h.bounds[2 * i + 1];
+    const int32_t* k = h.coeffs + static_cast<size_t>(i) * h.ksize;
+    const uint8_t* p = in + 3 * static_cast<size_t>(xmin);
+    int32_t s0 = kHalf, s1 = kHalf, s2 = kHalf;
+    for (int32_t t = 0; t < taps; ++t) {
+      const int32_t kt = k[t];
+      s0 += p[0] * kt;
+      s1 += p[1] * kt;
+      s2 += p[2] * kt;
+      p += 3;
+    }
+    out[3 * static_cast<size_t>(i)] = Clip8(s0);
+    out[3 * static_cast<size_t>(i) + 1] = Clip8(s1);
+    out[3 * static_cast<size_t>(i) + 2] = Clip8(s2);
+  }
+}
+
+// ImagingResampleVertical_8bpc for one output row of `bytes` bytes from the source rows
+// rows[0..taps). Integer sums do not depend on the order of the terms: 8 bytes at a time,
+// the sum of all taps in one vector, then the tail.
+KILN_RESAMPLE_INLINE void VerticalLoop(const uint8_t* const* rows, const int32_t* k, int32_t taps,
+                                       size_t bytes, uint8_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    V8i acc = {kHalf, kHalf, kHalf, kHalf, kHalf, kHalf, kHalf, kHalf};
+    for (int32_t t = 0; t < taps; ++t) {
+      V8u8 px;
+      std::memcpy(&px, rows[t] + i, 8);
+      acc += __builtin_convertvector(px, V8i) * k[t];
+    }
+    for (int j = 0; j < 8; ++j) out[i + j] = Clip8(acc[j]);
+  }
+  for (; i < bytes; ++i) {
+    int32_t acc = kHalf;
+    for (int32_t t = 0; t < taps; ++t) acc += rows[t][i] * k[t];
+    out[i] = Clip8(acc);
+  }
+}
+
+void HorizontalBaseline(const HorizontalPass& h, const uint8_t* in, uint8_t* out) {
+  HorizontalLoop<KILN_IMAGE_VECTOR_HORIZONTAL ? 4 : 0>(h, in, out);
+}
+
+void VerticalBaseline(const uint8_t* const* rows, const int32_t* k, int32_t taps, size_t bytes, uint8_t* out) {
+  VerticalLoop(rows, k, taps, bytes, out);
+}
+
+#if KILN_IMAGE_AVX2_LOOPS
+__attribute__((target("avx2"))) void HorizontalAvx2(const HorizontalPass& h, const uint8_t* in, uint8_t* out) {
+  HorizontalLoop<8>(h, in, out);
+}
+
+__attribute__((target("avx2"))) void VerticalAvx2(const uint8_t* const* rows, const int32_t* k, int32_t taps,
+                                                  size_t bytes, uint8_t* out) {
+  VerticalLoop(rows, k, taps, bytes, out);
+}
+#endif
+
+std::atomic<int> g_resample_loops{static_cast<int>(ResampleLoops::kWidest)};
+
+// The loops a resizer runs: AVX2 where the CPU has it, unless SetResampleLoops asked for
+// the baseline.
+struct LoopSet {
+  void (*horizontal)(const HorizontalPass&, const uint8_t*, uint8_t*);
+  void (*vertical)(const uint8_t* const*, const int32_t*, int32_t, size_t, uint8_t*);
+};
+
+LoopSet ChooseLoops() {
+#if KILN_IMAGE_AVX2_LOOPS
+  if (g_resample_loops.load(std::memory_order_relaxed) == static_cast<int>(ResampleLoops::kWidest) &&
+      __builtin_cpu_supports("avx2")) {
+    return {HorizontalAvx2, VerticalAvx2};
+  }
+#endif
+  return {HorizontalBaseline, VerticalBaseline};
+}
+
+// ------------------------------------------------------------------------------------
 // Row streaming
 // ------------------------------------------------------------------------------------
 
@@ -256,12 +424,21 @@ class Resizer final : public RowSource {
         xtab_(allocator),
         ytab_(allocator),
         ring_(allocator),
+        tap_rows_(allocator),
         out_(allocator) {}
 
+  // `like`, if not null, is a resizer initialised with the same sizes, filter and region
+  // that outlives this one: its filter coefficients are read instead of computed again
+  // (the same numbers: every part of a picture resizes alike).
   kiln_status_t Init(RowSource* src, int32_t in_w, int32_t in_h, int32_t out_w, int32_t out_h,
-                     int32_t filter, Region region, kiln_error_t* error) {
+                     int32_t filter, Region region, kiln_error_t* error, const Resizer* like = nullptr) {
     src_ = src;
     region_ = region;
+    h_ = &horizontal_;
+    v_ = &vertical_;
+    const Args args{in_w, in_h, out_w, out_h, filter, region};
+    args_ = args;
+    const bool shared = like != nullptr && like->mode_ == Mode::kConvolve && like->args_ == args;
     row_bytes_ = static_cast<size_t>(region.width) * 3;
     if (in_w == out_w && in_h == out_h) {
       // Pillow returns a copy when the size does not change, whatever the filter.
@@ -283,32 +460,45 @@ class Resizer final : public RowSource {
       return Fail(error, KILN_ERROR_INVALID_ARGUMENT, "resize: unsupported PIL filter %d", filter);
     }
     mode_ = Mode::kConvolve;
+    loops_ = ChooseLoops();
     need_horizontal_ = out_w != in_w;
     need_vertical_ = out_h != in_h;
     if (need_horizontal_) {
-      kiln_status_t s = PrecomputeCoeffs(in_w, out_w, f, region.x0, region.width, allocator_,
-                                         &horizontal_, error);
-      if (s != KILN_OK) return s;
+      if (shared) {
+        h_ = like->h_;
+      } else {
+        kiln_status_t s = PrecomputeCoeffs(in_w, out_w, f, region.x0, region.width, allocator_,
+                                           &horizontal_, error);
+        if (s != KILN_OK) return s;
+      }
       // Windows only move right: the outputs that never read the last source pixel are a
       // prefix of the region.
       vector_end_ = 0;
       while (vector_end_ < region.width &&
-             horizontal_.bounds[2 * static_cast<size_t>(vector_end_)] +
-                     horizontal_.bounds[2 * static_cast<size_t>(vector_end_) + 1] <
+             h_->bounds[2 * static_cast<size_t>(vector_end_)] +
+                     h_->bounds[2 * static_cast<size_t>(vector_end_) + 1] <
                  in_w) {
         ++vector_end_;
       }
     }
     if (need_vertical_) {
-      kiln_status_t s =
-          PrecomputeCoeffs(in_h, out_h, f, region.y0, region.height, allocator_, &vertical_, error);
-      if (s != KILN_OK) return s;
-      ring_rows_ = vertical_.max_taps > 0 ? vertical_.max_taps : 1;
+      if (shared) {
+        v_ = like->v_;
+      } else if (need_horizontal_ && in_h == in_w && out_h == out_w && region.y0 == region.x0 &&
+                 region.height == region.width) {
+        v_ = h_;  // a square resize: both axes have the same coefficients
+      } else {
+        kiln_status_t s =
+            PrecomputeCoeffs(in_h, out_h, f, region.y0, region.height, allocator_, &vertical_, error);
+        if (s != KILN_OK) return s;
+      }
+      ring_rows_ = v_->max_taps > 0 ? v_->max_taps : 1;
       if (row_bytes_ != 0 && static_cast<size_t>(ring_rows_) > SIZE_MAX / row_bytes_) {
         return Fail(error, KILN_ERROR_OUT_OF_MEMORY, "resize: ring of %d rows too large",
                     ring_rows_);
       }
-      if (!ring_.resize(static_cast<size_t>(ring_rows_) * row_bytes_)) {
+      if (!ring_.resize(static_cast<size_t>(ring_rows_) * row_bytes_) ||
+          !tap_rows_.resize(static_cast<size_t>(ring_rows_))) {
         return Fail(error, KILN_ERROR_OUT_OF_MEMORY,
                     "resize %dx%d -> %dx%d: cannot allocate %d rows of %zu bytes", in_w, in_h,
                     out_w, out_h, ring_rows_, row_bytes_);
@@ -333,8 +523,8 @@ class Resizer final : public RowSource {
       HorizontalRow(src_->Row(yy), out_.data());
       return out_.data();
     }
-    const int32_t ymin = vertical_.bounds[2 * static_cast<size_t>(y)];
-    const int32_t taps = vertical_.bounds[2 * static_cast<size_t>(y) + 1];
+    const int32_t ymin = v_->bounds[2 * static_cast<size_t>(y)];
+    const int32_t taps = v_->bounds[2 * static_cast<size_t>(y) + 1];
     EnsureRows(ymin, ymin + taps);
     VerticalRow(y, ymin, taps);
     return out_.data();
@@ -342,6 +532,15 @@ class Resizer final : public RowSource {
 
  private:
   enum class Mode { kCopy, kNearest, kConvolve };
+  struct Args {
+    int32_t in_w, in_h, out_w, out_h, filter;
+    Region region;
+    bool operator==(const Args& o) const {
+      return in_w == o.in_w && in_h == o.in_h && out_w == o.out_w && out_h == o.out_h && filter == o.filter &&
+             region.x0 == o.region.x0 && region.y0 == o.region.y0 && region.width == o.region.width &&
+             region.height == o.region.height;
+    }
+  };
 
   void NearestRow(int32_t y) {
     uint8_t* out = out_.data();
@@ -366,52 +565,12 @@ class Resizer final : public RowSource {
     }
   }
 
-  // ImagingResampleHorizontal_8bpc for one row (region columns only). `in` is a full
-  // source row. The sums are integers (order-independent, no overflow: Pillow relies on
-  // the same), so the three channels can be accumulated as lanes of one vector: each tap
-  // loads 4 bytes (R, G, B and the next pixel's R, whose lane is ignored). Outputs whose
-  // window reaches the last source pixel would load one byte past the row: scalar path.
+  // ImagingResampleHorizontal_8bpc for one row (region columns only); `in` is a full
+  // source row.
   void HorizontalRow(const uint8_t* in, uint8_t* out) const {
-    const int32_t* bounds = horizontal_.bounds.data();
-    const int32_t* coeffs = horizontal_.coeffs.data();
-    const size_t ksize = static_cast<size_t>(horizontal_.ksize);
-    int32_t i = 0;
-#if KILN_IMAGE_VECTOR_HORIZONTAL
-    typedef int32_t V4i __attribute__((vector_size(16)));
-    typedef uint8_t V4u8 __attribute__((vector_size(4)));
-    for (; i < vector_end_; ++i) {
-      const int32_t xmin = bounds[2 * i];
-      const int32_t taps = bounds[2 * i + 1];
-      const int32_t* k = coeffs + static_cast<size_t>(i) * ksize;
-      const uint8_t* p = in + 3 * static_cast<size_t>(xmin);
-      V4i acc = {kHalf, kHalf, kHalf, kHalf};
-      for (int32_t t = 0; t < taps; ++t) {
-        V4u8 px;
-        std::memcpy(&px, p + 3 * static_cast<size_t>(t), 4);
-        acc += __builtin_convertvector(px, V4i) * k[t];
-      }
-      out[3 * static_cast<size_t>(i)] = Clip8(acc[0]);
-      out[3 * static_cast<size_t>(i) + 1] = Clip8(acc[1]);
-      out[3 * static_cast<size_t>(i) + 2] = Clip8(acc[2]);
-    }
-#endif
-    for (; i < region_.width; ++i) {
-      const int32_t xmin = bounds[2 * i];
-      const int32_t taps = bounds[2 * i + 1];
-      const int32_t* k = coeffs + static_cast<size_t>(i) * ksize;
-      const uint8_t* p = in + 3 * static_cast<size_t>(xmin);
-      int32_t s0 = kHalf, s1 = kHalf, s2 = kHalf;
-      for (int32_t t = 0; t < taps; ++t) {
-        const int32_t kt = k[t];
-        s0 += p[0] * kt;
-        s1 += p[1] * kt;
-        s2 += p[2] * kt;
-        p += 3;
-      }
-      out[3 * static_cast<size_t>(i)] = Clip8(s0);
-      out[3 * static_cast<size_t>(i) + 1] = Clip8(s1);
-      out[3 * static_cast<size_t>(i) + 2] = Clip8(s2);
-    }
+    const HorizontalPass pass{h_->bounds.data(), h_->coeffs.data(), static_cast<size_t>(h_->ksize),
+                              vector_end_, region_.width};
+    loops_.horizontal(pass, in, out);
   }
 
   uint8_t* RingRow(int32_t r) {
@@ -434,23 +593,13 @@ class Resizer final : public RowSource {
     }
   }
 
-  // ImagingResampleVertical_8bpc for one output row. Integer sums do not depend on the
-  // order of the terms, so the taps are accumulated over tiles of the row (vectorisable).
+  // ImagingResampleVertical_8bpc for one output row, from the ring's rows
+  // [ymin, ymin + taps).
   void VerticalRow(int32_t y, int32_t ymin, int32_t taps) {
-    constexpr size_t kTile = 256;
-    const int32_t* k = vertical_.coeffs.data() + static_cast<size_t>(y) * vertical_.ksize;
-    uint8_t* out = out_.data();
-    int32_t acc[kTile];
-    for (size_t begin = 0; begin < row_bytes_; begin += kTile) {
-      const size_t n = row_bytes_ - begin < kTile ? row_bytes_ - begin : kTile;
-      for (size_t i = 0; i < n; ++i) acc[i] = kHalf;
-      for (int32_t t = 0; t < taps; ++t) {
-        const uint8_t* row = RingRow(ymin + t) + begin;
-        const int32_t kt = k[t];
-        for (size_t i = 0; i < n; ++i) acc[i] += row[i] * kt;
-      }
-      for (size_t i = 0; i < n; ++i) out[begin + i] = Clip8(acc[i]);
-    }
+    const int32_t* k = v_->coeffs.data() + static_cast<size_t>(y) * v_->ksize;
+    const uint8_t** rows = tap_rows_.data();
+    for (int32_t t = 0; t < taps; ++t) rows[t] = RingRow(ymin + t);
+    loops_.vertical(rows, k, taps, row_bytes_, out_.data());
   }
 
   Allocator* allocator_;
@@ -460,12 +609,19 @@ class Resizer final : public RowSource {
   size_t row_bytes_ = 0;
   bool need_horizontal_ = false;
   bool need_vertical_ = false;
-  int32_t vector_end_ = 0;  // region columns [0, vector_end_) take HorizontalRow's vector path
+  int32_t vector_end_ = 0;  // region columns [0, vector_end_) may take the vector loop
   AxisCoeffs horizontal_;
   AxisCoeffs vertical_;
+  // The coefficients the passes read: horizontal_ and vertical_, or those of the resizer
+  // Init was given as `like`, or horizontal_ for both axes of a square resize.
+  const AxisCoeffs* h_ = &horizontal_;
+  const AxisCoeffs* v_ = &vertical_;
+  Args args_{0, 0, 0, 0, 0, {0, 0, 0, 0}};
   Vec<int32_t> xtab_;
   Vec<int32_t> ytab_;
   Vec<uint8_t> ring_;
+  Vec<const uint8_t*> tap_rows_;  // VerticalRow's source rows, ring_rows_ of them
+  LoopSet loops_{HorizontalBaseline, VerticalBaseline};
   int32_t ring_rows_ = 1;
   int32_t ring_lo_ = 0;
   int32_t ring_next_ = 0;
@@ -666,10 +822,11 @@ struct ResizeChain {
 
 // Output rows [0, s) in one range per active thread of `pool` (one range without a
 // pool), each range written by write(chain, i_begin, i_end) from its own chain, which
-// init(chain) prepares on this thread (Init allocates; Row does not, and a resizer
-// restarts its window of source rows where a range starts). A range recomputes the
-// few source rows its neighbour's window shares with it: the integer sums are the
-// same, so the pixels do not depend on the split.
+// init(chain, first) prepares on this thread (Init allocates; Row does not, and a
+// resizer restarts its window of source rows where a range starts); `first` is the
+// first chain (null when preparing it), whose coefficients the others read. A range
+// recomputes the few source rows its neighbour's window shares with it: the integer
+// sums are the same, so the pixels do not depend on the split.
 template <typename InitFn, typename WriteFn>
 kiln_status_t InParts(ThreadPool* pool, int32_t s, Allocator* allocator, InitFn init, WriteFn write) {
   int parts = pool != nullptr ? std::min(pool->active_threads(), kMaxImageParts) : 1;
@@ -680,7 +837,8 @@ kiln_status_t InParts(ThreadPool* pool, int32_t s, Allocator* allocator, InitFn 
   kiln_status_t status = KILN_OK;
   while (built < parts && status == KILN_OK) {
     chains[built] = new (storage[built]) ResizeChain(allocator);
-    status = init(chains[built++]);
+    status = init(chains[built], built == 0 ? nullptr : chains[0]);
+    ++built;
   }
   if (status == KILN_OK) {
     auto range = [&](int64_t part) {
@@ -824,11 +982,12 @@ kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rg
     }
     return InParts(
         pool, s, allocator,
-        [&](ResizeChain* c) {
-          kiln_status_t st =
-              c->first.Init(&image, width, height, w1, h1, spec.resample, Region{0, 0, w1, h1}, error);
+        [&](ResizeChain* c, const ResizeChain* like) {
+          kiln_status_t st = c->first.Init(&image, width, height, w1, h1, spec.resample, Region{0, 0, w1, h1},
+                                           error, like ? &like->first : nullptr);
           if (st != KILN_OK) return st;
-          return c->second.Init(&c->first, w1, h1, s, s, spec.resample, Region{0, 0, s, s}, error);
+          return c->second.Init(&c->first, w1, h1, s, s, spec.resample, Region{0, 0, s, s}, error,
+                                like ? &like->second : nullptr);
         },
         [&](ResizeChain* c, int32_t i0, int32_t i1) {
           WritePixels(&c->second, Region{0, 0, s, s}, 0, 0, s, lut, out_pixels, i0, i1);
@@ -864,10 +1023,17 @@ kiln_status_t PreprocessImage(const ImagePreprocessSpec& spec, const uint8_t* rg
   NeededRange(rw, s, ox, &region.x0, &region.width);
   return InParts(
       pool, s, allocator,
-      [&](ResizeChain* c) { return c->first.Init(&image, width, height, rw, rh, spec.resample, region, error); },
+      [&](ResizeChain* c, const ResizeChain* like) {
+        return c->first.Init(&image, width, height, rw, rh, spec.resample, region, error,
+                             like ? &like->first : nullptr);
+      },
       [&](ResizeChain* c, int32_t i0, int32_t i1) {
         WritePixels(&c->first, region, oy, ox, s, lut, out_pixels, i0, i1);
       });
+}
+
+void SetResampleLoops(ResampleLoops loops) {
+  g_resample_loops.store(static_cast<int>(loops), std::memory_order_relaxed);
 }
 
 }  // namespace kiln::rt

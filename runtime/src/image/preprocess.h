@@ -89,6 +89,12 @@ kiln_status_t ResizeRgb8(const uint8_t* src, int32_t width, int32_t height, size
                          int32_t out_width, int32_t out_height, int32_t filter, Allocator* allocator,
                          uint8_t* out, kiln_error_t* error);
 
+// The resampling loops ResizeRgb8 and PreprocessImage run from now on: the widest this
+// CPU has (kWidest, the default: AVX2 on x86-64 CPUs that have it) or those of the
+// build's baseline ISA. The bytes are the same; tests compare both with Pillow.
+enum class ResampleLoops { kWidest, kBaseline };
+void SetResampleLoops(ResampleLoops loops);
+
 // transformers' get_resize_output_image_size(default_to_square=False) for an int size:
 // the short side becomes `shortest_edge`, the long side int(shortest_edge * long / short).
 // Returns false (and leaves the outputs alone) if the arguments are not positive or the long

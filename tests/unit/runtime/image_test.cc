@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "image/preprocess.h"
@@ -528,11 +529,17 @@ struct ImageCache {
   }
 };
 
-class ResizeMatchesPil : public ::testing::TestWithParam<int> {};
+// Each filter through the loops this CPU runs by default (AVX2 on an x86-64 CPU that
+// has it) and through the build's baseline ones.
+class ResizeMatchesPil : public ::testing::TestWithParam<std::tuple<int, ResampleLoops>> {
+ protected:
+  void TearDown() override { SetResampleLoops(ResampleLoops::kWidest); }
+};
 
 TEST_P(ResizeMatchesPil, BitExact) {
   REQUIRE_VECTORS();
-  const int filter = GetParam();
+  const int filter = std::get<0>(GetParam());
+  SetResampleLoops(std::get<1>(GetParam()));
   std::ifstream cases(dir + "/resize_cases.txt");
   ASSERT_TRUE(cases) << "cannot open " << dir << "/resize_cases.txt";
   ImageCache cache;
@@ -582,13 +589,16 @@ TEST_P(ResizeMatchesPil, BitExact) {
   EXPECT_EQ(allocator.current_bytes(), 0u);
 }
 
-std::string FilterTestName(const ::testing::TestParamInfo<int>& info) {
+std::string FilterTestName(const ::testing::TestParamInfo<std::tuple<int, ResampleLoops>>& info) {
   static const char* const kNames[] = {"Nearest", "Lanczos", "Bilinear",
                                        "Bicubic", "Box",     "Hamming"};
-  return kNames[info.param];
+  return std::string(kNames[std::get<0>(info.param)]) +
+         (std::get<1>(info.param) == ResampleLoops::kWidest ? "" : "_BaselineLoops");
 }
 
-INSTANTIATE_TEST_SUITE_P(Filters, ResizeMatchesPil, ::testing::Values(0, 1, 2, 3, 4, 5),
+INSTANTIATE_TEST_SUITE_P(Filters, ResizeMatchesPil,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3, 4, 5),
+                                            ::testing::Values(ResampleLoops::kWidest, ResampleLoops::kBaseline)),
                          FilterTestName);
 
 bool ParseTriple(const std::string& v, float out[3]) {
